@@ -1,0 +1,1 @@
+"""The metrics adapter: custom, external and resource metrics APIs served from Prometheus."""

@@ -1,0 +1,1 @@
+"""The autoscaler: HPA-compatible decisions, a controller that acts on them, and explain."""

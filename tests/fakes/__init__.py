@@ -1,0 +1,1 @@
+"""Test doubles shared by every test: a fake Kubernetes API server and a real Prometheus."""
