@@ -1,0 +1,1 @@
+"""Pytest fixtures for the fake Kubernetes API server (filled in by the fake's author)."""

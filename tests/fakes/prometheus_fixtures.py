@@ -1,0 +1,1 @@
+"""Pytest fixtures for the real Prometheus test double (filled in by its author)."""
