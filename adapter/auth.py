@@ -465,14 +465,18 @@ def _string_list(value: object, what: str) -> tuple[str, ...]:
 
 def read_token_review(body: Mapping[str, Any]) -> AuthenticatorResult:
     """Interpret a TokenReview answer: the user, or an error (never a silent fall-through)."""
-    status = body.get("status") or {}
+    status = body.get("status")
+    if status is None:
+        status = {}
     if not isinstance(status, Mapping):
         raise ReviewResponseError("TokenReview status is not an object")
     if status.get("authenticated") is not True:
         error = status.get("error")
         return Unauthenticated((error if isinstance(error, str) and error
                                 else "invalid bearer token",))
-    user = status.get("user") or {}
+    user = status.get("user")
+    if user is None:
+        user = {}
     if not isinstance(user, Mapping):
         raise ReviewResponseError("TokenReview status.user is not an object")
     raw_extra = user.get("extra") or {}
@@ -826,7 +830,9 @@ class ReviewStatus:
 
 
 def read_subject_access_review(body: Mapping[str, Any]) -> ReviewStatus:
-    status = body.get("status") or {}
+    status = body.get("status")
+    if status is None:
+        status = {}
     if not isinstance(status, Mapping):
         raise ReviewResponseError("SubjectAccessReview status is not an object")
     allowed = status.get("allowed", False)
