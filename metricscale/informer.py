@@ -1,0 +1,844 @@
+"""A list+watch cache over kubernetes_asyncio: raw dicts, caller projections, resumable watches.
+
+The loop is client-go's reflector in miniature: LIST (paged) once, then WATCH from the list's
+resourceVersion with bookmarks, resume from the last seen resourceVersion after any disconnect,
+and LIST again only when the server says that version is gone (410). Both programs use it: the
+adapter for metadata-only object caches, the autoscaler to enqueue work on changes.
+
+Requests go out with ``_preload_content=False`` and the response is read here, line by line:
+that keeps every object a raw dict (no model deserialization, no client-side validation of
+half-filled objects), gives one place to read error statuses (the 36.1.0 wheel does not raise
+for them in that mode, later versions do: both are handled), and avoids ``watch.Watch``, which
+opens a second aiohttp session per stream.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import enum
+import json
+import logging
+import random
+import time
+from collections.abc import Awaitable, Callable, Coroutine, Mapping
+from dataclasses import dataclass
+from typing import Any, Generic, Literal, NamedTuple, NoReturn, Protocol, TypeVar, cast
+from urllib.parse import quote
+
+import aiohttp
+from kubernetes_asyncio.client import ApiClient
+from kubernetes_asyncio.client.exceptions import ApiException
+
+__all__ = [
+    "METADATA_LIST_ACCEPT",
+    "METADATA_WATCH_ACCEPT",
+    "ApiFunctionSource",
+    "Backoff",
+    "EventKind",
+    "Informer",
+    "InformerError",
+    "InformerEvent",
+    "InformerFailed",
+    "ListWatchSource",
+    "MalformedResponse",
+    "ObjectKey",
+    "ObjectMeta",
+    "PathSource",
+    "RequestOptions",
+    "ResourceExpired",
+    "StatusError",
+    "WatchEnd",
+    "WatchResult",
+    "collection_path",
+    "object_key",
+    "parse_retry_after",
+    "project_metadata",
+    "project_raw",
+    "start_guarded_task",
+    "status_error",
+]
+
+logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+EventKind = Literal["ADDED", "MODIFIED", "DELETED"]
+
+# What client-go's metadata client asks for: the apiserver then sends only each object's
+# metadata (PartialObjectMetadata), and the trailing plain JSON keeps servers that do not know
+# the `as=` parameter (fakes, old aggregated servers) answering with whole objects.
+METADATA_LIST_ACCEPT = (
+    "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1,application/json")
+METADATA_WATCH_ACCEPT = (
+    "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1,application/json")
+
+# Retry-After beyond this is treated as this: a confused proxy must not park a cache for hours.
+_MAX_RETRY_AFTER_SECONDS = 300.0
+# client-go treats a watch that ends within a second without a single event as a failure.
+_SHORT_WATCH_SECONDS = 1.0
+
+
+# ---------------------------------------------------------------------------------------------
+# Values
+
+
+class ObjectKey(NamedTuple):
+    """Where an object lives: namespace ("" for cluster-scoped objects) and name."""
+
+    namespace: str
+    name: str
+
+    def __str__(self) -> str:
+        return f"{self.namespace}/{self.name}" if self.namespace else self.name
+
+
+@dataclass(frozen=True)
+class InformerEvent(Generic[T]):
+    """A change to the cache: `old` is None for ADDED, `new` is None for DELETED."""
+
+    kind: EventKind
+    key: ObjectKey
+    old: T | None
+    new: T | None
+
+
+@dataclass(frozen=True)
+class ObjectMeta:
+    """The projection the adapter keeps per object: no spec, no status."""
+
+    namespace: str
+    name: str
+    labels: Mapping[str, str]
+
+
+def object_key(obj: Mapping[str, Any]) -> ObjectKey:
+    """The store key of a raw object; raises MalformedResponse when it has no name."""
+    metadata = obj.get("metadata")
+    if not isinstance(metadata, Mapping):
+        raise MalformedResponse("object without metadata")
+    name = metadata.get("name")
+    if not isinstance(name, str) or not name:
+        raise MalformedResponse("object without metadata.name")
+    namespace = metadata.get("namespace") or ""
+    if not isinstance(namespace, str):
+        raise MalformedResponse("object with a non-string metadata.namespace")
+    return ObjectKey(namespace, name)
+
+
+def project_metadata(obj: Mapping[str, Any]) -> ObjectMeta:
+    """Name, namespace and labels of a raw object (full object or PartialObjectMetadata)."""
+    key = object_key(obj)
+    raw_labels = obj["metadata"].get("labels") or {}
+    if not isinstance(raw_labels, Mapping):
+        raw_labels = {}
+    labels = {str(k): str(v) for k, v in raw_labels.items()}
+    return ObjectMeta(namespace=key.namespace, name=key.name, labels=labels)
+
+
+def project_raw(obj: Mapping[str, Any]) -> Mapping[str, Any]:
+    """Keep the whole raw object (for consumers that read spec/status)."""
+    return obj
+
+
+def collection_path(*, group: str, version: str, plural: str, namespace: str | None = None) -> str:
+    """The REST path of a collection: `/api/v1/pods`, `/apis/apps/v1/namespaces/ns/deployments`."""
+    root = f"/api/{version}" if group == "" else f"/apis/{group}/{version}"
+    if namespace:
+        return f"{root}/namespaces/{quote(namespace, safe='')}/{plural}"
+    return f"{root}/{plural}"
+
+
+# ---------------------------------------------------------------------------------------------
+# Errors
+
+
+class InformerError(Exception):
+    """Base of everything this module raises on purpose."""
+
+
+class StatusError(InformerError):
+    """The API server answered a LIST or WATCH with an error status (HTTP or an ERROR event)."""
+
+    def __init__(self, code: int, *, reason: str = "", message: str = "",
+                 retry_after: float | None = None) -> None:
+        self.code = code
+        self.reason = reason
+        self.message = message
+        self.retry_after = retry_after
+        super().__init__(f"{code} {reason}: {message}".rstrip(": "))
+
+
+class ResourceExpired(StatusError):
+    """410 Gone: the resourceVersion (or continue token) is older than the server's history."""
+
+
+class MalformedResponse(InformerError):
+    """A LIST page or watch line that is not what the Kubernetes API sends."""
+
+
+class InformerFailed(InformerError):
+    """The informer's background task ended (a bug or a stop); its cache no longer follows."""
+
+
+def status_error(code: int, *, reason: str = "", message: str = "",
+                 retry_after: float | None = None) -> StatusError:
+    """The typed error for a status code: 410 is ResourceExpired, everything else StatusError."""
+    cls = ResourceExpired if code == 410 else StatusError
+    return cls(code, reason=reason, message=message, retry_after=retry_after)
+
+
+def parse_retry_after(value: str | None) -> float | None:
+    """Seconds from a Retry-After header (the API server only sends delta-seconds)."""
+    if value is None:
+        return None
+    try:
+        seconds = float(value.strip())
+    except ValueError:
+        return None
+    if seconds != seconds or seconds < 0:  # NaN or negative
+        return None
+    return min(seconds, _MAX_RETRY_AFTER_SECONDS)
+
+
+def _error_from_status_object(obj: object, *, http_status: int | None = None,
+                              retry_after: float | None = None) -> StatusError:
+    if not isinstance(obj, Mapping):
+        return status_error(http_status or 500, reason="Unknown", retry_after=retry_after)
+    code = obj.get("code")
+    if not isinstance(code, int) or isinstance(code, bool):
+        code = http_status or 500
+    details = obj.get("details")
+    if retry_after is None and isinstance(details, Mapping):
+        seconds = details.get("retryAfterSeconds")
+        if isinstance(seconds, int) and not isinstance(seconds, bool) and seconds > 0:
+            retry_after = min(float(seconds), _MAX_RETRY_AFTER_SECONDS)
+    return status_error(code, reason=str(obj.get("reason") or ""),
+                        message=str(obj.get("message") or ""), retry_after=retry_after)
+
+
+def _error_from_http(status: int, body: bytes, headers: Mapping[str, str]) -> StatusError:
+    retry_after = parse_retry_after(headers.get("Retry-After"))
+    try:
+        parsed: object = json.loads(body) if body else None
+    except ValueError:
+        parsed = None
+    if isinstance(parsed, Mapping) and parsed.get("kind") == "Status":
+        return _error_from_status_object(parsed, http_status=status, retry_after=retry_after)
+    return status_error(status, reason="Unknown", retry_after=retry_after)
+
+
+def _error_from_api_exception(exc: ApiException) -> StatusError:
+    """Map an ApiException; from a watch in the 36.1.0 wheel `body` is None, the reason a string."""
+    status = exc.status if isinstance(exc.status, int) and exc.status > 0 else 500
+    headers: Mapping[str, str] = exc.headers if isinstance(exc.headers, Mapping) else {}
+    body = exc.body
+    if isinstance(body, str):
+        body = body.encode()
+    if isinstance(body, bytes) and body:
+        return _error_from_http(status, body, headers)
+    return status_error(status, reason=str(exc.reason or ""),
+                        retry_after=parse_retry_after(headers.get("Retry-After")))
+
+
+# ---------------------------------------------------------------------------------------------
+# Backoff and guarded tasks
+
+
+@dataclass(frozen=True)
+class Backoff:
+    """Capped exponential backoff with equal jitter: half the step fixed, half random."""
+
+    initial: float = 0.5
+    factor: float = 2.0
+    cap: float = 30.0
+
+    def delay(self, failures: int, *, jitter: float, retry_after: float | None = None) -> float:
+        """Seconds to wait after `failures` consecutive failures (>= 1); `jitter` is in [0, 1)."""
+        step = min(self.cap, self.initial * self.factor ** max(0, failures - 1))
+        wait = step / 2 + step / 2 * jitter
+        if retry_after is not None:
+            wait = max(wait, retry_after)
+        return wait
+
+
+def start_guarded_task(coro: Coroutine[Any, Any, Any], *, name: str,
+                       on_failure: Callable[[BaseException], None] | None = None,
+                       forever: bool = True) -> asyncio.Task[Any]:
+    """Start a background task whose unexpected end is logged at once and reported.
+
+    With `forever`, returning normally is also a failure (a loop that should never end did).
+    Cancellation is the normal way to stop, and is not reported.
+    """
+    task = asyncio.create_task(coro, name=name)
+
+    def _done(finished: asyncio.Task[Any]) -> None:
+        if finished.cancelled():
+            return
+        exc = finished.exception()
+        if exc is None:
+            if not forever:
+                return
+            exc = InformerFailed(f"background task {name} returned; it should run until stopped")
+        logger.error("background task %s ended unexpectedly: %r", name, exc, exc_info=exc)
+        if on_failure is not None:
+            try:
+                on_failure(exc)
+            except Exception:
+                logger.exception("failure handler of background task %s raised", name)
+
+    task.add_done_callback(_done)
+    return task
+
+
+# ---------------------------------------------------------------------------------------------
+# Sources: how a LIST or WATCH request is opened
+
+
+@dataclass(frozen=True)
+class RequestOptions:
+    """One LIST page or one WATCH request, independent of the API flavour that sends it."""
+
+    watch: bool
+    request_timeout: aiohttp.ClientTimeout
+    label_selector: str | None = None
+    field_selector: str | None = None
+    resource_version: str | None = None
+    timeout_seconds: int | None = None
+    limit: int | None = None
+    continue_token: str | None = None
+
+
+class ListWatchSource(Protocol):
+    """Opens a request and hands back the unread response (status not yet checked)."""
+
+    @property
+    def description(self) -> str: ...
+
+    async def open(self, options: RequestOptions) -> aiohttp.ClientResponse: ...
+
+
+def _as_response(value: object, description: str) -> aiohttp.ClientResponse:
+    if not isinstance(value, aiohttp.ClientResponse):
+        raise TypeError(f"{description} did not return a raw response (_preload_content ignored?)")
+    return value
+
+
+class ApiFunctionSource:
+    """A kubernetes_asyncio list function: `CoreV1Api.list_namespaced_pod`, `CustomObjectsApi.*`.
+
+    Positional `args` are the function's own (namespace, group, version, plural...). The typed
+    functions overwrite any Accept header, so metadata-only lists need `PathSource`.
+    """
+
+    def __init__(self, list_fn: Callable[..., Awaitable[Any]], *args: Any,
+                 description: str | None = None) -> None:
+        self._fn = list_fn
+        self._args = args
+        self._description = description or " ".join(
+            [getattr(list_fn, "__name__", "list"), *map(str, args)])
+
+    @property
+    def description(self) -> str:
+        return self._description
+
+    async def open(self, options: RequestOptions) -> aiohttp.ClientResponse:
+        kwargs: dict[str, Any] = {"_preload_content": False,
+                                  "_request_timeout": options.request_timeout}
+        if options.label_selector:
+            kwargs["label_selector"] = options.label_selector
+        if options.field_selector:
+            kwargs["field_selector"] = options.field_selector
+        if options.resource_version is not None:
+            kwargs["resource_version"] = options.resource_version
+        if options.watch:
+            kwargs["watch"] = True
+            kwargs["allow_watch_bookmarks"] = True
+            if options.timeout_seconds is not None:
+                kwargs["timeout_seconds"] = options.timeout_seconds
+        else:
+            if options.limit is not None:
+                kwargs["limit"] = options.limit
+            if options.continue_token:
+                kwargs["_continue"] = options.continue_token
+        return _as_response(await self._fn(*self._args, **kwargs), self._description)
+
+
+class PathSource:
+    """Any collection by its REST path through `ApiClient.call_api` (arbitrary group/version).
+
+    With `metadata_only` the server is asked for PartialObjectMetadata, as client-go's metadata
+    informers do, so a pod cache never transfers pod specs.
+    """
+
+    def __init__(self, api: ApiClient, path: str, *, metadata_only: bool = False) -> None:
+        self._api = api
+        self._path = path
+        self._metadata_only = metadata_only
+
+    @property
+    def description(self) -> str:
+        return self._path
+
+    async def open(self, options: RequestOptions) -> aiohttp.ClientResponse:
+        query: list[tuple[str, str]] = []
+        if options.label_selector:
+            query.append(("labelSelector", options.label_selector))
+        if options.field_selector:
+            query.append(("fieldSelector", options.field_selector))
+        if options.resource_version is not None:
+            query.append(("resourceVersion", options.resource_version))
+        if options.watch:
+            query += [("watch", "true"), ("allowWatchBookmarks", "true")]
+            if options.timeout_seconds is not None:
+                query.append(("timeoutSeconds", str(options.timeout_seconds)))
+            accept = METADATA_WATCH_ACCEPT if self._metadata_only else "application/json"
+        else:
+            if options.limit is not None:
+                query.append(("limit", str(options.limit)))
+            if options.continue_token:
+                query.append(("continue", options.continue_token))
+            accept = METADATA_LIST_ACCEPT if self._metadata_only else "application/json"
+        response = await self._api.call_api(
+            self._path, "GET", query_params=query, header_params={"Accept": accept},
+            auth_settings=["BearerToken"], _preload_content=False,
+            _request_timeout=options.request_timeout,
+        )
+        return _as_response(response, self._path)
+
+
+# ---------------------------------------------------------------------------------------------
+# The informer
+
+
+class WatchEnd(enum.Enum):
+    """Why one watch connection ended without an error."""
+
+    CLOSED = "closed"          # the server ended the stream (timeoutSeconds reached)
+    INACTIVE = "inactive"      # nothing arrived for the inactivity timeout: likely half-open
+
+
+@dataclass(frozen=True)
+class WatchResult:
+    end: WatchEnd
+    events: int
+    bookmarks: int
+    seconds: float
+
+
+class Informer(Generic[T]):
+    """A cache of one collection, kept current by list+watch, holding `project(obj)` per object.
+
+    Drive it with `start()`/`stop()` (or `async with`), or step it in tests with `list_once()`
+    and `watch_once()`. Reads (`get`, `items`, `values`) are plain in-memory lookups.
+    """
+
+    def __init__(
+        self,
+        source: ListWatchSource,
+        *,
+        project: Callable[[Mapping[str, Any]], T],
+        name: str | None = None,
+        label_selector: str | None = None,
+        field_selector: str | None = None,
+        page_size: int = 500,
+        watch_timeout_seconds: int = 300,
+        inactivity_timeout: float | None = 120.0,
+        connect_timeout: float = 10.0,
+        read_grace: float = 30.0,
+        list_read_timeout: float = 60.0,
+        backoff: Backoff = Backoff(),
+        clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+        jitter: Callable[[], float] = random.random,
+    ) -> None:
+        self._source = source
+        self._project = project
+        self.name = name or source.description
+        self._label_selector = label_selector
+        self._field_selector = field_selector
+        self._page_size = page_size
+        self._watch_timeout_seconds = watch_timeout_seconds
+        self._inactivity_timeout = inactivity_timeout
+        self._connect_timeout = connect_timeout
+        self._read_grace = read_grace
+        self._list_read_timeout = list_read_timeout
+        self._backoff = backoff
+        self._clock = clock
+        self._sleep = sleep
+        self._jitter = jitter
+
+        self._store: dict[str, dict[str, T]] = {}
+        self._count = 0
+        self._resource_version: str | None = None
+        self._synced = False
+        self._settled = asyncio.Event()
+        self._listeners: list[Callable[[InformerEvent[T]], None]] = []
+        self._failures = 0
+        self._last_error: str | None = None
+        self._task: asyncio.Task[Any] | None = None
+        self._failure: BaseException | None = None
+        self._stopped = False
+        self.lists = 0
+        self.watches = 0
+
+    # -- state ---------------------------------------------------------------------------
+
+    @property
+    def resource_version(self) -> str | None:
+        """The last resourceVersion seen (list, event or bookmark); None means LIST next."""
+        return self._resource_version
+
+    @property
+    def has_synced(self) -> bool:
+        """True once a first LIST has filled the cache (stays true across re-lists)."""
+        return self._synced
+
+    @property
+    def last_error(self) -> str | None:
+        """The last LIST/WATCH failure, for diagnostics; cleared by the next success."""
+        return self._last_error
+
+    @property
+    def running(self) -> bool:
+        return self._task is not None and not self._task.done()
+
+    def __len__(self) -> int:
+        return self._count
+
+    def get(self, namespace: str, name: str) -> T | None:
+        return self._store.get(namespace, {}).get(name)
+
+    def items(self, namespace: str | None = None) -> list[tuple[ObjectKey, T]]:
+        """A snapshot of (key, projection) pairs, of one namespace or of all ("" = cluster)."""
+        if namespace is not None:
+            return [(ObjectKey(namespace, n), v) for n, v in self._store.get(namespace, {}).items()]
+        return [(ObjectKey(ns, n), v) for ns, objs in self._store.items() for n, v in objs.items()]
+
+    def values(self, namespace: str | None = None) -> list[T]:
+        if namespace is not None:
+            return list(self._store.get(namespace, {}).values())
+        return [v for objs in self._store.values() for v in objs.values()]
+
+    def subscribe(self, callback: Callable[[InformerEvent[T]], None], *,
+                  replay: bool = True) -> Callable[[], None]:
+        """Call `callback` on every change; with `replay`, first with ADDED for what is cached.
+
+        Callbacks run synchronously inside the watch loop: they should only enqueue work. An
+        exception in one is logged and does not stop the cache. Returns an unsubscribe function.
+        """
+        self._listeners.append(callback)
+        if replay:
+            for key, value in self.items():
+                self._call(callback, InformerEvent("ADDED", key, None, value))
+
+        def unsubscribe() -> None:
+            with contextlib.suppress(ValueError):
+                self._listeners.remove(callback)
+
+        return unsubscribe
+
+    # A bounded wait is this method's contract, so it takes the bound itself.
+    async def wait_synced(self, timeout: float) -> bool:  # noqa: ASYNC109
+        """Wait up to `timeout` seconds for the first LIST; False on timeout.
+
+        Raises InformerFailed if the background task has died or the informer was stopped.
+        """
+        self._raise_if_dead()
+        if self._synced:
+            return True
+        try:
+            async with asyncio.timeout(timeout):
+                await self._settled.wait()
+        except TimeoutError:
+            return self._synced
+        self._raise_if_dead()
+        return self._synced
+
+    def _raise_if_dead(self) -> None:
+        if self._failure is not None:
+            message = f"informer {self.name} failed: {self._failure!r}"
+            raise InformerFailed(message) from self._failure
+        if self._stopped:
+            raise InformerFailed(f"informer {self.name} is stopped")
+
+    # -- lifecycle -----------------------------------------------------------------------
+
+    def start(self, *, on_failure: Callable[[BaseException], None] | None = None) -> None:
+        """Run the list+watch loop as a guarded background task (idempotent while running)."""
+        if self._stopped:
+            raise InformerFailed(f"informer {self.name} is stopped")
+        if self._task is not None:
+            return
+
+        def failed(exc: BaseException) -> None:
+            self._failure = exc
+            self._settled.set()
+            if on_failure is not None:
+                on_failure(exc)
+
+        self._task = start_guarded_task(self.run(), name=f"informer {self.name}", on_failure=failed)
+
+    async def stop(self) -> None:
+        """Cancel the loop and wait for it; the cache keeps its last contents."""
+        self._stopped = True
+        self._settled.set()
+        task, self._task = self._task, None
+        if task is not None and not task.done():
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+    async def __aenter__(self) -> Informer[T]:
+        self.start()
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.stop()
+
+    async def run(self) -> NoReturn:
+        """The loop: a few lines around `step`."""
+        while True:
+            await self.step()
+
+    async def step(self) -> None:
+        """One LIST (when there is no resourceVersion) or one WATCH connection, errors handled.
+
+        410 clears the resourceVersion so the next step re-lists; 429, 5xx, other statuses and
+        transport errors wait a jittered, capped backoff (at least Retry-After) and the next step
+        resumes from the same resourceVersion. Anything else is a bug and propagates.
+        """
+        try:
+            if self._resource_version is None:
+                await self.list_once()
+                self._succeeded()
+                return
+            result = await self.watch_once()
+        except ResourceExpired as exc:
+            logger.info("informer %s: resourceVersion expired (%s); re-listing", self.name, exc)
+            had_version = self._resource_version is not None
+            self._resource_version = None
+            if not had_version:  # the LIST itself expired (a stale continue token): do not spin
+                await self._fail(exc, retry_after=exc.retry_after)
+            return
+        except StatusError as exc:
+            await self._fail(exc, retry_after=exc.retry_after)
+            return
+        except (MalformedResponse, aiohttp.ClientError, TimeoutError, OSError) as exc:
+            await self._fail(exc, retry_after=None)
+            return
+        if result.events == 0 and result.bookmarks == 0 and result.seconds < _SHORT_WATCH_SECONDS:
+            await self._fail(MalformedResponse("the watch ended at once without events"),
+                             retry_after=None)
+            return
+        self._succeeded()
+
+    def _succeeded(self) -> None:
+        self._failures = 0
+        self._last_error = None
+
+    async def _fail(self, exc: BaseException, *, retry_after: float | None) -> None:
+        self._failures += 1
+        self._last_error = str(exc) or type(exc).__name__
+        delay = self._backoff.delay(self._failures, jitter=self._jitter(), retry_after=retry_after)
+        phase = "list" if self._resource_version is None else "watch"
+        logger.warning("informer %s: %s failed (%s); retrying in %.1fs", self.name, phase,
+                       self._last_error, delay)
+        await self._sleep(delay)
+
+    # -- one LIST ------------------------------------------------------------------------
+
+    async def list_once(self) -> None:
+        """LIST every page, replace the cache, fire the differences, and keep the list's RV."""
+        fresh: dict[str, dict[str, T]] = {}
+        token: str | None = None
+        timeout = aiohttp.ClientTimeout(sock_connect=self._connect_timeout,
+                                        sock_read=self._list_read_timeout)
+        self.lists += 1
+        while True:
+            page = await self._read_json(RequestOptions(
+                watch=False, request_timeout=timeout, label_selector=self._label_selector,
+                field_selector=self._field_selector, limit=self._page_size or None,
+                continue_token=token))
+            items = page.get("items") or []
+            if not isinstance(items, list):
+                raise MalformedResponse("a list whose items is not an array")
+            for item in items:
+                if not isinstance(item, Mapping):
+                    raise MalformedResponse("a list item that is not an object")
+                key = object_key(item)
+                fresh.setdefault(key.namespace, {})[key.name] = self._project(item)
+            metadata = page.get("metadata") or {}
+            if not isinstance(metadata, Mapping):
+                raise MalformedResponse("a list whose metadata is not an object")
+            token = metadata.get("continue") or None
+            if token is None:
+                version = metadata.get("resourceVersion")
+                break
+        if not isinstance(version, str) or not version:
+            raise MalformedResponse("a list without metadata.resourceVersion")
+        self._replace(fresh)
+        self._resource_version = version
+        logger.info("informer %s: listed %d objects at resourceVersion %s", self.name,
+                    self._count, version)
+        if not self._synced:
+            self._synced = True
+            self._settled.set()
+
+    async def _read_json(self, options: RequestOptions) -> Mapping[str, Any]:
+        response = await self._open(options)
+        try:
+            body = await response.read()
+        finally:
+            response.release()
+        try:
+            parsed = json.loads(body)
+        except ValueError:
+            raise MalformedResponse("a list response that is not JSON") from None
+        if not isinstance(parsed, Mapping):
+            raise MalformedResponse("a list response that is not an object")
+        return cast(Mapping[str, Any], parsed)
+
+    async def _open(self, options: RequestOptions) -> aiohttp.ClientResponse:
+        try:
+            response = await self._source.open(options)
+        except ApiException as exc:  # newer wheels raise for error statuses themselves
+            raise _error_from_api_exception(exc) from None
+        if 200 <= response.status < 300:
+            return response
+        try:
+            body = await response.read()
+        except (aiohttp.ClientError, TimeoutError):
+            body = b""
+        finally:
+            response.release()
+        raise _error_from_http(response.status, body, response.headers)
+
+    def _replace(self, fresh: dict[str, dict[str, T]]) -> None:
+        old, self._store = self._store, fresh
+        self._count = sum(len(objs) for objs in fresh.values())
+        if not self._listeners:
+            return
+        for ns, objs in fresh.items():
+            before = old.get(ns, {})
+            for name, value in objs.items():
+                if name not in before:
+                    self._emit(InformerEvent("ADDED", ObjectKey(ns, name), None, value))
+                elif before[name] != value:
+                    self._emit(InformerEvent("MODIFIED", ObjectKey(ns, name), before[name], value))
+        for ns, objs in old.items():
+            after = fresh.get(ns, {})
+            for name, value in objs.items():
+                if name not in after:
+                    self._emit(InformerEvent("DELETED", ObjectKey(ns, name), value, None))
+
+    # -- one WATCH -----------------------------------------------------------------------
+
+    async def watch_once(self) -> WatchResult:
+        """One WATCH connection from the current RV, applied to the cache until it ends.
+
+        Returns how it ended normally; raises StatusError (ResourceExpired for 410, whether sent
+        as HTTP or as an ERROR event), MalformedResponse, or a transport error.
+        """
+        if self._resource_version is None:
+            raise RuntimeError(f"informer {self.name}: watch_once needs a LIST first")
+        # Spread reconnects of many informers, as client-go does (timeout in [t, 2t)).
+        server_timeout = int(self._watch_timeout_seconds * (1 + self._jitter()))
+        options = RequestOptions(
+            watch=True, label_selector=self._label_selector, field_selector=self._field_selector,
+            resource_version=self._resource_version, timeout_seconds=server_timeout,
+            request_timeout=aiohttp.ClientTimeout(sock_connect=self._connect_timeout,
+                                                  sock_read=server_timeout + self._read_grace))
+        started = self._clock()
+        self.watches += 1
+        response = await self._open(options)
+        events = bookmarks = 0
+        end: WatchEnd | None = None
+        try:
+            while end is None:
+                try:
+                    async with asyncio.timeout(self._inactivity_timeout):
+                        line = await response.content.readline()
+                except TimeoutError:  # ours, or aiohttp's sock_read: either way, reconnect
+                    end = WatchEnd.INACTIVE
+                    logger.info("informer %s: watch silent for too long; resuming from %s",
+                                self.name, self._resource_version)
+                    break
+                if not line:
+                    end = WatchEnd.CLOSED
+                    break
+                if not line.strip():
+                    continue
+                if self._apply_line(line):
+                    events += 1
+                else:
+                    bookmarks += 1
+        finally:
+            if end is WatchEnd.CLOSED:
+                response.release()
+            else:
+                response.close()
+        return WatchResult(end=end, events=events, bookmarks=bookmarks,
+                           seconds=self._clock() - started)
+
+    def _apply_line(self, line: bytes) -> bool:
+        """Apply one watch line; True for an object event, False for a bookmark or unknown type."""
+        try:
+            event = json.loads(line)
+        except ValueError:
+            raise MalformedResponse("a watch line that is not JSON") from None
+        if not isinstance(event, Mapping):
+            raise MalformedResponse("a watch line that is not an object")
+        kind = event.get("type")
+        obj = event.get("object")
+        if kind is None and (event.get("kind") == "Status" or "code" in event):
+            raise _error_from_status_object(event)  # a bare Status line instead of an event
+        if kind == "ERROR":
+            raise _error_from_status_object(obj)
+        if not isinstance(obj, Mapping):
+            raise MalformedResponse("a watch event without an object")
+        metadata = obj.get("metadata")
+        version = metadata.get("resourceVersion") if isinstance(metadata, Mapping) else None
+        if kind == "BOOKMARK":
+            if isinstance(version, str) and version:
+                self._resource_version = version
+            return False
+        if kind not in ("ADDED", "MODIFIED", "DELETED"):
+            logger.warning("informer %s: ignoring a watch event of type %r", self.name, kind)
+            return False
+        key = object_key(obj)
+        bucket = self._store.get(key.namespace)
+        known = bucket is not None and key.name in bucket
+        if kind == "DELETED":
+            if bucket is not None and known:
+                previous = bucket.pop(key.name)
+                self._count -= 1
+                if not bucket:
+                    del self._store[key.namespace]
+                self._emit(InformerEvent("DELETED", key, previous, None))
+        else:
+            value = self._project(obj)
+            if bucket is None:
+                bucket = self._store[key.namespace] = {}
+            before = bucket.get(key.name)
+            bucket[key.name] = value
+            if not known:
+                self._count += 1
+                self._emit(InformerEvent("ADDED", key, None, value))
+            elif before != value:
+                # An ADDED for a key we hold (a replay) is a modification, or nothing at all.
+                self._emit(InformerEvent("MODIFIED", key, before, value))
+        if isinstance(version, str) and version:
+            self._resource_version = version
+        return True
+
+    def _emit(self, event: InformerEvent[T]) -> None:
+        for callback in list(self._listeners):
+            self._call(callback, event)
+
+    def _call(self, callback: Callable[[InformerEvent[T]], None], event: InformerEvent[T]) -> None:
+        try:
+            callback(event)
+        except Exception:
+            logger.exception("informer %s: a listener failed on %s %s", self.name, event.kind,
+                             event.key)
