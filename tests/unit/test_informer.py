@@ -520,7 +520,7 @@ async def test_running_informer_syncs_then_follows_and_stops_cleanly(scripted: A
 
 
 async def test_wait_synced_times_out_while_the_list_keeps_failing(scripted: Any) -> None:
-    script, api = scripted  # nothing scripted: every LIST is a 500
+    _script, api = scripted  # nothing scripted: every LIST is a 500
     informer = pods_informer(api, sleep=asyncio.sleep, backoff=Backoff(initial=0.01, cap=0.02))
     async with informer:
         assert not await informer.wait_synced(0.1)
