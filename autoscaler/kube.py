@@ -551,6 +551,7 @@ class _Discovery:
     groups: dict[str, list[str]] | None = None  # group -> versions, preferred first
     resources: dict[str, list[Mapping[str, Any]]] = field(default_factory=dict)
     generation: int = 0
+    fetched_at: float = 0.0
 
 
 class KubeClient:
@@ -564,8 +565,10 @@ class KubeClient:
         reporting_instance: str,
         retry: RetryPolicy | None = None,
         request_timeout: float = 30.0,
+        discovery_ttl: float = 30.0,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
         jitter: Callable[[], float] = random.random,
+        monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
         self._api = api
         self._reporting_instance = reporting_instance
@@ -573,7 +576,9 @@ class KubeClient:
         self._timeout = aiohttp.ClientTimeout(total=request_timeout)
         self._sleep = sleep
         self._jitter = jitter
-        self._discovery = _Discovery()
+        self._discovery_ttl = discovery_ttl
+        self._monotonic = monotonic
+        self._discovery = _Discovery(fetched_at=monotonic())
         self._discovery_lock = asyncio.Lock()
         self._requests = 0
         self._latency = Histogram(
@@ -665,9 +670,12 @@ class KubeClient:
     def invalidate_discovery(self) -> None:
         """Forget everything discovery said; the next lookup asks again."""
         generation = self._discovery.generation + 1
-        self._discovery = _Discovery(generation=generation)
+        self._discovery = _Discovery(generation=generation, fetched_at=self._monotonic())
 
     async def _groups(self) -> dict[str, list[str]]:
+        if self._monotonic() - self._discovery.fetched_at >= self._discovery_ttl:
+            # kube-controller-manager resets its discovery RESTMapper every 30 s as well.
+            self.invalidate_discovery()
         cached = self._discovery.groups
         if cached is not None:
             return cached
@@ -720,17 +728,22 @@ class KubeClient:
                 break
         return mappings
 
-    async def resolve_kind(self, *, group: str, kind: str) -> list[ResourceMapping]:
-        """All mappings of group/kind, preferred version first; refreshes discovery on a miss."""
+    async def _lookup_with_refresh(
+        self, group: str, kind: str, found: Callable[[list[ResourceMapping]], bool]
+    ) -> list[ResourceMapping]:
         generation = self._discovery.generation
         mappings = await self._lookup_kind(group, kind)
-        if mappings:
+        if found(mappings):
             return mappings
         async with self._discovery_lock:
             # One refresh per miss wave: whoever got the lock first refreshed for everyone.
             if self._discovery.generation == generation:
                 self.invalidate_discovery()
-            mappings = await self._lookup_kind(group, kind)
+            return await self._lookup_kind(group, kind)
+
+    async def resolve_kind(self, *, group: str, kind: str) -> list[ResourceMapping]:
+        """All mappings of group/kind, preferred version first; refreshes discovery on a miss."""
+        mappings = await self._lookup_with_refresh(group, kind, bool)
         if not mappings:
             raise KindNotFound(f"no matches for kind {json.dumps(kind)} in group "
                                f"{json.dumps(group)}")
@@ -743,7 +756,11 @@ class KubeClient:
         NoScaleSubresource (the text of client-go's discovery scale-kind resolver).
         """
         group, _ = parse_group_version(ref.api_version)
-        mappings = await self.resolve_kind(group=group, kind=ref.kind)
+        mappings = await self._lookup_with_refresh(
+            group, ref.kind, lambda found: any(m.has_scale for m in found))
+        if not mappings:
+            raise KindNotFound(f"no matches for kind {json.dumps(ref.kind)} in group "
+                               f"{json.dumps(group)}")
         for mapping in mappings:
             if mapping.has_scale:
                 return mapping
