@@ -34,6 +34,7 @@ class Subcommand:
 # One line per subcommand; each issue that builds a program adds its line.
 SUBCOMMANDS: tuple[Subcommand, ...] = (
     Subcommand("demo", "metricscale.demo", "run the local demo: Prometheus, a fake cluster, kubectl"),
+    Subcommand("certs", "metricscale.certs", "create or renew the CA and serving certificate for the APIServices"),  # noqa: E501
 )
 
 
