@@ -1,4 +1,4 @@
-"""External tools the tests need (prometheus, promtool, kubectl), and the CI rule that nothing skips."""
+"""External tools the tests need (prometheus, promtool, kubectl) and the CI no-skip rule."""
 
 from __future__ import annotations
 
