@@ -29,6 +29,8 @@ from metricscale import pki
 logger = logging.getLogger(__name__)
 
 SECRET_NAME = "metricscale-serving-cert"
+# The names manifests/ uses; change both together.
+SERVICE_NAME = "metricscale-adapter"
 CA_CERT = "ca.crt"
 CA_KEY = "ca.key"
 PREVIOUS_CA_CERT = "ca-previous.crt"
@@ -203,7 +205,7 @@ def secret_kustomization(*, namespace: str) -> str:
 class CertsOptions:
     directory: Path
     manifests: Path | None
-    service: str = "metricscale"
+    service: str = SERVICE_NAME
     namespace: str = "metricscale"
     cluster_domain: str = "cluster.local"
     sans: tuple[str, ...] = ()
@@ -318,8 +320,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "(default: manifests)")
     parser.add_argument("--no-manifests", action="store_true",
                         help="do not write the caBundle patch")
-    parser.add_argument("--service", default="metricscale",
-                        help="the adapter's Service name (default: metricscale)")
+    parser.add_argument("--service", default=SERVICE_NAME,
+                        help=f"the adapter's Service name (default: {SERVICE_NAME})")
     parser.add_argument("--namespace", default="metricscale",
                         help="the adapter's namespace (default: metricscale)")
     parser.add_argument("--cluster-domain", default="cluster.local",

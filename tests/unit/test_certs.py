@@ -71,7 +71,8 @@ def test_serving_certificate_names_usage_and_issuer(tmp_path: Path) -> None:
     ca, serving = load(tmp_path / "certs/ca.crt"), load(tmp_path / "certs/serving.crt")
     sans = serving.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
     assert sans.get_values_for_type(x509.DNSName) == [
-        "metricscale.metricscale.svc", "metricscale.metricscale.svc.cluster.local",
+        "metricscale-adapter.metricscale.svc",
+        "metricscale-adapter.metricscale.svc.cluster.local",
         "adapter.example.com"]
     assert [str(ip) for ip in sans.get_values_for_type(x509.IPAddress)] == ["10.1.2.3", "::1"]
     usages = serving.extensions.get_extension_for_class(x509.ExtendedKeyUsage).value
