@@ -1,0 +1,676 @@
+"""The async Prometheus HTTP API client: one keep-alive session, auth, single-flight, metrics.
+
+Works with anything that speaks Prometheus' `/api/v1` (Thanos, Mimir/Cortex, VictoriaMetrics):
+the base URL's path is kept as a prefix, so `http://thanos:9090/prom` queries
+`http://thanos:9090/prom/api/v1/query`.
+
+Decisions worth knowing (the README's differences section quotes them):
+
+* Queries go by POST (form body) unless GET is chosen, so a 2,000-pod regex never meets a URL
+  length limit (prometheus-adapter defaults to GET).
+* Single-flight: identical instant queries in flight at the same time share one backend request.
+  The key is (endpoint, query, evaluation time as sent). The evaluation time is first rounded
+  *down* to `evaluation_granularity` (1 s by default): requests for the same metric that arrive
+  within the same second share one answer, and every waiter gets exactly the answer for the time
+  that was sent. A waiter that is cancelled leaves the shared request running for the others.
+* Bearer token file: re-read when its inode, size or mtime changes (a rotated projected token);
+  one trailing line break (LF or CRLF) is removed, because editors and `echo` add one and an
+  HTTP header cannot carry it. prometheus-adapter sends the contents verbatim, so a token file
+  ending in a newline breaks it. A file that vanishes mid-rotation keeps the last token in use.
+* Response codes: 2xx, 400, 422 and 503 are read as Prometheus JSON (as upstream does);
+  anything else is an error carrying the code.
+* Error messages (`str(exc)`) are safe to show; what the backend said is in `exc.detail`, for logs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import codecs
+import contextlib
+import json
+import logging
+import math
+import os
+import re
+import ssl
+from collections.abc import AsyncIterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from decimal import ROUND_FLOOR, Decimal
+from typing import Any, Literal
+
+import aiohttp
+from multidict import CIMultiDict
+from prometheus_client import CollectorRegistry, Counter, Histogram
+from yarl import URL
+
+__all__ = [
+    "PrometheusClient",
+    "PrometheusConfigError",
+    "PrometheusError",
+    "PrometheusQueryError",
+    "PrometheusSettings",
+    "PrometheusUnavailable",
+    "QueryResult",
+    "Scalar",
+    "UnexpectedResultType",
+    "Vector",
+    "VectorSample",
+    "format_time",
+    "parse_header",
+    "parse_query_response",
+]
+
+logger = logging.getLogger(__name__)
+
+Method = Literal["POST", "GET"]
+
+# Codes whose bodies Prometheus' own Go client reads as API JSON (prometheus-adapter does too).
+_API_JSON_CODES = frozenset({400, 422, 503})
+# Prometheus' errorType values that mean "try again later" rather than "this query is wrong".
+_TRANSIENT_ERROR_TYPES = frozenset({"timeout", "canceled", "unavailable", "internal"})
+_KNOWN_ERROR_TYPES = frozenset(
+    {"bad_data", "execution", "timeout", "canceled", "unavailable", "internal", "not_found",
+     "not_acceptable"})
+_HEADER_NAME = re.compile(r"^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$")
+_SERIES_CHUNK = 1 << 16
+_MILLISECOND = Decimal("0.001")
+_SERIES_PREFIX = re.compile(rb'^\s*\{\s*"status"\s*:\s*"success"\s*,\s*"data"\s*:\s*\[')
+
+
+# ---------------------------------------------------------------------------------------------
+# Errors
+
+
+class PrometheusError(Exception):
+    """Base: `str()` is safe for API clients; `detail` holds backend text for logs only."""
+
+    def __init__(self, message: str, *, reason: str, detail: str = "",
+                 status: int | None = None, error_type: str | None = None) -> None:
+        super().__init__(message)
+        self.reason = reason          # bounded vocabulary, also the metrics label
+        self.detail = detail
+        self.status = status          # HTTP status from the backend, if one answered
+        self.error_type = error_type  # Prometheus' errorType, if it sent one
+
+
+class PrometheusUnavailable(PrometheusError):
+    """Prometheus could not answer now: transport error, timeout, 429, 5xx, transient errorType."""
+
+
+class PrometheusQueryError(PrometheusError):
+    """Prometheus answered that the request is wrong (4xx, bad_data, execution) or sent bad data."""
+
+
+class UnexpectedResultType(PrometheusQueryError):
+    """An instant query answered with a matrix or a string: no metric value can come from it."""
+
+
+class PrometheusConfigError(ValueError):
+    """Settings that cannot work (conflicting auth, a header without a name, a bad URL...)."""
+
+
+# ---------------------------------------------------------------------------------------------
+# Settings
+
+
+def parse_header(text: str) -> tuple[str, str]:
+    """`Name=value` (split on the first `=`; no `=` means an empty value, as upstream does)."""
+    name, _, value = text.partition("=")
+    name = name.strip()
+    if not name or not _HEADER_NAME.match(name):
+        raise PrometheusConfigError(f"--prometheus-header {name!r}: not a header name")
+    if "\r" in value or "\n" in value:
+        raise PrometheusConfigError(f"--prometheus-header {name}: the value has a line break")
+    return name, value
+
+
+@dataclass(frozen=True)
+class PrometheusSettings:
+    """Everything the client needs; built from flags by the adapter's settings module."""
+
+    url: str
+    headers: tuple[tuple[str, str], ...] = ()
+    bearer_token_file: str | None = None
+    basic_auth_username: str | None = None
+    basic_auth_password_file: str | None = None
+    client_cert_file: str | None = None
+    client_key_file: str | None = None
+    ca_file: str | None = None
+    insecure_skip_verify: bool = False
+    timeout: float = 30.0
+    method: Method = "POST"
+    evaluation_granularity: float = 1.0
+    max_connections: int = 100
+
+    def __post_init__(self) -> None:
+        url = URL(self.url)
+        if url.scheme not in ("http", "https") or not url.host:
+            raise PrometheusConfigError("--prometheus-url must be an http:// or https:// URL")
+        if self.method not in ("POST", "GET"):
+            raise PrometheusConfigError("--prometheus-verb must be GET or POST")
+        if not (self.timeout > 0 and math.isfinite(self.timeout)):
+            raise PrometheusConfigError("--prometheus-timeout must be a positive duration")
+        if self.evaluation_granularity < 0:
+            raise PrometheusConfigError("the evaluation granularity cannot be negative")
+        if self.bearer_token_file and (self.basic_auth_username or self.basic_auth_password_file):
+            raise PrometheusConfigError("use either a bearer token file or basic auth, not both")
+        if bool(self.basic_auth_username) != bool(self.basic_auth_password_file):
+            raise PrometheusConfigError("basic auth needs both a username and a password file")
+        if self.basic_auth_username and ":" in self.basic_auth_username:
+            raise PrometheusConfigError("a basic auth username cannot contain ':'")
+        if bool(self.client_cert_file) != bool(self.client_key_file):
+            raise PrometheusConfigError("a client certificate needs both the certificate and key")
+        authorizes = self.bearer_token_file or self.basic_auth_username
+        for name, value in self.headers:
+            parse_header(f"{name}={value}")
+            if authorizes and name.lower() == "authorization":
+                raise PrometheusConfigError(
+                    "an Authorization header conflicts with the bearer token or basic auth")
+
+
+# ---------------------------------------------------------------------------------------------
+# Results
+
+
+@dataclass(frozen=True)
+class VectorSample:
+    labels: Mapping[str, str]
+    timestamp: Decimal           # Unix seconds, exactly as Prometheus wrote it
+    value: str                   # Prometheus' string: "1.5", "NaN", "+Inf"
+
+
+@dataclass(frozen=True)
+class Vector:
+    samples: tuple[VectorSample, ...]
+    warnings: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Scalar:
+    timestamp: Decimal
+    value: str
+    warnings: tuple[str, ...] = ()
+
+
+QueryResult = Vector | Scalar
+
+
+def format_time(seconds: float | Decimal, *, granularity: float | Decimal = 0) -> str:
+    """Unix seconds as Prometheus takes them (milliseconds), rounded down to `granularity`."""
+    value = seconds if isinstance(seconds, Decimal) else Decimal(repr(float(seconds)))
+    step = granularity if isinstance(granularity, Decimal) else Decimal(repr(float(granularity)))
+    if step > 0:
+        value = (value / step).to_integral_value(rounding=ROUND_FLOOR) * step
+    return str(value.quantize(_MILLISECOND, rounding=ROUND_FLOOR))
+
+
+def _sample_pair(raw: object) -> tuple[Decimal, str]:
+    if (not isinstance(raw, list) or len(raw) != 2 or not isinstance(raw[1], str)
+            or not isinstance(raw[0], int | Decimal) or isinstance(raw[0], bool)):
+        raise _bad_response("a sample that is not [time, \"value\"]")
+    return Decimal(raw[0]), raw[1]
+
+
+def _labels(raw: object) -> dict[str, str]:
+    if not isinstance(raw, dict) or not all(
+            isinstance(k, str) and isinstance(v, str) for k, v in raw.items()):
+        raise _bad_response("a sample whose metric is not a map of strings")
+    return raw
+
+
+def _bad_response(detail: str, *, status: int | None = None) -> PrometheusQueryError:
+    return PrometheusQueryError("Prometheus sent an answer that cannot be read",
+                                reason="bad_response", detail=detail, status=status)
+
+
+def parse_query_response(status: int, body: bytes) -> QueryResult:
+    """Turn one /api/v1/query response into a value or a typed error (pure: tests drive it)."""
+    payload = _read_api_json(status, body)
+    data = payload.get("data")
+    if not isinstance(data, dict):
+        raise _bad_response("no data object", status=status)
+    warnings = _warnings(payload)
+    kind = data.get("resultType")
+    result = data.get("result")
+    if kind == "vector":
+        if not isinstance(result, list):
+            raise _bad_response("a vector that is not a list", status=status)
+        samples: list[VectorSample] = []
+        for item in result:
+            if not isinstance(item, dict):
+                raise _bad_response("a vector sample that is not an object", status=status)
+            if "value" not in item:
+                raise _bad_response("a vector sample without a value (a native histogram?)",
+                                    status=status)
+            timestamp, value = _sample_pair(item["value"])
+            samples.append(VectorSample(labels=_labels(item.get("metric", {})),
+                                        timestamp=timestamp, value=value))
+        return Vector(samples=tuple(samples), warnings=warnings)
+    if kind == "scalar":
+        timestamp, value = _sample_pair(result)
+        return Scalar(timestamp=timestamp, value=value, warnings=warnings)
+    if kind in ("matrix", "string"):
+        raise UnexpectedResultType(
+            f"the query returned a {kind}; a metric needs an instant vector or a scalar",
+            reason="unexpected_result_type", detail=f"resultType {kind}", status=status)
+    raise _bad_response(f"unknown resultType {kind!r}", status=status)
+
+
+def _warnings(payload: Mapping[str, Any]) -> tuple[str, ...]:
+    raw = payload.get("warnings")
+    return tuple(str(w) for w in raw) if isinstance(raw, list) else ()
+
+
+def _read_api_json(status: int, body: bytes) -> Mapping[str, Any]:
+    """Check the status code and the API envelope; returns the successful payload."""
+    if not (200 <= status < 300 or status in _API_JSON_CODES):
+        raise _error_for_code(status, body)
+    try:
+        payload = json.loads(body, parse_float=Decimal)
+    except (ValueError, UnicodeDecodeError):
+        if status == 503:
+            raise PrometheusUnavailable("Prometheus is unavailable", reason="unavailable",
+                                        detail="503 without a JSON body", status=status) from None
+        raise _bad_response(f"HTTP {status} with a body that is not JSON", status=status) from None
+    if not isinstance(payload, dict):
+        raise _bad_response("the answer is not a JSON object", status=status)
+    if payload.get("status") == "success" and 200 <= status < 300:
+        return payload
+    error_type = payload.get("errorType")
+    error_type = error_type if isinstance(error_type, str) else None
+    detail = f"{error_type}: {payload.get('error')}"
+    reason = error_type if error_type in _KNOWN_ERROR_TYPES else "error"
+    if status == 503 or error_type in _TRANSIENT_ERROR_TYPES:
+        raise PrometheusUnavailable("Prometheus could not evaluate the query now", reason=reason,
+                                    detail=detail, status=status, error_type=error_type)
+    raise PrometheusQueryError("Prometheus rejected the query", reason=reason, detail=detail,
+                               status=status, error_type=error_type)
+
+
+def _error_for_code(status: int, body: bytes) -> PrometheusError:
+    snippet = body[:200].decode("utf-8", "replace")
+    detail = f"unknown response code {status}: {snippet}"
+    if status == 429 or status >= 500:
+        return PrometheusUnavailable("Prometheus is unavailable", reason=f"http_{status // 100}xx",
+                                     detail=detail, status=status)
+    return PrometheusQueryError("Prometheus refused the request", reason=f"http_{status // 100}xx",
+                                detail=detail, status=status)
+
+
+# ---------------------------------------------------------------------------------------------
+# Credentials read from files
+
+
+class _SecretFile:
+    """A credential file re-read when it changes; its contents are never logged."""
+
+    def __init__(self, path: str, what: str) -> None:
+        self._path = path
+        self._what = what
+        self._stamp: tuple[int, int, int] | None = None
+        self._value: str | None = None
+
+    def read(self) -> str:
+        try:
+            st = os.stat(self._path)
+            stamp = (st.st_ino, st.st_size, st.st_mtime_ns)
+            if stamp != self._stamp:
+                with open(self._path, encoding="utf-8") as f:
+                    text = f.read()
+                text = text.removesuffix("\n").removesuffix("\r")
+                if not text or "\n" in text or "\r" in text:
+                    raise ValueError("empty, or more than one line")
+                self._value, self._stamp = text, stamp
+                logger.info("read the Prometheus %s from %s", self._what, self._path)
+        except (OSError, ValueError, UnicodeDecodeError) as exc:
+            if self._value is None:
+                raise PrometheusUnavailable(
+                    f"the Prometheus {self._what} cannot be read", reason="credentials",
+                    detail=f"{self._path}: {type(exc).__name__}") from None
+            logger.warning("cannot re-read the Prometheus %s from %s (%s); keeping the last one",
+                           self._what, self._path, type(exc).__name__)
+        assert self._value is not None
+        return self._value
+
+
+# ---------------------------------------------------------------------------------------------
+# Metrics
+
+
+@dataclass(frozen=True)
+class _Metrics:
+    duration: Histogram
+    errors: Counter
+    shared: Counter
+
+    @classmethod
+    def register(cls, registry: CollectorRegistry) -> _Metrics:
+        return cls(
+            duration=Histogram(
+                "metricscale_prometheus_request_duration_seconds",
+                "Time of requests to Prometheus (failures included), by API endpoint.",
+                ["endpoint"], registry=registry,
+                buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)),
+            errors=Counter(
+                "metricscale_prometheus_request_errors_total",
+                "Failed requests to Prometheus, by API endpoint and reason.",
+                ["endpoint", "reason"], registry=registry),
+            shared=Counter(
+                "metricscale_prometheus_requests_shared_total",
+                "Queries answered by joining an identical request already in flight.",
+                ["endpoint"], registry=registry),
+        )
+
+
+# ---------------------------------------------------------------------------------------------
+# The client
+
+
+@dataclass
+class _Flight:
+    task: asyncio.Task[QueryResult]
+    waiters: int = field(default=0)
+
+
+class PrometheusClient:
+    """One aiohttp session to one Prometheus-compatible backend.
+
+    Use `async with PrometheusClient(settings, registry=r) as client:` (or `start()`/`close()`)
+    inside the running loop. One client per registry: it registers its metrics there.
+    """
+
+    def __init__(self, settings: PrometheusSettings, *,
+                 registry: CollectorRegistry | None = None) -> None:
+        self.settings = settings
+        self._base = URL(settings.url)
+        self._prefix = self._base.path.rstrip("/")
+        self._headers: CIMultiDict[str] = CIMultiDict(settings.headers)
+        self._token = (_SecretFile(settings.bearer_token_file, "bearer token")
+                       if settings.bearer_token_file else None)
+        self._password = (_SecretFile(settings.basic_auth_password_file, "basic auth password")
+                          if settings.basic_auth_password_file else None)
+        self._metrics = _Metrics.register(registry or CollectorRegistry(auto_describe=True))
+        self._session: aiohttp.ClientSession | None = None
+        self._flights: dict[tuple[str, str, str], _Flight] = {}
+        self.backend_requests = 0
+
+    # -- lifecycle -----------------------------------------------------------------------
+
+    def _ssl_context(self) -> ssl.SSLContext | None:
+        s = self.settings
+        if self._base.scheme != "https":
+            return None
+        try:
+            context = ssl.create_default_context(cafile=s.ca_file)
+            if s.client_cert_file:
+                context.load_cert_chain(s.client_cert_file, keyfile=s.client_key_file)
+        except (OSError, ssl.SSLError) as exc:
+            raise PrometheusConfigError(
+                f"cannot load the Prometheus TLS files: {type(exc).__name__}: {exc}") from None
+        if s.insecure_skip_verify:
+            context.check_hostname = False
+            context.verify_mode = ssl.CERT_NONE
+        return context
+
+    async def start(self) -> None:
+        """Open the session (must run inside the event loop)."""
+        if self._session is not None:
+            return
+        context = self._ssl_context()
+        connector = aiohttp.TCPConnector(limit=self.settings.max_connections,
+                                         ssl=context if context is not None else True)
+        self._session = aiohttp.ClientSession(
+            connector=connector, trust_env=False, auto_decompress=True,
+            timeout=aiohttp.ClientTimeout(total=self.settings.timeout))
+
+    async def close(self) -> None:
+        """Cancel shared requests still in flight and close the session."""
+        flights, self._flights = list(self._flights.values()), {}
+        for flight in flights:
+            flight.task.cancel()
+        for flight in flights:
+            with contextlib.suppress(BaseException):
+                await flight.task
+        session, self._session = self._session, None
+        if session is not None:
+            await session.close()
+
+    async def __aenter__(self) -> PrometheusClient:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.close()
+
+    # -- API -------------------------------------------------------------------------------
+
+    async def query(self, promql: str, *, at: float | Decimal) -> QueryResult:
+        """Instant query evaluated at Unix time `at` (rounded down to the granularity).
+
+        Identical queries in flight share one request; raises PrometheusUnavailable,
+        PrometheusQueryError or UnexpectedResultType.
+        """
+        time_param = format_time(at, granularity=self.settings.evaluation_granularity)
+        key = ("query", promql, time_param)
+        flight = self._flights.get(key)
+        if flight is None:
+            task = asyncio.create_task(
+                self._query_now(promql, time_param), name="prometheus query")
+            flight = self._flights[key] = _Flight(task)
+            task.add_done_callback(lambda done: self._landed(key, done))
+        else:
+            self._metrics.shared.labels("query").inc()
+        flight.waiters += 1
+        try:
+            # shield: one caller giving up must not cancel the request the others wait for.
+            return await asyncio.shield(flight.task)
+        finally:
+            flight.waiters -= 1
+
+    def _landed(self, key: tuple[str, str, str], task: asyncio.Task[QueryResult]) -> None:
+        if self._flights.get(key) is not None and self._flights[key].task is task:
+            del self._flights[key]
+        if not task.cancelled():
+            task.exception()  # retrieved here, so nobody waiting is not an "unretrieved" error
+
+    async def _query_now(self, promql: str, time_param: str) -> QueryResult:
+        status, body = await self._request(
+            "query", [("query", promql), ("time", time_param)])
+        return parse_query_response(status, body)
+
+    async def series(self, matches: Sequence[str], *, start: float | Decimal,
+                     end: float | Decimal | None = None,
+                     request_timeout: float | None = None) -> AsyncIterator[dict[str, str]]:
+        """/api/v1/series: yields each matching series' label set as it is read.
+
+        Streaming keeps memory proportional to what the caller keeps, not to the answer (a
+        discovery pass over 10^6 series). `start`/`end` are Unix seconds, sent with milliseconds.
+        Iterate it fully or close it (`aclose`), e.g. with `contextlib.aclosing`.
+        """
+        params = [("match[]", m) for m in matches]
+        params.append(("start", format_time(start)))
+        if end is not None:
+            params.append(("end", format_time(end)))
+        async with self._open("series", params, request_timeout=request_timeout) as response:
+            if not 200 <= response.status < 300:
+                body = await self._read(response, "series")
+                try:
+                    _read_api_json(response.status, body)  # raises for every non-2xx code
+                except PrometheusError as exc:
+                    logger.warning("Prometheus series answered %s: %s", response.status,
+                                   exc.detail)
+                    raise self._count(exc, "series") from None
+            reader = _SeriesReader()
+            try:
+                async for chunk in response.content.iter_chunked(_SERIES_CHUNK):
+                    for labels in reader.feed(chunk):
+                        yield labels
+                for labels in reader.finish():
+                    yield labels
+            except PrometheusError as exc:
+                raise self._count(exc, "series") from None
+            except (aiohttp.ClientError, TimeoutError) as exc:
+                raise self._count(_transport_error(exc), "series") from None
+
+    # -- transport ---------------------------------------------------------------------------
+
+    def _count(self, exc: PrometheusError, endpoint: str) -> PrometheusError:
+        self._metrics.errors.labels(endpoint, exc.reason).inc()
+        return exc
+
+    def _request_headers(self) -> CIMultiDict[str]:
+        headers = CIMultiDict(self._headers)
+        if self._token is not None:
+            headers["Authorization"] = f"Bearer {self._token.read()}"
+        if self._password is not None and self.settings.basic_auth_username:
+            pair = f"{self.settings.basic_auth_username}:{self._password.read()}"
+            headers["Authorization"] = "Basic " + base64.b64encode(pair.encode()).decode("ascii")
+        return headers
+
+    @contextlib.asynccontextmanager
+    async def _open(self, endpoint: str, params: list[tuple[str, str]], *,
+                    request_timeout: float | None = None,
+                    ) -> AsyncIterator[aiohttp.ClientResponse]:
+        """Send one request; the response is open inside the block. Errors are typed."""
+        session = self._session
+        if session is None:
+            raise RuntimeError("PrometheusClient used before start() or after close()")
+        try:
+            headers = self._request_headers()
+        except PrometheusError as exc:
+            raise self._count(exc, endpoint) from None
+        url = self._base.with_path(f"{self._prefix}/api/v1/{endpoint}")
+        kwargs: dict[str, Any] = {"headers": headers}
+        if request_timeout is not None:
+            kwargs["timeout"] = aiohttp.ClientTimeout(total=request_timeout)
+        if self.settings.method == "POST":
+            kwargs["data"] = params  # form-encoded by aiohttp
+            method = "POST"
+        else:
+            url = url.extend_query(params)
+            method = "GET"
+        self.backend_requests += 1
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        try:
+            async with session.request(method, url, **kwargs) as response:
+                yield response
+        except PrometheusError:
+            raise
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            error = _transport_error(exc)
+            logger.warning("Prometheus %s request failed: %s", endpoint, error.detail)
+            raise self._count(error, endpoint) from None
+        finally:
+            self._metrics.duration.labels(endpoint).observe(loop.time() - started)
+
+    async def _read(self, response: aiohttp.ClientResponse, endpoint: str) -> bytes:
+        try:
+            return await response.read()
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            raise self._count(_transport_error(exc), endpoint) from None
+
+    async def _request(self, endpoint: str, params: list[tuple[str, str]]) -> tuple[int, bytes]:
+        async with self._open(endpoint, params) as response:
+            body = await self._read(response, endpoint)
+            status = response.status
+        try:
+            _check_status_only(status, body)
+        except PrometheusError as exc:
+            logger.warning("Prometheus %s answered %s: %s", endpoint, status, exc.detail)
+            raise self._count(exc, endpoint) from None
+        return status, body
+
+
+def _check_status_only(status: int, body: bytes) -> None:
+    """Raise for error answers now (so they are counted once); success is parsed by the caller."""
+    if 200 <= status < 300:
+        return
+    _read_api_json(status, body)  # always raises for a non-2xx code
+
+
+def _transport_error(exc: BaseException) -> PrometheusUnavailable:
+    if isinstance(exc, TimeoutError):  # aiohttp's timeouts are TimeoutError subclasses
+        return PrometheusUnavailable("Prometheus did not answer in time", reason="timeout",
+                                     detail=f"{type(exc).__name__}")
+    return PrometheusUnavailable("Prometheus cannot be reached", reason="connection",
+                                 detail=f"{type(exc).__name__}: {exc}")
+
+
+class _SeriesReader:
+    """Incremental reader of `{"status":"success","data":[{...},...]...}`: one label set at a time.
+
+    The objects are decoded with the C JSON decoder (`raw_decode`); only the envelope is
+    handled here. An answer of any other shape is read whole and parsed normally.
+    """
+
+    def __init__(self) -> None:
+        self._raw = b""                  # bytes before the envelope's prefix is recognised
+        self._text = ""                  # decoded text not consumed yet
+        self._state: Literal["prefix", "items", "tail", "whole"] = "prefix"
+        self._utf8 = codecs.getincrementaldecoder("utf-8")()
+        self._decoder = json.JSONDecoder()
+
+    def feed(self, chunk: bytes) -> list[dict[str, str]]:
+        if self._state == "whole":
+            self._raw += chunk
+            return []
+        if self._state == "prefix":
+            self._raw += chunk
+            match = _SERIES_PREFIX.match(self._raw)
+            if match is None:
+                if len(self._raw) > 256 or not _could_be_prefix(self._raw):
+                    self._state = "whole"
+                return []
+            chunk, self._raw = self._raw[match.end():], b""
+            self._state = "items"
+        try:
+            self._text += self._utf8.decode(chunk)
+        except UnicodeDecodeError:
+            raise _bad_response("series answer is not UTF-8") from None
+        return self._items() if self._state == "items" else []
+
+    def _items(self) -> list[dict[str, str]]:
+        out: list[dict[str, str]] = []
+        text, pos, n = self._text, 0, len(self._text)
+        while True:
+            while pos < n and text[pos] in " \t\r\n,":
+                pos += 1
+            if pos >= n:
+                break
+            if text[pos] == "]":
+                self._state = "tail"
+                pos += 1
+                break
+            try:
+                obj, end = self._decoder.raw_decode(text, pos)
+            except json.JSONDecodeError:
+                break  # an object cut by the chunk boundary: wait for more
+            out.append(_labels(obj))
+            pos = end
+        self._text = text[pos:]
+        return out
+
+    def finish(self) -> list[dict[str, str]]:
+        if self._state in ("whole", "prefix"):
+            payload = _read_api_json(200, self._raw)
+            data = payload.get("data")
+            if not isinstance(data, list):
+                raise _bad_response("series data is not a list")
+            return [_labels(item) for item in data]
+        if self._state != "tail":
+            raise _bad_response("series answer ended early")
+        try:
+            self._text += self._utf8.decode(b"", final=True)
+            json.loads('{"data":[]' + self._text)  # the rest must close the envelope
+        except ValueError:
+            raise _bad_response("series answer ended badly") from None
+        return []
+
+
+def _could_be_prefix(buffer: bytes) -> bool:
+    """Whether more bytes could still complete the standard envelope prefix."""
+    compact = re.sub(rb"\s+", b"", buffer)
+    target = b'{"status":"success","data":['
+    return target.startswith(compact[: len(target)])
