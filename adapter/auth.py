@@ -549,6 +549,48 @@ class RequestAttributes:
     parts: tuple[str, ...] = ()
 
 
+class RequestPathError(ValueError):
+    """A request path the adapter refuses outright (answer 400): it could be read two ways."""
+
+
+def decode_request_path(raw_path: str) -> str:
+    """The decoded path to authorize and route on, as Go's ``URL.Path``; ambiguity refused.
+
+    ``raw_path`` is the path as sent, without the query. Go decodes every escape, so an encoded
+    slash becomes a separator there while a Python router may keep it inside a segment; a dot
+    segment may be resolved by one layer and not another. Rather than authorize one reading and
+    serve another, such paths are refused: ``%2F``, NUL, ``.``/``..`` segments (escaped or
+    not) and malformed escapes.
+    """
+    if not raw_path.startswith("/"):
+        raise RequestPathError("the request path must start with /")
+    out = bytearray()
+    index = 0
+    while index < len(raw_path):
+        char = raw_path[index]
+        if char == "%":
+            pair = raw_path[index + 1:index + 3]
+            if len(pair) != 2 or not all(_is_hex(c) for c in pair):
+                raise RequestPathError("malformed percent-encoding in the request path")
+            value = int(pair, 16)
+            if value == ord("/"):
+                raise RequestPathError("encoded slashes are not allowed in the request path")
+            out.append(value)
+            index += 3
+        else:
+            out.extend(char.encode())
+            index += 1
+    try:
+        path = out.decode("utf-8")
+    except UnicodeDecodeError as error:
+        raise RequestPathError("the request path is not UTF-8") from error
+    if "\x00" in path:
+        raise RequestPathError("NUL is not allowed in the request path")
+    if any(segment in {".", ".."} for segment in path.split("/")):
+        raise RequestPathError("dot segments are not allowed in the request path")
+    return path
+
+
 def _split_path(path: str) -> list[str]:
     # Only the outer slashes go: an inner empty segment stays a segment, as upstream.
     trimmed = path.strip("/")

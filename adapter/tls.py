@@ -21,7 +21,13 @@ from cryptography import x509
 from cryptography.exceptions import InvalidSignature
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-from adapter.auth import NO_CA, ChainCheck, ChainVerdict, PeerCertificate
+from adapter.auth import (
+    NO_CA,
+    AuthenticationConfig,
+    ChainCheck,
+    ChainVerdict,
+    PeerCertificate,
+)
 from metricscale import pki
 
 logger = logging.getLogger(__name__)
@@ -205,6 +211,12 @@ def inspect_peer_certificate(
                                       intermediates=intermediates),
         identifier=certificate_identifier(leaf),
     )
+
+
+def client_ca_pems(config: AuthenticationConfig) -> tuple[bytes, ...]:
+    """Every CA bundle the handshake must accept: the request-header CA and the client CA."""
+    pems = [config.request_header.ca_pem if config.request_header else None, config.client_ca_pem]
+    return tuple(pem for pem in pems if pem is not None and pem.strip())
 
 
 def peer_certificate_der(ssl_object: ssl.SSLObject | ssl.SSLSocket | None) -> bytes | None:

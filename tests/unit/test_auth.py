@@ -22,6 +22,7 @@ from adapter.auth import (
     RequestAttributes,
     RequestAttributesError,
     RequestHeaderConfig,
+    RequestPathError,
     ReviewResponseError,
     ReviewStatus,
     TTLCache,
@@ -34,6 +35,7 @@ from adapter.auth import (
     authentication_from_flags,
     authorize_without_review,
     decide_from_review,
+    decode_request_path,
     extra_from_headers,
     extract_bearer_token,
     finish_authentication,
@@ -617,6 +619,38 @@ def test_inner_empty_segments_are_kept_as_upstream_does() -> None:
 def test_outer_slashes_are_ignored() -> None:
     attributes = request_attributes(method="GET", path=f"/apis/{CM}/v1beta2/nodes/n/temp/")
     assert (attributes.name, attributes.subresource) == ("n", "temp")
+
+
+@pytest.mark.parametrize(("raw", "decoded"), [
+    (f"/apis/{CM}/v1beta2/namespaces/shop/pods/%2A/http_requests",
+     f"/apis/{CM}/v1beta2/namespaces/shop/pods/*/http_requests"),
+    (f"/apis/{CM}/v1beta2/nodes/n/a%7Cb", f"/apis/{CM}/v1beta2/nodes/n/a|b"),
+    ("/livez", "/livez"),
+    ("/", "/"),
+    ("/x/caf%C3%A9", "/x/café"),
+    ("/x/...", "/x/..."),
+    ("/x/.hidden", "/x/.hidden"),
+])
+def test_request_path_is_decoded_like_go(raw: str, decoded: str) -> None:
+    assert decode_request_path(raw) == decoded
+
+
+@pytest.mark.parametrize("raw", [
+    "/apis/g/v/namespaces/shop/pods/a%2Fb/m",
+    "/apis/g/v/namespaces/shop/pods/a%2fb/m",
+    "/apis/g/v/namespaces/shop/pods/../../kube-system/pods/x/m",
+    "/apis/g/v/namespaces/shop/pods/%2E%2E/m",
+    "/apis/g/v/./namespaces",
+    "/apis/g/v/x/..",
+    "/x/%00",
+    "/x/%zz",
+    "/x/%2",
+    "/x/%ff",
+    "relative",
+])
+def test_ambiguous_request_paths_are_refused(raw: str) -> None:
+    with pytest.raises(RequestPathError):
+        decode_request_path(raw)
 
 
 # ------------------------------------------------------------------------------ SAR bodies (§4.3)

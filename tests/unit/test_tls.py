@@ -36,6 +36,7 @@ from adapter.tls import (
     TLSConfigError,
     build_server_context,
     certificate_identifier,
+    client_ca_pems,
     ensure_self_signed_certificate,
     inspect_peer_certificate,
     load_trust_bundle,
@@ -221,6 +222,19 @@ def test_blank_bundle_is_no_ca(pem: bytes | None) -> None:
 def test_garbage_bundle_is_a_config_error() -> None:
     with pytest.raises(TLSConfigError):
         load_trust_bundle(b"-----BEGIN CERTIFICATE-----\nnope\n-----END CERTIFICATE-----\n")
+
+
+@pytest.mark.parametrize(("config", "expected"), [
+    (AuthenticationConfig(), ()),
+    (AuthenticationConfig(client_ca_pem=b"client"), (b"client",)),
+    (AuthenticationConfig(client_ca_pem=b"client",
+                          request_header=RequestHeaderConfig(ca_pem=b"proxy")),
+     (b"proxy", b"client")),
+    (AuthenticationConfig(request_header=RequestHeaderConfig(ca_pem=b"proxy")), (b"proxy",)),
+])
+def test_handshake_trusts_both_configured_cas(config: AuthenticationConfig,
+                                             expected: tuple[bytes, ...]) -> None:
+    assert client_ca_pems(config) == expected
 
 
 # --------------------------------------------------------------------- into the auth chain
