@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import base64
 import shutil
 import subprocess
@@ -163,6 +164,28 @@ def test_default_rules_map_labels_explicitly_and_never_via_job() -> None:
         assert "<<.Series>>" in rule["metricsQuery"]
     assert config["externalRules"] == []
     assert set(config["resourceRules"]) == {"cpu", "memory", "window"}
+
+
+def test_default_rules_parse_with_the_adapters_own_parser_without_warnings() -> None:
+    from adapter.config import parse_config
+
+    configmap = one(OBJECTS, "ConfigMap", "metricscale-adapter-config")
+    config = parse_config(configmap["data"]["config.yaml"])
+    assert config.warnings == ()
+    assert (len(config.rules), len(config.external_rules)) == (6, 0)
+    assert config.resource_rules is not None
+
+
+def test_deployment_args_are_flags_the_adapter_accepts() -> None:
+    from adapter.settings import add_arguments
+
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    assert CONTAINER["command"] == ["metricscale"]
+    subcommand, *flags = CONTAINER["args"]
+    assert subcommand == "adapter"
+    _, unknown = parser.parse_known_args(flags)
+    assert unknown == []
 
 
 def test_namespace_enforces_the_restricted_pod_security_standard() -> None:
