@@ -16,6 +16,7 @@ import logging
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Any, Generic, TypeVar
 
 logger = logging.getLogger(__name__)
@@ -52,14 +53,14 @@ _GROUPLESS_API_PREFIXES = frozenset({"api"})
 _SPECIAL_VERBS = frozenset({"proxy", "watch"})
 _SPECIAL_VERBS_NO_SUBRESOURCES = frozenset({"proxy"})
 _NAMESPACE_SUBRESOURCES = frozenset({"status", "finalize"})
-_METHOD_VERBS = {
+_METHOD_VERBS: Mapping[str, str] = MappingProxyType({
     "POST": "create",
     "GET": "get",
     "HEAD": "get",
     "PUT": "update",
     "PATCH": "patch",
     "DELETE": "delete",
-}
+})
 
 
 class AuthConfigError(ValueError):
@@ -956,10 +957,11 @@ class TTLCache(Generic[K, V]):
 # --------------------------------------------------------------------------------------------
 # Status bodies
 
-NOSNIFF_HEADERS: Mapping[str, str] = {"X-Content-Type-Options": "nosniff"}
+NOSNIFF_HEADERS: Mapping[str, str] = MappingProxyType({"X-Content-Type-Options": "nosniff"})
 
-_GO_ESCAPES = {"\a": "\\a", "\b": "\\b", "\f": "\\f", "\n": "\\n", "\r": "\\r", "\t": "\\t",
-               "\v": "\\v", "\\": "\\\\", '"': '\\"'}
+_GO_ESCAPES: Mapping[str, str] = MappingProxyType({
+    "\a": "\\a", "\b": "\\b", "\f": "\\f", "\n": "\\n", "\r": "\\r", "\t": "\\t",
+    "\v": "\\v", "\\": "\\\\", '"': '\\"'})
 
 
 def go_quote(text: str) -> str:

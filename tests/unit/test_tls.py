@@ -462,6 +462,25 @@ async def test_cert_from_either_ca_is_seen_and_unknown_ca_fails_the_handshake(
             files, cert=files.write_client("o", other_ca, user="mallory"))) == "handshake-failed"
 
 
+async def test_expired_or_server_only_client_cert_fails_the_handshake(files: Files) -> None:
+    """OpenSSL checks validity and the clientAuth usage itself: neither reaches the adapter."""
+    ca = live_ca("proxy")
+    cert, key = files.write_pair("serving", common_name="one")
+    context = build_server_context(cert_file=cert, key_file=key,
+                                   client_ca_pems=[pki.certificate_pem(ca.certificate)])
+    expired = pki.issue_client_certificate(ca, user="old", now=datetime.now(UTC) - YEAR,
+                                           validity=timedelta(days=1))
+    server_only = pki.issue_serving_certificate(
+        ca, common_name="front-proxy-client", dns_names=["x"],
+        now=datetime.now(UTC) - timedelta(hours=1), validity=timedelta(days=1))
+    async with serving(context) as port:
+        for name, pair in (("expired", expired), ("server-only", server_only)):
+            cert_path = pki.write_certificate(files.directory / f"{name}.crt", pair.certificate)
+            key_path = pki.write_private_key(files.directory / f"{name}.key", pair.private_key)
+            client = client_context(files, cert=(cert_path, key_path))
+            assert await identity_or_failure(port, client) == "handshake-failed", name
+
+
 async def test_serving_cert_reload_swaps_new_connections_and_keeps_old_ones(
         files: Files) -> None:
     cert, key = files.write_pair("serving", common_name="one")
