@@ -1,7 +1,8 @@
 """The `metricscale` command: one entry point, one subcommand per program or tool.
 
 Each subcommand lives in its own module, which exposes
-``add_arguments(parser: argparse.ArgumentParser) -> None`` and ``run(args: argparse.Namespace) -> int``.
+``add_arguments(parser: argparse.ArgumentParser) -> None`` and
+``run(args: argparse.Namespace) -> int``.
 Only the chosen subcommand's module is imported, so `metricscale explain` does not pay for
 aiohttp or kubernetes-asyncio.
 """
@@ -33,7 +34,7 @@ class Subcommand:
 
 # One line per subcommand; each issue that builds a program adds its line.
 SUBCOMMANDS: tuple[Subcommand, ...] = (
-    Subcommand("demo", "metricscale.demo", "run the local demo: Prometheus, a fake cluster, kubectl"),
+    Subcommand("demo", "metricscale.demo", "run the local demo: Prometheus, a fake cluster"),
     Subcommand("certs", "metricscale.certs", "create or renew the CA and serving certificate for the APIServices"),  # noqa: E501
     Subcommand("explain", "autoscaler.explain", "explain what the autoscaler would decide for a snapshot"),  # noqa: E501
 )
