@@ -9,10 +9,12 @@ Decisions worth knowing (the README's differences section quotes them):
 * Queries go by POST (form body) unless GET is chosen, so a 2,000-pod regex never meets a URL
   length limit (prometheus-adapter defaults to GET).
 * Single-flight: identical instant queries in flight at the same time share one backend request.
-  The key is (endpoint, query, evaluation time as sent). The evaluation time is first rounded
-  *down* to `evaluation_granularity` (1 s by default): requests for the same metric that arrive
-  within the same second share one answer, and every waiter gets exactly the answer for the time
-  that was sent. A waiter that is cancelled leaves the shared request running for the others.
+  A query joins a request already in flight for the same PromQL when their evaluation times
+  are at most `coalesce_window` (1 s by default) apart; it then gets the answer evaluated at
+  the first caller's time, exactly as sent (milliseconds). Every waiter gets the same result
+  or the same error. Times are never rounded: rounding down would hide samples scraped in the
+  last second, rounding up would stamp answers in the future. A waiter that is cancelled
+  leaves the shared request running for the others.
 * Bearer token file: re-read when its inode, size or mtime changes (a rotated projected token);
   one trailing line break (LF or CRLF) is removed, because editors and `echo` add one and an
   HTTP header cannot carry it. prometheus-adapter sends the contents verbatim, so a token file
@@ -35,7 +37,7 @@ import os
 import re
 import ssl
 from collections.abc import AsyncIterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from decimal import ROUND_FLOOR, Decimal
 from typing import Any, Literal
 
@@ -140,7 +142,7 @@ class PrometheusSettings:
     insecure_skip_verify: bool = False
     timeout: float = 30.0
     method: Method = "POST"
-    evaluation_granularity: float = 1.0
+    coalesce_window: float = 1.0
     max_connections: int = 100
 
     def __post_init__(self) -> None:
@@ -151,8 +153,8 @@ class PrometheusSettings:
             raise PrometheusConfigError("--prometheus-verb must be GET or POST")
         if not (self.timeout > 0 and math.isfinite(self.timeout)):
             raise PrometheusConfigError("--prometheus-timeout must be a positive duration")
-        if self.evaluation_granularity < 0:
-            raise PrometheusConfigError("the evaluation granularity cannot be negative")
+        if not (self.coalesce_window >= 0 and math.isfinite(self.coalesce_window)):
+            raise PrometheusConfigError("the coalesce window must be a non-negative duration")
         if self.bearer_token_file and (self.basic_auth_username or self.basic_auth_password_file):
             raise PrometheusConfigError("use either a bearer token file or basic auth, not both")
         if bool(self.basic_auth_username) != bool(self.basic_auth_password_file):
@@ -196,12 +198,9 @@ class Scalar:
 QueryResult = Vector | Scalar
 
 
-def format_time(seconds: float | Decimal, *, granularity: float | Decimal = 0) -> str:
-    """Unix seconds as Prometheus takes them (milliseconds), rounded down to `granularity`."""
+def format_time(seconds: float | Decimal) -> str:
+    """Unix seconds as Prometheus takes them: milliseconds, the rest cut off."""
     value = seconds if isinstance(seconds, Decimal) else Decimal(repr(float(seconds)))
-    step = granularity if isinstance(granularity, Decimal) else Decimal(repr(float(granularity)))
-    if step > 0:
-        value = (value / step).to_integral_value(rounding=ROUND_FLOOR) * step
     return str(value.quantize(_MILLISECOND, rounding=ROUND_FLOOR))
 
 
@@ -367,10 +366,10 @@ class _Metrics:
 # The client
 
 
-@dataclass
+@dataclass(frozen=True)
 class _Flight:
     task: asyncio.Task[QueryResult]
-    waiters: int = field(default=0)
+    at: Decimal
 
 
 class PrometheusClient:
@@ -392,7 +391,7 @@ class PrometheusClient:
                           if settings.basic_auth_password_file else None)
         self._metrics = _Metrics.register(registry or CollectorRegistry(auto_describe=True))
         self._session: aiohttp.ClientSession | None = None
-        self._flights: dict[tuple[str, str, str], _Flight] = {}
+        self._flights: dict[tuple[str, str], list[_Flight]] = {}
         self.backend_requests = 0
 
     # -- lifecycle -----------------------------------------------------------------------
@@ -426,7 +425,8 @@ class PrometheusClient:
 
     async def close(self) -> None:
         """Cancel shared requests still in flight and close the session."""
-        flights, self._flights = list(self._flights.values()), {}
+        flights = [f for group in self._flights.values() for f in group]
+        self._flights = {}
         for flight in flights:
             flight.task.cancel()
         for flight in flights:
@@ -446,33 +446,35 @@ class PrometheusClient:
     # -- API -------------------------------------------------------------------------------
 
     async def query(self, promql: str, *, at: float | Decimal) -> QueryResult:
-        """Instant query evaluated at Unix time `at` (rounded down to the granularity).
+        """Instant query evaluated at Unix time `at` (sent with milliseconds).
 
-        Identical queries in flight share one request; raises PrometheusUnavailable,
-        PrometheusQueryError or UnexpectedResultType.
+        Joins an identical query already in flight whose time is within `coalesce_window`;
+        raises PrometheusUnavailable, PrometheusQueryError or UnexpectedResultType.
         """
-        time_param = format_time(at, granularity=self.settings.evaluation_granularity)
-        key = ("query", promql, time_param)
-        flight = self._flights.get(key)
+        when = Decimal(format_time(at))
+        flights = self._flights.setdefault(("query", promql), [])
+        window = Decimal(repr(self.settings.coalesce_window))
+        flight = next((f for f in flights if abs(f.at - when) <= window), None)
         if flight is None:
-            task = asyncio.create_task(
-                self._query_now(promql, time_param), name="prometheus query")
-            flight = self._flights[key] = _Flight(task)
-            task.add_done_callback(lambda done: self._landed(key, done))
+            task = asyncio.create_task(self._query_now(promql, str(when)),
+                                       name="prometheus query")
+            flight = _Flight(task, when)
+            flights.append(flight)
+            task.add_done_callback(lambda done: self._landed(("query", promql), flight))
         else:
             self._metrics.shared.labels("query").inc()
-        flight.waiters += 1
-        try:
-            # shield: one caller giving up must not cancel the request the others wait for.
-            return await asyncio.shield(flight.task)
-        finally:
-            flight.waiters -= 1
+        # shield: one caller giving up must not cancel the request the others wait for.
+        return await asyncio.shield(flight.task)
 
-    def _landed(self, key: tuple[str, str, str], task: asyncio.Task[QueryResult]) -> None:
-        if self._flights.get(key) is not None and self._flights[key].task is task:
-            del self._flights[key]
-        if not task.cancelled():
-            task.exception()  # retrieved here, so nobody waiting is not an "unretrieved" error
+    def _landed(self, key: tuple[str, str], flight: _Flight) -> None:
+        flights = self._flights.get(key)
+        if flights is not None:
+            with contextlib.suppress(ValueError):
+                flights.remove(flight)
+            if not flights:
+                del self._flights[key]
+        if not flight.task.cancelled():
+            flight.task.exception()  # retrieved here: an error nobody awaited is not "lost"
 
     async def _query_now(self, promql: str, time_param: str) -> QueryResult:
         status, body = await self._request(

@@ -110,16 +110,15 @@ def test_malformed_success_answers_are_query_errors(body: bytes) -> None:
         parse_query_response(200, body)
 
 
-@pytest.mark.parametrize(("seconds", "granularity", "expected"), [
-    (1700000000.123, 0, "1700000000.123"),
-    (1700000000.1239, 0, "1700000000.123"),
-    (1700000000.999, 1, "1700000000.000"),
-    (1700000007, 5, "1700000005.000"),
-    (Decimal("1565786045.3234"), 0, "1565786045.323"),
+@pytest.mark.parametrize(("seconds", "expected"), [
+    (1700000000.123, "1700000000.123"),
+    (1700000000.1239, "1700000000.123"),
+    (1700000000, "1700000000.000"),
+    (Decimal("1565786045.3234"), "1565786045.323"),
 ])
-def test_evaluation_time_is_milliseconds_rounded_down(
-        seconds: float | Decimal, granularity: float, expected: str) -> None:
-    assert format_time(seconds, granularity=granularity) == expected
+def test_evaluation_time_is_sent_with_milliseconds(seconds: float | Decimal,
+                                                  expected: str) -> None:
+    assert format_time(seconds) == expected
 
 
 @pytest.mark.parametrize(("text", "expected"), [
@@ -268,13 +267,13 @@ async def test_query_posts_a_form_under_the_url_prefix_with_the_evaluation_time(
         result = await client.query('up{pod=~"a|b"}', at=1700000000.9)
     (seen,) = backend.seen
     assert (seen.method, seen.path) == ("POST", "/prom/api/v1/query")
-    assert seen.form == {"query": ['up{pod=~"a|b"}'], "time": ["1700000000.000"]}
+    assert seen.form == {"query": ['up{pod=~"a|b"}'], "time": ["1700000000.900"]}
     assert seen.query == {}
     assert isinstance(result, Vector) and result.samples[0].labels == {"q": 'up{pod=~"a|b"}'}
 
 
 async def test_query_by_get_puts_parameters_in_the_url(backend: Backend) -> None:
-    settings = PrometheusSettings(url=backend.url, method="GET", evaluation_granularity=0)
+    settings = PrometheusSettings(url=backend.url, method="GET")
     async with client_for(settings) as client:
         await client.query("sum(x)", at=1700000000.5)
     (seen,) = backend.seen
@@ -339,14 +338,15 @@ async def test_identical_queries_in_flight_share_one_backend_request(backend: Ba
     backend.handler = slow
     registry = CollectorRegistry()
     async with client_for(PrometheusSettings(url=backend.url), registry) as client:
-        same = [asyncio.create_task(client.query("up", at=10.2)) for _ in range(5)]
-        other = asyncio.create_task(client.query("up", at=11.2))
+        same = [asyncio.create_task(client.query("up", at=10 + i / 5)) for i in range(5)]
+        other = asyncio.create_task(client.query("up", at=11.5))
         await backend.received(2)
         backend.gate.set()
         results = await asyncio.gather(*same)
         await other
     assert len(backend.seen) == 2
-    assert all(r == results[0] for r in results)
+    assert all(r == results[0] for r in results)  # all answered at the first caller's time
+    assert [s.form["time"] for s in backend.seen] == [["10.000"], ["11.500"]]
     assert registry.get_sample_value("metricscale_prometheus_requests_shared_total",
                                      {"endpoint": "query"}) == 4
 
