@@ -1,0 +1,264 @@
+"""adapter/kube.py discovery and connection against a scripted API server (no cluster needed)."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from aiohttp import web
+from kubernetes_asyncio.client import ApiClient, Configuration
+
+from adapter.kube import (
+    DiscoveredResources,
+    Discovery,
+    KubeConfigError,
+    KubeUnavailable,
+    UnknownResource,
+    connect,
+    parse_aggregated_discovery,
+    resolve_kubeconfig,
+)
+from adapter.resources import GroupResource, ResourceInfo
+
+ALL_VERBS = ["create", "delete", "get", "list", "patch", "update", "watch"]
+
+
+def resource(name: str, kind: str, *, namespaced: bool = True, singular: str = "",
+             verbs: list[str] | None = None) -> dict[str, Any]:
+    return {"name": name, "singularName": singular, "namespaced": namespaced, "kind": kind,
+            "verbs": ALL_VERBS if verbs is None else verbs}
+
+
+CORE = {"kind": "APIResourceList", "groupVersion": "v1", "resources": [
+    resource("pods", "Pod", singular="pod"),
+    resource("pods/log", "Pod", verbs=["get"]),
+    resource("nodes", "Node", namespaced=False, singular="node"),
+    resource("bindings", "Binding", verbs=["create"]),
+]}
+APPS = {"kind": "APIResourceList", "groupVersion": "apps/v1", "resources": [
+    resource("deployments", "Deployment", singular="deployment"),
+    resource("deployments/scale", "Scale", verbs=["get", "patch", "update"]),
+]}
+WIDGETS_V1 = {"kind": "APIResourceList", "groupVersion": "example.com/v1", "resources": [
+    resource("widgets", "Widget", namespaced=False, singular="widget")]}
+WIDGETS_V1BETA1 = {"kind": "APIResourceList", "groupVersion": "example.com/v1beta1",
+                   "resources": [resource("widgets", "Widget", namespaced=True,
+                                          singular="widget"),
+                                 resource("gadgets", "Gadget", singular="gadget")]}
+
+
+def group(name: str, *versions: str, preferred: str) -> dict[str, Any]:
+    return {"name": name, "versions": [{"groupVersion": f"{name}/{v}", "version": v}
+                                       for v in versions],
+            "preferredVersion": {"groupVersion": f"{name}/{preferred}", "version": preferred}}
+
+
+LEGACY = {
+    "/api": {"kind": "APIVersions", "versions": ["v1"]},
+    "/api/v1": CORE,
+    "/apis": {"kind": "APIGroupList", "groups": [
+        group("apps", "v1", preferred="v1"),
+        group("example.com", "v1beta1", "v1", preferred="v1")]},
+    "/apis/apps/v1": APPS,
+    "/apis/example.com/v1": WIDGETS_V1,
+    "/apis/example.com/v1beta1": WIDGETS_V1BETA1,
+}
+
+
+def aggregated_resource(name: str, kind: str, group: str, version: str, scope: str,
+                        singular: str) -> dict[str, Any]:
+    return {"resource": name, "responseKind": {"group": group, "version": version, "kind": kind},
+            "scope": scope, "singularResource": singular, "verbs": ALL_VERBS,
+            "subresources": [{"subresource": "status", "verbs": ["get", "patch"]}]}
+
+
+AGGREGATED = {
+    "/api": {"kind": "APIGroupDiscoveryList", "apiVersion": "apidiscovery.k8s.io/v2", "items": [
+        {"metadata": {"name": ""}, "versions": [{"version": "v1", "resources": [
+            aggregated_resource("pods", "Pod", "", "v1", "Namespaced", "pod"),
+            aggregated_resource("namespaces", "Namespace", "", "v1", "Cluster", "namespace"),
+        ]}]}]},
+    "/apis": {"kind": "APIGroupDiscoveryList", "apiVersion": "apidiscovery.k8s.io/v2", "items": [
+        {"metadata": {"name": "example.com"}, "versions": [
+            {"version": "v1", "resources": [
+                aggregated_resource("widgets", "Widget", "example.com", "v1", "Cluster",
+                                    "widget")]},
+            {"version": "v1beta1", "resources": [
+                aggregated_resource("widgets", "Widget", "example.com", "v1beta1",
+                                    "Namespaced", "widget")]}]}]},
+}
+
+
+@dataclass
+class Scripted:
+    documents: dict[str, dict[str, Any]]
+    aggregated: dict[str, dict[str, Any]] = field(default_factory=dict)
+    failing: bool = False
+    seen: list[tuple[str, str, str | None]] = field(default_factory=list)
+
+    async def handle(self, request: web.Request) -> web.StreamResponse:
+        accept = request.headers.get("Accept", "")
+        self.seen.append((request.path, accept, request.headers.get("Authorization")))
+        if self.failing:
+            return web.json_response({"kind": "Status", "code": 503}, status=503)
+        if "as=APIGroupDiscoveryList" in accept and request.path in self.aggregated:
+            return web.json_response(self.aggregated[request.path])
+        document = self.documents.get(request.path)
+        if document is None:
+            return web.json_response({"kind": "Status", "code": 404}, status=404)
+        return web.json_response(document)
+
+
+@contextlib.asynccontextmanager
+async def scripted_api(aiohttp_server: Any, script: Scripted) -> AsyncIterator[ApiClient]:
+    app = web.Application()
+    app.router.add_route("GET", "/{tail:.*}", script.handle)
+    server = await aiohttp_server(app)
+    async with ApiClient(Configuration(host=f"http://127.0.0.1:{server.port}")) as api:
+        yield api
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_legacy_documents_make_a_catalog_without_subresources_and_with_listability() -> None:
+    found = DiscoveredResources.from_resource_lists([CORE, APPS])
+    names = [str(info.group_resource) for info in found.catalog.entries]
+    assert names == ["pods", "nodes", "bindings", "deployments.apps"]
+    assert GroupResource("bindings") not in found.listable
+    assert GroupResource("deployments", "apps") in found.listable
+
+
+def test_aggregated_discovery_becomes_resource_lists_in_preference_order() -> None:
+    lists = parse_aggregated_discovery([AGGREGATED["/api"], AGGREGATED["/apis"]])
+    assert [doc["groupVersion"] for doc in lists] == ["v1", "example.com/v1",
+                                                      "example.com/v1beta1"]
+    found = DiscoveredResources.from_resource_lists(lists)
+    widgets = found.catalog.find(GroupResource("widget"))
+    assert widgets == ResourceInfo("widgets", "widget", "Widget", "example.com", "v1", False)
+    assert found.catalog.find(GroupResource("namespaces")) is not None
+
+
+async def test_legacy_discovery_walks_every_group_version_preferred_first(
+        aiohttp_server: Any) -> None:
+    script = Scripted(dict(LEGACY))
+    async with scripted_api(aiohttp_server, script) as api:
+        discovery = Discovery(api)
+        assert not discovery.discovered
+        await discovery.refresh()
+    catalog = discovery.catalog
+    assert discovery.discovered
+    widgets = catalog.find(GroupResource("widgets", "example.com"))
+    assert widgets is not None and (widgets.version, widgets.namespaced) == ("v1", False)
+    gadgets = catalog.find(GroupResource("gadgets"))
+    assert gadgets is not None and gadgets.version == "v1beta1"
+    assert catalog.find(GroupResource("pods/log")) is None
+    paths = [path for path, _, _ in script.seen]
+    assert paths.index("/apis/example.com/v1") < paths.index("/apis/example.com/v1beta1")
+
+
+async def test_aggregated_discovery_takes_two_requests(aiohttp_server: Any) -> None:
+    script = Scripted(dict(LEGACY), aggregated=AGGREGATED)
+    async with scripted_api(aiohttp_server, script) as api:
+        discovery = Discovery(api)
+        await discovery.refresh()
+    assert [path for path, _, _ in script.seen] == ["/api", "/apis"]
+    widgets = discovery.catalog.find(GroupResource("widgets"))
+    assert widgets is not None and not widgets.namespaced
+
+
+async def test_unknown_resource_refreshes_at_most_once_per_interval(aiohttp_server: Any) -> None:
+    documents = dict(LEGACY)
+    documents["/apis"] = {"kind": "APIGroupList", "groups": [group("apps", "v1",
+                                                                   preferred="v1")]}
+    script = Scripted(documents)
+    clock = Clock()
+    async with scripted_api(aiohttp_server, script) as api:
+        discovery = Discovery(api, min_refresh_interval=30, clock=clock)
+        await discovery.refresh()
+        assert discovery.passes == 1
+        # A CRD appears; lookups within the interval do not hammer discovery.
+        documents["/apis"] = LEGACY["/apis"]
+        with pytest.raises(UnknownResource):
+            await discovery.find(GroupResource("widgets"))
+        assert discovery.passes == 1
+        clock.now += 30
+        info = await discovery.find(GroupResource("widgets"))
+        assert discovery.passes == 2
+        assert info.group_resource == GroupResource("widgets", "example.com")
+        with pytest.raises(UnknownResource):
+            await discovery.find(GroupResource("nothings"))
+        assert discovery.passes == 2
+
+
+async def test_a_failed_pass_keeps_the_last_good_catalog(aiohttp_server: Any) -> None:
+    script = Scripted(dict(LEGACY))
+    clock = Clock()
+    async with scripted_api(aiohttp_server, script) as api:
+        discovery = Discovery(api, clock=clock)
+        good = await discovery.refresh()
+        clock.now += 5
+        script.failing = True
+        with pytest.raises(KubeUnavailable):
+            await discovery.refresh()
+    assert discovery.resources is good
+    assert discovery.age() == 5
+
+
+async def test_builtin_catalog_answers_before_the_first_pass(aiohttp_server: Any) -> None:
+    script = Scripted({}, failing=True)
+    async with scripted_api(aiohttp_server, script) as api:
+        discovery = Discovery(api)
+        info = await discovery.find(GroupResource("deployments"))
+    assert info.group_resource == GroupResource("deployments", "apps")
+    assert not discovery.discovered
+
+
+@pytest.mark.parametrize(("kubeconfig", "lister", "expected"), [
+    (None, None, None), ("/a", None, "/a"), (None, "/b", "/b"), ("/a", "/a", "/a")])
+def test_lister_kubeconfig_means_kubeconfig(kubeconfig: str | None, lister: str | None,
+                                            expected: str | None) -> None:
+    assert resolve_kubeconfig(kubeconfig, lister) == expected
+
+
+def test_two_different_kubeconfigs_are_refused() -> None:
+    with pytest.raises(KubeConfigError):
+        resolve_kubeconfig("/a", "/b")
+
+
+async def test_connect_uses_the_kubeconfig_without_touching_the_global_default(
+        aiohttp_server: Any, tmp_path: Path) -> None:
+    script = Scripted(dict(LEGACY))
+    app = web.Application()
+    app.router.add_route("GET", "/{tail:.*}", script.handle)
+    server = await aiohttp_server(app)
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(yaml.safe_dump({
+        "apiVersion": "v1", "kind": "Config", "current-context": "test",
+        "clusters": [{"name": "c", "cluster": {"server": f"http://127.0.0.1:{server.port}"}}],
+        "users": [{"name": "u", "user": {"token": "sekret"}}],
+        "contexts": [{"name": "test", "context": {"cluster": "c", "user": "u"}}]}))
+    default_host = Configuration.get_default_copy().host
+    async with connect(kubeconfig=str(kubeconfig)) as api:
+        await Discovery(api).refresh()
+    assert script.seen[0][2] == "Bearer sekret"
+    assert Configuration.get_default_copy().host == default_host
+
+
+async def test_connect_outside_a_cluster_without_kubeconfig_is_a_config_error(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    monkeypatch.delenv("KUBERNETES_SERVICE_PORT", raising=False)
+    with pytest.raises(KubeConfigError):
+        async with connect(kubeconfig=None):
+            pass
