@@ -284,14 +284,18 @@ class Discovery:
 
     async def refresh(self) -> DiscoveredResources:
         """One discovery pass now (shared with a pass already running). Raises KubeUnavailable."""
-        if self._refreshing is None:
-            self._refreshing = asyncio.create_task(self._refresh(), name="kube discovery")
         task = self._refreshing
-        try:
-            return await asyncio.shield(task)
-        finally:
-            if task.done() and self._refreshing is task:
-                self._refreshing = None
+        if task is None or task.done():
+            task = self._refreshing = asyncio.create_task(self._refresh(), name="kube discovery")
+            task.add_done_callback(self._refreshed)
+        # shield: a request that gives up must not abort the pass others wait for.
+        return await asyncio.shield(task)
+
+    def _refreshed(self, task: asyncio.Task[DiscoveredResources]) -> None:
+        if self._refreshing is task:
+            self._refreshing = None
+        if not task.cancelled():
+            task.exception()  # retrieved: a pass nobody awaited any more is not a lost error
 
     async def _refresh(self) -> DiscoveredResources:
         self._last_attempt = self._clock()
@@ -316,9 +320,12 @@ class Discovery:
                                 request_timeout=timeout)
         groups = await _get_json(self._api, "/apis", accept=_AGGREGATED_ACCEPT,
                                 request_timeout=timeout)
-        if (core.get("kind") == "APIGroupDiscoveryList"
-                and groups.get("kind") == "APIGroupDiscoveryList"):
+        aggregated = [d.get("kind") == "APIGroupDiscoveryList" for d in (core, groups)]
+        if all(aggregated):
             return list(parse_aggregated_discovery([core, groups]))
+        if any(aggregated):  # a proxy that mixes the two: ask both in the legacy form
+            core = await _get_json(self._api, "/api", request_timeout=timeout)
+            groups = await _get_json(self._api, "/apis", request_timeout=timeout)
         paths = [f"/api/{v}" for v in core.get("versions") or () if isinstance(v, str)]
         for group in groups.get("groups") or ():
             if isinstance(group, Mapping):
@@ -343,8 +350,10 @@ class Discovery:
             return info
         now = self._clock()
         if self._last_attempt is None or now - self._last_attempt >= self._min_refresh_interval:
-            with contextlib.suppress(KubeUnavailable):
+            try:
                 await self.refresh()
+            except KubeError as exc:
+                logger.warning("discovery for an unknown resource failed: %s", exc)
             info = self.catalog.find(requested)
             if info is not None:
                 return info
