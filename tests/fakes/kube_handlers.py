@@ -1,0 +1,1016 @@
+"""kube-apiserver's REST layer for the fake: paths, verbs, decoding, strategies, subresources
+(status, scale), lists with paging, watches, discovery and Tables."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import copy
+import json
+import logging
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+import yaml
+from aiohttp import web
+from multidict import MultiMapping
+
+from tests.fakes import kube_errors as errors
+from tests.fakes.kube_errors import ApiError, GroupResource
+from tests.fakes.kube_patch import (
+    PatchError,
+    apply_json_patch,
+    apply_merge_patch,
+    apply_strategic_merge_patch,
+)
+from tests.fakes.kube_resources import ResourceRegistry, ResourceType, ScaleSpec
+from tests.fakes.kube_schema import DecodeError, builtin_schemas, format_time
+from tests.fakes.kube_selectors import (
+    SelectorError,
+    format_label_selector,
+    label_selector_from_object,
+)
+from tests.fakes.kube_store import ObjectStore, StoreEvent, compile_selectors, matches
+from tests.fakes.kube_strategy import (
+    apply_defaults,
+    prepare_for_create,
+    prepare_for_status_update,
+    prepare_for_update,
+    validate,
+    validate_scale,
+)
+
+JSONDict = dict[str, Any]
+log = logging.getLogger(__name__)
+
+__all__ = ["ApiPath", "RestHandlers", "json_response", "parse_api_path"]
+
+JSON_TYPES = ("application/json", "application/yaml", "application/vnd.kubernetes.protobuf")
+PATCH_TYPES_BUILTIN = ("application/json-patch+json", "application/merge-patch+json",
+                       "application/strategic-merge-patch+json", "application/apply-patch+yaml")
+PATCH_TYPES_CUSTOM = ("application/json-patch+json", "application/merge-patch+json",
+                      "application/apply-patch+yaml")
+CONTINUE_TOO_OLD = (
+    "The provided continue parameter is too old to display a consistent list result. You can "
+    "start a new list without the continue parameter, or use the continue token in this "
+    "response to retrieve the remainder of the results. Continuing with the provided token "
+    "results in an inconsistent list - objects that were created, modified, or deleted between "
+    "the time the first chunk was returned and now may show up in the list."
+)
+# Resources whose strategy allows PUT to create a missing object.
+CREATE_ON_UPDATE = {("", "events"), ("", "endpoints"), ("coordination.k8s.io", "leases")}
+BOOKMARK_PRE_TIMEOUT = 2.0  # the watch cache sends its last bookmark 2 s before the deadline
+
+
+def json_response(body: Any, *, status: int = 200,
+                  headers: Mapping[str, str] | None = None) -> web.Response:
+    text = json.dumps(body, separators=(",", ":"), ensure_ascii=False)
+    response = web.Response(status=status, text=text + "\n", content_type="application/json")
+    for key, value in (headers or {}).items():
+        response.headers.add(key, value)
+    return response
+
+
+def status_response(error: ApiError) -> web.Response:
+    return json_response(error.status, status=error.code, headers=error.headers)
+
+
+@dataclass(frozen=True)
+class ApiPath:
+    """A resource path, split as RequestInfoFactory splits it."""
+
+    group: str
+    version: str
+    namespace: str | None
+    resource: str
+    name: str
+    subresource: str
+
+    @property
+    def is_collection(self) -> bool:
+        return not self.name
+
+
+def parse_api_path(path: str) -> tuple[str, str, list[str]] | None:
+    """("group", "version", rest) for /api/v1/... and /apis/g/v/...; None otherwise."""
+    parts = [p for p in path.split("/") if p]
+    if len(parts) >= 2 and parts[0] == "api":
+        return "", parts[1], parts[2:]
+    if len(parts) >= 3 and parts[0] == "apis":
+        return parts[1], parts[2], parts[3:]
+    return None
+
+
+def split_resource_path(group: str, version: str, rest: list[str]) -> ApiPath | None:
+    if not rest:
+        return None
+    namespace: str | None = None
+    if rest[0] == "namespaces" and len(rest) > 2 and rest[2] not in ("status", "finalize"):
+        namespace = rest[1]
+        rest = rest[2:]
+    if len(rest) > 3:
+        return None
+    resource = rest[0]
+    name = rest[1] if len(rest) > 1 else ""
+    subresource = rest[2] if len(rest) > 2 else ""
+    return ApiPath(group, version, namespace, resource, name, subresource)
+
+
+def _truthy(value: str | None) -> bool:
+    return (value or "").lower() in ("true", "1")
+
+
+def _kube_version_key(version: str) -> tuple[int, int, int, str]:
+    """kube-aware version ordering: GA > beta > alpha, higher numbers first; others last."""
+    import re
+
+    match = re.fullmatch(r"v(\d+)(?:(alpha|beta)(\d+))?", version)
+    if match is None:
+        return (3, 0, 0, version)
+    stability = {None: 0, "beta": 1, "alpha": 2}[match.group(2)]
+    return (stability, -int(match.group(1)), -int(match.group(3) or 0), version)
+
+
+def sort_versions(versions: list[str]) -> list[str]:
+    return sorted(versions, key=_kube_version_key)
+
+
+def _age(created: str | None, now: datetime) -> str:
+    """duration.HumanDuration, as the server-side printers render AGE."""
+    if not created:
+        return "<unknown>"
+    seconds = int((now - datetime.fromisoformat(created.replace("Z", "+00:00"))).total_seconds())
+    if seconds < 0:
+        return "<invalid>"
+    if seconds < 120:
+        return f"{seconds}s"
+    minutes = seconds // 60
+    if minutes < 10:
+        rest = seconds % 60
+        return f"{minutes}m{rest}s" if rest else f"{minutes}m"
+    if minutes < 180:
+        return f"{minutes}m"
+    hours = minutes // 60
+    if hours < 8:
+        rest = minutes % 60
+        return f"{hours}h{rest}m" if rest else f"{hours}h"
+    if hours < 48:
+        return f"{hours}h"
+    days = hours // 24
+    if days < 8:
+        rest = hours % 24
+        return f"{days}d{rest}h" if rest else f"{days}d"
+    if days < 365 * 2:
+        return f"{days}d"
+    return f"{days // 365}y"
+
+
+@dataclass
+class WatchSettings:
+    bookmark_interval: float = 60.0
+    default_timeout: float = 1800.0
+    too_large_wait: float = 3.0
+
+
+class RestHandlers:
+    """Serves /api and /apis for the locally stored kinds."""
+
+    def __init__(self, *, store: ObjectStore, registry: ResourceRegistry,
+                 clock: Callable[[], datetime], watch: WatchSettings,
+                 closing: asyncio.Event, enforce_namespaces: Callable[[], bool],
+                 reviews: Mapping[str, Callable[[JSONDict, Any], Awaitable[JSONDict]]],
+                 on_crd_change: Callable[[], None]) -> None:
+        self.store = store
+        self.registry = registry
+        self.clock = clock
+        self.watch = watch
+        self.closing = closing
+        self.enforce_namespaces = enforce_namespaces
+        self.reviews = reviews
+        self.on_crd_change = on_crd_change
+
+    # --- entry point ------------------------------------------------------------------------
+
+    async def serve(self, request: web.Request, path: ApiPath, identity: Any,
+                    stall: bool = False) -> web.StreamResponse:
+        resource_type = self.registry.resolve(path.group, path.version, path.resource)
+        if resource_type is None:
+            raise errors.route_not_found()
+        method = request.method
+        query = request.query
+        gr = GroupResource(path.group, path.resource)
+        if path.namespace is not None and not resource_type.namespaced:
+            raise errors.route_not_found()
+        namespace = path.namespace or ""
+        if resource_type.namespaced and path.namespace is None and path.name:
+            raise errors.route_not_found()
+        if resource_type.virtual:
+            if method != "POST" or path.name:
+                raise errors.method_not_supported(gr, method.lower() if method != "GET"
+                                                  else "get")
+            return await self._review(request, resource_type, path, identity)
+        if path.subresource:
+            return await self._subresource(request, resource_type, path, gr, namespace)
+        if path.is_collection:
+            if method == "GET":
+                if _truthy(query.get("watch")):
+                    return await self._watch(request, resource_type, path, stall=stall)
+                return json_response(self._list(resource_type, path, query,
+                                                      request.headers.get("Accept", "")))
+            if method == "POST":
+                if resource_type.namespaced and path.namespace is None:
+                    raise errors.method_not_allowed()
+                return await self._create(request, resource_type, path, gr)
+            if method == "DELETE" and "deletecollection" in resource_type.verbs:
+                return json_response(self._delete_collection(resource_type, path, query, gr))
+            raise errors.method_not_supported(gr, method.lower())
+        if method == "GET":
+            stored = self.store.require(resource_type, namespace, path.name, gr)
+            return json_response(resource_type.convert_to(stored, path.version))
+        if method == "PUT":
+            return await self._update(request, resource_type, path, gr)
+        if method == "PATCH":
+            return await self._patch(request, resource_type, path, gr)
+        if method == "DELETE":
+            return await self._delete(request, resource_type, path, gr)
+        raise errors.method_not_supported(gr, method.lower())
+
+    # --- request bodies ---------------------------------------------------------------------
+
+    async def _body(self, request: web.Request, *, accepted: tuple[str, ...] = JSON_TYPES
+                    ) -> Any:
+        content_type = request.content_type
+        raw = await request.read()
+        if content_type in ("application/json", ""):
+            parser: Callable[[bytes], Any] = json.loads
+        elif content_type == "application/yaml":
+            parser = yaml.safe_load
+        else:
+            raise errors.unsupported_media_type(accepted)
+        try:
+            return parser(raw) if raw else None
+        except (ValueError, yaml.YAMLError) as error:
+            raise errors.bad_request(f"couldn't get version/kind; json parse error: {error}") \
+                from None
+
+    def _decode(self, resource_type: ResourceType, version: str, body: Any,
+                query: MultiMapping[str], *, kind: str | None = None,
+                group: str | None = None) -> tuple[JSONDict, list[str], list[Any]]:
+        """Decode a versioned body: (object, warnings, CR validation errors)."""
+        kind = kind or resource_type.kind
+        group = resource_type.group if group is None else group
+        api_version = f"{group}/{version}" if group else version
+        if not isinstance(body, dict):
+            raise errors.bad_request(f"{kind} in version \"{version}\" cannot be handled as a "
+                                     f"{kind}: body must be a JSON object")
+        if body.get("kind") not in (None, "", kind) or \
+                body.get("apiVersion") not in (None, "", api_version):
+            raise errors.bad_request(
+                f"the API version in the data ({body.get('apiVersion', '')}) does not match the "
+                f"expected API version ({api_version})"
+                if body.get("kind") in (None, "", kind) else
+                f"{body.get('kind')} in version \"{version}\" cannot be handled as a {kind}: no "
+                f"kind \"{body.get('kind')}\" is registered for version \"{api_version}\"")
+        body = {**body, "apiVersion": api_version, "kind": kind}
+        cr_problems: list[Any] = []
+        if resource_type.builtin or kind == "Scale":
+            root = builtin_schemas().root(group, version, kind)
+            if root is None:
+                decoded, unknown = copy.deepcopy(body), []
+            else:
+                try:
+                    result = builtin_schemas().decode(body, root)
+                except DecodeError as error:
+                    raise errors.bad_request(f"{kind} in version \"{version}\" cannot be handled "
+                                             f"as a {kind}: {error}") from None
+                decoded, unknown = result.value, result.unknown_fields
+        else:
+            schema = resource_type.versions[version].schema
+            assert schema is not None
+            try:
+                decoded, unknown, cr_problems = schema.decode(body)
+            except DecodeError as error:
+                raise errors.bad_request(str(error)) from None
+        validation = query.get("fieldValidation", "Warn")
+        if validation not in ("Strict", "Warn", "Ignore"):
+            raise errors.bad_request(f"fieldValidation must be one of Ignore, Warn or Strict, "
+                                     f"got {validation!r}")
+        warnings: list[str] = []
+        if unknown and validation == "Strict":
+            raise errors.bad_request("strict decoding error: " + ", ".join(
+                f'unknown field "{path}"' for path in unknown))
+        if validation == "Warn":
+            warnings = [f'unknown field "{path}"' for path in unknown]
+        return decoded, warnings, cr_problems
+
+    @staticmethod
+    def _with_warnings(response: web.Response, warnings: list[str]) -> web.Response:
+        for warning in warnings:
+            response.headers.add("Warning", f"299 - {json.dumps(warning)}")
+        return response
+
+    def _check_target(self, obj: JSONDict, path: ApiPath, resource_type: ResourceType) -> None:
+        metadata = obj.setdefault("metadata", {})
+        if resource_type.namespaced:
+            if path.namespace is not None:
+                body_namespace = metadata.get("namespace")
+                if body_namespace and body_namespace != path.namespace:
+                    raise errors.bad_request("the namespace of the provided object does not "
+                                             "match the namespace sent on the request")
+                metadata["namespace"] = path.namespace
+        else:
+            metadata.pop("namespace", None)
+        if path.name and metadata.get("name") and metadata["name"] != path.name:
+            raise errors.bad_request(f"the name of the object ({metadata['name']}) does not match "
+                                     f"the name on the URL ({path.name})")
+        if path.name and not metadata.get("name"):
+            metadata["name"] = path.name
+
+    def _require_namespace(self, resource_type: ResourceType, namespace: str) -> None:
+        if resource_type.namespaced and self.enforce_namespaces():
+            namespaces = self.registry.resolve("", "v1", "namespaces")
+            assert namespaces is not None
+            if self.store.lookup(namespaces, "", namespace) is None:
+                raise errors.not_found(GroupResource("", "namespaces"), namespace)
+
+    def _problems(self, resource_type: ResourceType, stored: JSONDict, old: JSONDict | None,
+                  cr_problems: list[Any], path: ApiPath, name: str) -> None:
+        problems = list(cr_problems) + validate(resource_type, stored, old,
+                                                request_group=path.group)
+        if problems:
+            raise errors.invalid(resource_type.group_kind, name, problems)
+
+    # --- create / update / patch / delete ---------------------------------------------------
+
+    async def _create(self, request: web.Request, resource_type: ResourceType, path: ApiPath,
+                      gr: GroupResource) -> web.Response:
+        body = await self._body(request)
+        obj, warnings, cr_problems = self._decode(resource_type, path.version, body,
+                                                  request.query)
+        self._check_target(obj, path, resource_type)
+        metadata = obj["metadata"]
+        for key in ("uid", "resourceVersion", "creationTimestamp", "generation",
+                    "deletionTimestamp", "deletionGracePeriodSeconds", "managedFields"):
+            metadata.pop(key, None)
+        self._require_namespace(resource_type, metadata.get("namespace", ""))
+        if not metadata.get("name") and metadata.get("generateName"):
+            metadata["name"] = self.store.generate_name(metadata["generateName"])
+        stored = resource_type.convert_from(obj, path.version)
+        apply_defaults(resource_type, stored)
+        prepare_for_create(resource_type, stored, path.version)
+        self._problems(resource_type, stored, None, cr_problems, path,
+                       metadata.get("name", ""))
+        created = self.store.insert(resource_type, stored, gr=gr)
+        self._after_write(resource_type)
+        response = json_response(resource_type.convert_to(created, path.version), status=201)
+        return self._with_warnings(response, warnings)
+
+    def _after_write(self, resource_type: ResourceType) -> None:
+        if resource_type.group == "apiextensions.k8s.io":
+            self.on_crd_change()
+
+    async def _update(self, request: web.Request, resource_type: ResourceType, path: ApiPath,
+                      gr: GroupResource) -> web.Response:
+        body = await self._body(request)
+        obj, warnings, cr_problems = self._decode(resource_type, path.version, body,
+                                                  request.query)
+        self._check_target(obj, path, resource_type)
+        namespace = path.namespace or ""
+        old = self.store.lookup(resource_type, namespace, path.name)
+        if old is None:
+            if (resource_type.group, resource_type.resource) in CREATE_ON_UPDATE:
+                return await self._create_from(obj, warnings, cr_problems, resource_type,
+                                               path, gr)
+            raise errors.not_found(gr, path.name)
+        result = self._write_update(resource_type, path, gr, obj, old, cr_problems)
+        return self._with_warnings(json_response(resource_type.convert_to(result, path.version)),
+                                   warnings)
+
+    async def _create_from(self, obj: JSONDict, warnings: list[str], cr_problems: list[Any],
+                           resource_type: ResourceType, path: ApiPath,
+                           gr: GroupResource) -> web.Response:
+        obj["metadata"].pop("resourceVersion", None)
+        stored = resource_type.convert_from(obj, path.version)
+        apply_defaults(resource_type, stored)
+        prepare_for_create(resource_type, stored, path.version)
+        self._problems(resource_type, stored, None, cr_problems, path, path.name)
+        created = self.store.insert(resource_type, stored, gr=gr)
+        return self._with_warnings(
+            json_response(resource_type.convert_to(created, path.version), status=201), warnings)
+
+    def _write_update(self, resource_type: ResourceType, path: ApiPath, gr: GroupResource,
+                      obj: JSONDict, old: JSONDict, cr_problems: list[Any],
+                      *, status_only: bool = False) -> JSONDict:
+        wanted = obj["metadata"].get("resourceVersion")
+        if wanted and wanted != old["metadata"]["resourceVersion"]:
+            raise errors.conflict(gr, path.name)
+        stored = resource_type.convert_from(obj, path.version)
+        apply_defaults(resource_type, stored)
+        if status_only:
+            stored = prepare_for_status_update(stored, old)
+        else:
+            prepare_for_update(resource_type, stored, old, path.version)
+            for key in ("generation", "managedFields"):
+                stored["metadata"].pop(key, None)
+        self._problems(resource_type, stored, old, cr_problems, path, path.name)
+        result = self.store.replace(resource_type, stored, gr=gr)
+        self._after_write(resource_type)
+        return result
+
+    def _patch_object(self, content_type: str, current: JSONDict, patch: Any,
+                      resource_type: ResourceType, *, kind: str, group: str, version: str,
+                      strategic_allowed: bool) -> JSONDict:
+        try:
+            if content_type == "application/json-patch+json":
+                patched = apply_json_patch(current, patch)
+            elif content_type == "application/merge-patch+json":
+                patched = apply_merge_patch(current, patch)
+            elif content_type == "application/strategic-merge-patch+json":
+                if not strategic_allowed:
+                    raise errors.unsupported_media_type(PATCH_TYPES_CUSTOM)
+                root = builtin_schemas().root(group, version, kind)
+                patched = apply_strategic_merge_patch(current, patch, root)
+            elif content_type == "application/apply-patch+yaml":
+                # Approximation of server-side apply: a merge by the list-map keys, no field
+                # ownership, no conflicts (see the module docs of kube_api).
+                if strategic_allowed:
+                    root = builtin_schemas().root(group, version, kind)
+                    patched = apply_strategic_merge_patch(current, patch, root)
+                else:
+                    patched = apply_merge_patch(current, patch)
+            else:
+                raise errors.unsupported_media_type(
+                    PATCH_TYPES_BUILTIN if strategic_allowed else PATCH_TYPES_CUSTOM)
+        except PatchError as error:
+            if error.code == 400:
+                raise errors.bad_request(str(error)) from None
+            if error.code == 500:
+                raise errors.internal_error(str(error)) from None
+            raise ApiError(errors.status(
+                code=422, reason="Invalid",
+                message="the server rejected our request due to an error in our request",
+                details={"causes": [{"reason": "UnexpectedServerResponse",
+                                     "message": str(error)}]})) from None
+        if not isinstance(patched, dict):
+            raise errors.bad_request("the patched object is not a JSON object")
+        return patched
+
+    async def _patch_body(self, request: web.Request, resource_type: ResourceType) -> Any:
+        content_type = request.content_type
+        accepted = PATCH_TYPES_BUILTIN if resource_type.builtin else PATCH_TYPES_CUSTOM
+        if content_type not in accepted:
+            raise errors.unsupported_media_type(accepted)
+        raw = await request.read()
+        try:
+            if content_type == "application/apply-patch+yaml":
+                return yaml.safe_load(raw)
+            return json.loads(raw)
+        except (ValueError, yaml.YAMLError) as error:
+            raise errors.bad_request(f"error decoding patch: {error}") from None
+
+    async def _patch(self, request: web.Request, resource_type: ResourceType, path: ApiPath,
+                     gr: GroupResource, *, status_only: bool = False) -> web.Response:
+        patch = await self._patch_body(request, resource_type)
+        if request.content_type == "application/apply-patch+yaml" and \
+                not request.query.get("fieldManager"):
+            raise errors.invalid(errors.GroupKind("meta.k8s.io", "PatchOptions"), "", [
+                errors.required_value("fieldManager", "is required for apply patch")])
+        namespace = path.namespace or ""
+        old = self.store.lookup(resource_type, namespace, path.name)
+        if old is None:
+            if request.content_type == "application/apply-patch+yaml" and not status_only:
+                obj, warnings, cr_problems = self._decode(resource_type, path.version, patch,
+                                                          request.query)
+                self._check_target(obj, path, resource_type)
+                return await self._create_from(obj, warnings, cr_problems, resource_type, path,
+                                               gr)
+            raise errors.not_found(gr, path.name)
+        current = resource_type.convert_to(old, path.version)
+        patched = self._patch_object(request.content_type, current, patch, resource_type,
+                                     kind=resource_type.kind, group=resource_type.group,
+                                     version=path.version,
+                                     strategic_allowed=resource_type.builtin)
+        obj, warnings, cr_problems = self._decode(resource_type, path.version, patched,
+                                                  request.query)
+        self._check_target(obj, path, resource_type)
+        result = self._write_update(resource_type, path, gr, obj, old, cr_problems,
+                                    status_only=status_only)
+        return self._with_warnings(json_response(resource_type.convert_to(result, path.version)),
+                                   warnings)
+
+    async def _delete(self, request: web.Request, resource_type: ResourceType, path: ApiPath,
+                      gr: GroupResource) -> web.Response:
+        raw = await request.read()
+        options: JSONDict = {}
+        if raw:
+            try:
+                options = json.loads(raw) or {}
+            except ValueError as error:
+                raise errors.bad_request(f"error decoding DeleteOptions: {error}") from None
+        preconditions = options.get("preconditions") or {}
+        obj, deleted = self.store.remove(
+            resource_type, path.namespace or "", path.name, gr=gr,
+            precondition_uid=preconditions.get("uid"),
+            precondition_resource_version=preconditions.get("resourceVersion"))
+        self._after_write(resource_type)
+        if resource_type.return_deleted_object or not deleted:
+            return json_response(resource_type.convert_to(obj, path.version))
+        metadata = obj["metadata"]
+        return json_response(errors.success_status(details={
+            "name": metadata["name"], **({"group": gr.group} if gr.group else {}),
+            "kind": gr.resource, "uid": metadata["uid"]}))
+
+    def _delete_collection(self, resource_type: ResourceType, path: ApiPath,
+                           query: MultiMapping[str], gr: GroupResource) -> JSONDict:
+        labels, fields = compile_selectors(resource_type, query.get("labelSelector"),
+                                           query.get("fieldSelector"))
+        deleted = []
+        for obj in list(self.store.items(resource_type, path.namespace)):
+            if matches(resource_type, obj, labels, fields):
+                metadata = obj["metadata"]
+                removed, _ = self.store.remove(resource_type, metadata.get("namespace", ""),
+                                               metadata["name"], gr=gr)
+                deleted.append(removed)
+        self._after_write(resource_type)
+        return self._list_body(resource_type, path.version, deleted, {
+            "resourceVersion": str(self.store.resource_version)})
+
+    # --- lists ------------------------------------------------------------------------------
+
+    def _list_body(self, resource_type: ResourceType, version: str, items: list[JSONDict],
+                   metadata: JSONDict) -> JSONDict:
+        converted = []
+        for item in items:
+            out = resource_type.convert_to(item, version)
+            if resource_type.builtin:
+                # Typed lists carry no apiVersion/kind on their items; unstructured ones do.
+                out.pop("apiVersion", None)
+                out.pop("kind", None)
+            converted.append(out)
+        return {"kind": resource_type.list_kind or f"{resource_type.kind}List",
+                "apiVersion": resource_type.api_version(version),
+                "metadata": metadata, "items": converted}
+
+    def _list(self, resource_type: ResourceType, path: ApiPath, query: MultiMapping[str],
+              accept: str = "") -> JSONDict:
+        labels, fields = compile_selectors(resource_type, query.get("labelSelector"),
+                                           query.get("fieldSelector"))
+        current = self.store.resource_version
+        requested = query.get("resourceVersion", "")
+        match = query.get("resourceVersionMatch", "")
+        if match and match not in ("Exact", "NotOlderThan"):
+            raise errors.bad_request(f"resourceVersionMatch: Unsupported value: \"{match}\"")
+        if match and not requested:
+            raise errors.bad_request("resourceVersionMatch is forbidden unless resourceVersion "
+                                     "is provided")
+        if requested not in ("", "0"):
+            try:
+                wanted = int(requested)
+            except ValueError:
+                raise errors.bad_request(f"invalid resource version: {requested}") from None
+            if wanted > current:
+                raise errors.resource_version_too_large(wanted, current)
+            if match == "Exact" and wanted != current:
+                if wanted < self.store.compacted_resource_version:
+                    raise errors.expired(f"too old resource version: {wanted} "
+                                         f"({self.store.compacted_resource_version})")
+                raise errors.bad_request("the fake kube-apiserver serves "
+                                         "resourceVersionMatch=Exact only at the current "
+                                         "resourceVersion")
+        items = [obj for obj in self.store.items(resource_type, path.namespace)
+                 if matches(resource_type, obj, labels, fields)]
+        list_rv = current
+        token = query.get("continue", "")
+        if token:
+            try:
+                decoded = json.loads(base64.urlsafe_b64decode(token + "=" * (-len(token) % 4)))
+                list_rv = int(decoded["rv"])
+                start = str(decoded["start"])
+            except (ValueError, KeyError, TypeError):
+                raise errors.bad_request("continue key is not valid: incorrect encoded start "
+                                         "resourceVersion (version meta.k8s.io/v1)") from None
+            if list_rv < self.store.compacted_resource_version:
+                raise errors.expired(CONTINUE_TOO_OLD)
+            items = [obj for obj in items if self._sort_key(obj) >= start]
+        metadata: JSONDict = {"resourceVersion": str(list_rv)}
+        limit_text = query.get("limit", "")
+        limit = int(limit_text) if limit_text.isdigit() else 0
+        if limit and len(items) > limit:
+            following = items[limit]
+            items = items[:limit]
+            cont = json.dumps({"v": "meta.k8s.io/v1", "rv": list_rv,
+                               "start": self._sort_key(following)}, separators=(",", ":"))
+            metadata["continue"] = base64.urlsafe_b64encode(cont.encode()).decode().rstrip("=")
+            if not labels and not fields:
+                metadata["remainingItemCount"] = len(
+                    [o for o in self.store.items(resource_type, path.namespace)
+                     if self._sort_key(o) >= self._sort_key(following)])
+        if self._wants_table(accept):
+            return self._table(resource_type, path.version, items, metadata,
+                               query.get("includeObject", "Metadata"))
+        return self._list_body(resource_type, path.version, items, metadata)
+
+    @staticmethod
+    def _sort_key(obj: JSONDict) -> str:
+        metadata = obj.get("metadata") or {}
+        namespace = metadata.get("namespace", "")
+        return f"{namespace}/{metadata.get('name', '')}" if namespace else metadata["name"]
+
+    @staticmethod
+    def _wants_table(accept: str) -> bool:
+        first = accept.split(",")[0]
+        return "as=Table" in first and "g=meta.k8s.io" in first
+
+    # --- Tables (kubectl's human-readable output) ------------------------------------------
+
+    def _table(self, resource_type: ResourceType, version: str, items: list[JSONDict],
+               metadata: JSONDict, include: str) -> JSONDict:
+        now = self.clock()
+        columns: list[JSONDict] = [{"name": "Name", "type": "string", "format": "name",
+                                    "description": "Name must be unique within a namespace.",
+                                    "priority": 0}]
+        key = (resource_type.group, resource_type.kind)
+        rows = []
+        for item in items:
+            obj = resource_type.convert_to(item, version)
+            meta = obj.get("metadata") or {}
+            status = obj.get("status") or {}
+            spec = obj.get("spec") or {}
+            cells: list[Any] = [meta.get("name", "")]
+            if key == ("", "Pod"):
+                statuses = status.get("containerStatuses") or []
+                ready = sum(1 for s in statuses if s.get("ready"))
+                restarts = sum(int(s.get("restartCount", 0)) for s in statuses)
+                cells += [f"{ready}/{len(spec.get('containers') or [])}",
+                          status.get("phase", ""), restarts, _age(meta.get("creationTimestamp"),
+                                                                 now)]
+            elif key == ("apps", "Deployment"):
+                cells += [f"{status.get('readyReplicas', 0)}/{spec.get('replicas', 0)}",
+                          status.get("updatedReplicas", 0), status.get("availableReplicas", 0),
+                          _age(meta.get("creationTimestamp"), now)]
+            else:
+                cells.append(meta.get("creationTimestamp", ""))
+            row: JSONDict = {"cells": cells}
+            if include == "Object":
+                row["object"] = obj
+            elif include != "None":
+                row["object"] = {"kind": "PartialObjectMetadata",
+                                 "apiVersion": "meta.k8s.io/v1", "metadata": meta}
+            rows.append(row)
+        if key == ("", "Pod"):
+            columns += [
+                {"name": "Ready", "type": "string", "format": "",
+                 "description": "The aggregate readiness state of this pod for accepting "
+                                "traffic.", "priority": 0},
+                {"name": "Status", "type": "string", "format": "",
+                 "description": "The aggregate status of the containers in this pod.",
+                 "priority": 0},
+                {"name": "Restarts", "type": "string", "format": "",
+                 "description": "The number of times the containers in this pod have been "
+                                "restarted and when the last container in this pod has "
+                                "restarted.", "priority": 0},
+                {"name": "Age", "type": "string", "format": "",
+                 "description": "CreationTimestamp is a timestamp representing the server time "
+                                "when this object was created.", "priority": 0},
+            ]
+        elif key == ("apps", "Deployment"):
+            columns += [
+                {"name": "Ready", "type": "string", "format": "",
+                 "description": "Number of the pod with ready state", "priority": 0},
+                {"name": "Up-to-date", "type": "string", "format": "",
+                 "description": "Total number of non-terminated pods targeted by this "
+                                "deployment that have the desired template spec.",
+                 "priority": 0},
+                {"name": "Available", "type": "string", "format": "",
+                 "description": "Total number of available pods (ready for at least "
+                                "minReadySeconds) targeted by this deployment.", "priority": 0},
+                {"name": "Age", "type": "string", "format": "",
+                 "description": "CreationTimestamp is a timestamp representing the server time "
+                                "when this object was created.", "priority": 0},
+            ]
+        else:
+            columns.append({"name": "Created At", "type": "date", "format": "",
+                            "description": "CreationTimestamp is a timestamp representing the "
+                                           "server time when this object was created.",
+                            "priority": 0})
+        return {"kind": "Table", "apiVersion": "meta.k8s.io/v1", "metadata": metadata,
+                "columnDefinitions": columns, "rows": rows}
+
+    # --- subresources: status and scale -----------------------------------------------------
+
+    async def _subresource(self, request: web.Request, resource_type: ResourceType,
+                           path: ApiPath, gr: GroupResource, namespace: str) -> web.Response:
+        method = request.method
+        if path.subresource == "status" and resource_type.has_status(path.version):
+            if method == "GET":
+                stored = self.store.require(resource_type, namespace, path.name, gr)
+                return json_response(resource_type.convert_to(stored, path.version))
+            if method == "PUT":
+                body = await self._body(request)
+                obj, warnings, cr_problems = self._decode(resource_type, path.version, body,
+                                                          request.query)
+                self._check_target(obj, path, resource_type)
+                old = self.store.require(resource_type, namespace, path.name, gr)
+                result = self._write_update(resource_type, path, gr, obj, old, cr_problems,
+                                            status_only=True)
+                return self._with_warnings(
+                    json_response(resource_type.convert_to(result, path.version)), warnings)
+            if method == "PATCH":
+                return await self._patch(request, resource_type, path, gr, status_only=True)
+            raise errors.method_not_supported(GroupResource(gr.group, f"{gr.resource}/status"),
+                                              method.lower())
+        scale = resource_type.scale(path.version) if path.subresource == "scale" else None
+        if scale is not None:
+            return await self._scale(request, resource_type, path, gr, namespace, scale)
+        raise errors.route_not_found()
+
+    def _scale_of(self, resource_type: ResourceType, stored: JSONDict, version: str,
+                  spec: ScaleSpec) -> JSONDict:
+        obj = resource_type.convert_to(stored, version)
+        metadata = obj["metadata"]
+
+        def read(path: str) -> Any:
+            value: Any = obj
+            for part in path.lstrip(".").split("."):
+                value = value.get(part) if isinstance(value, dict) else None
+            return value
+
+        replicas = read(spec.spec_replicas_path)
+        status_replicas = read(spec.status_replicas_path) if spec.status_replicas_path else None
+        selector = ""
+        if spec.label_selector_path:
+            raw = read(spec.label_selector_path)
+            if spec.selector_is_object:
+                try:
+                    requirements = label_selector_from_object(raw)
+                except SelectorError as error:
+                    raise errors.internal_error(str(error)) from None
+                selector = format_label_selector(requirements or ())
+            elif isinstance(raw, str):
+                selector = raw
+        scale_metadata = {k: metadata[k] for k in ("name", "namespace", "uid", "resourceVersion",
+                                                   "creationTimestamp") if k in metadata}
+        status: JSONDict = {"replicas": status_replicas if isinstance(status_replicas, int)
+                            else 0}
+        if selector:
+            status["selector"] = selector
+        scale_spec: JSONDict = {}
+        if isinstance(replicas, int) and replicas:
+            scale_spec["replicas"] = replicas
+        return {"kind": "Scale", "apiVersion": "autoscaling/v1", "metadata": scale_metadata,
+                "spec": scale_spec, "status": status}
+
+    async def _scale(self, request: web.Request, resource_type: ResourceType, path: ApiPath,
+                     gr: GroupResource, namespace: str, spec: ScaleSpec) -> web.Response:
+        method = request.method
+        stored = self.store.require(resource_type, namespace, path.name, gr)
+        current = self._scale_of(resource_type, stored, path.version, spec)
+        if method == "GET":
+            return json_response(current)
+        if method == "PUT":
+            body = await self._body(request)
+        elif method == "PATCH":
+            patch = await self._patch_body(request, resource_type)
+            body = self._patch_object(request.content_type, current, patch, resource_type,
+                                      kind="Scale", group="autoscaling", version="v1",
+                                      strategic_allowed=resource_type.builtin)
+        else:
+            raise errors.method_not_supported(GroupResource(gr.group, f"{gr.resource}/scale"),
+                                              method.lower())
+        scale, warnings, _ = self._decode(resource_type, "v1", body, request.query,
+                                          kind="Scale", group="autoscaling")
+        self._check_target(scale, path, resource_type)
+        problems = validate_scale(scale)
+        if problems:
+            raise errors.invalid(errors.GroupKind("autoscaling", "Scale"), path.name, problems)
+        wanted = scale["metadata"].get("resourceVersion")
+        if wanted and wanted != stored["metadata"]["resourceVersion"]:
+            raise errors.conflict(gr, path.name)
+        replicas = (scale.get("spec") or {}).get("replicas", 0)
+        obj = resource_type.convert_to(stored, path.version)
+        target: JSONDict = obj
+        parts = spec.spec_replicas_path.lstrip(".").split(".")
+        for part in parts[:-1]:
+            target = target.setdefault(part, {})
+        target[parts[-1]] = replicas
+        if wanted:
+            obj["metadata"]["resourceVersion"] = wanted
+        result = self.store.replace(resource_type, resource_type.convert_from(obj, path.version),
+                                    gr=gr)
+        response = json_response(self._scale_of(resource_type, result, path.version, spec))
+        return self._with_warnings(response, warnings)
+
+    # --- reviews (TokenReview, SubjectAccessReview, ...) -------------------------------------
+
+    async def _review(self, request: web.Request, resource_type: ResourceType, path: ApiPath,
+                      identity: Any) -> web.Response:
+        body = await self._body(request)
+        obj, warnings, _ = self._decode(resource_type, path.version, body, request.query)
+        handler = self.reviews[resource_type.resource]
+        result = await handler(obj, identity)
+        return self._with_warnings(json_response(result, status=201), warnings)
+
+    # --- watch ------------------------------------------------------------------------------
+
+    def _translate(self, event: StoreEvent, resource_type: ResourceType, path: ApiPath,
+                   labels: Any, fields: Any) -> tuple[str, JSONDict] | None:
+        """cacheWatcher.convertToWatchEvent: selector transitions become ADDED/DELETED."""
+        def passes(obj: JSONDict | None) -> bool:
+            if obj is None:
+                return False
+            if path.namespace is not None and event.namespace != path.namespace:
+                return False
+            return matches(resource_type, obj, labels, fields)
+
+        current = event.type != "DELETED" and passes(event.object)
+        previous = passes(event.previous)
+        if not current and not previous:
+            return None
+        if current and not previous:
+            kind, obj = "ADDED", event.object
+        elif current:
+            kind, obj = "MODIFIED", event.object
+        else:
+            kind = "DELETED"
+            source = event.object if event.type == "DELETED" else event.previous
+            assert source is not None
+            obj = copy.deepcopy(source)
+            obj["metadata"]["resourceVersion"] = str(event.resource_version)
+        return kind, resource_type.convert_to(obj, path.version)
+
+    def _bookmark(self, resource_type: ResourceType, version: str, *,
+                  initial_events_end: bool = False) -> JSONDict:
+        metadata: JSONDict = {"resourceVersion": str(self.store.resource_version)}
+        if resource_type.builtin:
+            metadata["creationTimestamp"] = None
+        if initial_events_end:
+            metadata["annotations"] = {"k8s.io/initial-events-end": "true"}
+        return {"kind": resource_type.kind, "apiVersion": resource_type.api_version(version),
+                "metadata": metadata}
+
+    async def _watch(self, request: web.Request, resource_type: ResourceType, path: ApiPath,
+                     *, stall: bool = False) -> web.StreamResponse:
+        query = request.query
+        labels, fields = compile_selectors(resource_type, query.get("labelSelector"),
+                                           query.get("fieldSelector"))
+        requested = query.get("resourceVersion", "")
+        bookmarks = _truthy(query.get("allowWatchBookmarks"))
+        send_initial = query.get("sendInitialEvents")
+        timeout_text = query.get("timeoutSeconds", "")
+        try:
+            timeout = float(timeout_text) if timeout_text else self.watch.default_timeout
+        except ValueError:
+            raise errors.bad_request(f"invalid timeoutSeconds: {timeout_text}") from None
+        if send_initial is not None and (
+                not bookmarks or query.get("resourceVersionMatch") != "NotOlderThan"):
+            raise errors.invalid(errors.GroupKind("meta.k8s.io", "ListOptions"), "", [
+                errors.forbidden("sendInitialEvents", "sendInitialEvents requires "
+                                 "allowWatchBookmarks=true and "
+                                 "resourceVersionMatch=NotOlderThan")])
+        deadline = time.monotonic() + timeout
+        queue: asyncio.Queue[StoreEvent] = asyncio.Queue()
+        key = resource_type.storage_key
+        unsubscribe = self.store.subscribe(
+            lambda event: queue.put_nowait(event) if event.key == key else None)
+        try:
+            initial: list[tuple[str, JSONDict]] = []
+            expired: ApiError | None = None
+            if requested in ("", "0") or _truthy(send_initial):
+                for obj in self.store.items(resource_type, path.namespace):
+                    if matches(resource_type, obj, labels, fields):
+                        initial.append(("ADDED", resource_type.convert_to(obj, path.version)))
+            else:
+                try:
+                    wanted = int(requested)
+                except ValueError:
+                    raise errors.bad_request(f"invalid resource version: {requested}") from None
+                if wanted < self.store.compacted_resource_version:
+                    expired = errors.expired(f"too old resource version: {wanted} "
+                                             f"({self.store.compacted_resource_version})")
+                else:
+                    await self._wait_for_version(wanted, queue)
+                    for event in self.store.history_after(wanted):
+                        if event.key != key or event.resource_version > \
+                                self.store.resource_version:
+                            continue
+                        translated = self._translate(event, resource_type, path, labels, fields)
+                        if translated is not None:
+                            initial.append(translated)
+                    # Everything up to now is in `initial`; the queue only holds newer events.
+                    while not queue.empty():
+                        queue.get_nowait()
+            response = web.StreamResponse(status=200, headers={
+                "Content-Type": "application/json", "Cache-Control": "no-cache, private"})
+            response.enable_chunked_encoding()
+            await response.prepare(request)
+            if stall:
+                await self._stall(request)
+                return response
+
+            async def send(kind: str, obj: JSONDict) -> None:
+                line = json.dumps({"type": kind, "object": obj}, separators=(",", ":"))
+                await response.write(line.encode() + b"\n")
+
+            if expired is not None:
+                await send("ERROR", expired.status)
+                return response
+            for kind, obj in initial:
+                await send(kind, obj)
+            if _truthy(send_initial) and bookmarks:
+                await send("BOOKMARK", self._bookmark(resource_type, path.version,
+                                                      initial_events_end=True))
+            next_bookmark = self._next_bookmark(deadline) if bookmarks else None
+            while not self.closing.is_set():
+                now = time.monotonic()
+                if now >= deadline:
+                    break
+                if next_bookmark is not None and now >= next_bookmark:
+                    await send("BOOKMARK", self._bookmark(resource_type, path.version))
+                    next_bookmark = self._next_bookmark(deadline)
+                    continue
+                wake = min(deadline, next_bookmark or deadline, now + 0.5) - now
+                try:
+                    event = await asyncio.wait_for(queue.get(), timeout=max(wake, 0.0))
+                except TimeoutError:
+                    transport = request.transport
+                    if transport is None or transport.is_closing():
+                        break
+                    continue
+                translated = self._translate(event, resource_type, path, labels, fields)
+                if translated is not None:
+                    await send(*translated)
+            return response
+        except (ConnectionResetError, ConnectionError):
+            raise
+        finally:
+            unsubscribe()
+
+    def _next_bookmark(self, deadline: float) -> float | None:
+        now = time.monotonic()
+        heartbeat = now + self.watch.bookmark_interval
+        heartbeat = min(heartbeat, deadline - BOOKMARK_PRE_TIMEOUT)
+        return heartbeat if heartbeat >= now else None
+
+    async def _wait_for_version(self, wanted: int, queue: asyncio.Queue[StoreEvent]) -> None:
+        """The watch cache waits up to 3 s for a resourceVersion it has not seen yet."""
+        if wanted <= self.store.resource_version:
+            return
+        give_up = time.monotonic() + self.watch.too_large_wait
+        while self.store.resource_version < wanted:
+            remaining = give_up - time.monotonic()
+            if remaining <= 0:
+                raise errors.resource_version_too_large(wanted, self.store.resource_version)
+            await asyncio.sleep(min(remaining, 0.05))
+
+    async def _stall(self, request: web.Request) -> None:
+        """Hold the connection open and send nothing until the client or the server gives up."""
+        while not self.closing.is_set():
+            transport = request.transport
+            if transport is None or transport.is_closing():
+                return
+            try:
+                await asyncio.wait_for(self.closing.wait(), timeout=0.2)
+            except TimeoutError:
+                continue
+
+    # --- discovery --------------------------------------------------------------------------
+
+    def resource_list(self, group: str, version: str) -> JSONDict | None:
+        types = self.registry.in_group_version(group, version)
+        if not types:
+            return None
+        resources: list[JSONDict] = []
+        for resource_type in sorted(types, key=lambda t: t.resource):
+            entry: JSONDict = {"name": resource_type.resource,
+                               "singularName": resource_type.singular,
+                               "namespaced": resource_type.namespaced,
+                               "kind": resource_type.kind, "verbs": list(resource_type.verbs)}
+            if resource_type.short_names:
+                entry["shortNames"] = list(resource_type.short_names)
+            if resource_type.categories:
+                entry["categories"] = list(resource_type.categories)
+            resources.append(entry)
+            if resource_type.has_status(version):
+                resources.append({"name": f"{resource_type.resource}/status",
+                                  "singularName": "", "namespaced": resource_type.namespaced,
+                                  "kind": resource_type.kind, "verbs": list(
+                                      ("get", "patch", "update"))})
+            if resource_type.scale(version) is not None:
+                resources.append({"name": f"{resource_type.resource}/scale", "singularName": "",
+                                  "namespaced": resource_type.namespaced, "group": "autoscaling",
+                                  "version": "v1", "kind": "Scale",
+                                  "verbs": ["get", "patch", "update"]})
+        return {"kind": "APIResourceList", "apiVersion": "v1",
+                "groupVersion": f"{group}/{version}" if group else version,
+                "resources": resources}
+
+
+def utc_now() -> datetime:
+    return datetime.now(UTC)
+
+
+def now_text(clock: Callable[[], datetime]) -> str:
+    return format_time(clock())
