@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +17,7 @@ from adapter.kube import (
     ObjectCaches,
     UnknownResource,
     authentication_config_informer,
+    connect,
 )
 from adapter.resources import GroupResource
 from metricscale.informer import Backoff, InformerEvent, ObjectMeta
@@ -33,15 +34,13 @@ FAST = {"backoff": Backoff(initial=0.02, cap=0.05), "inactivity_timeout": 5.0,
 
 
 @pytest.fixture
-async def kube(tmp_path: Path) -> AsyncIterator[FakeKubeAPI]:
-    async with FakeKubeAPI(workdir=tmp_path) as server:
-        yield server
+def kube(fake_kube: FakeKubeAPI) -> FakeKubeAPI:
+    return fake_kube
 
 
 @pytest.fixture
-async def api(kube: FakeKubeAPI) -> AsyncIterator[ApiClient]:
-    async with ApiClient(configuration=kube.api_client_configuration()) as client:
-        yield client
+def api(kube_api_client: ApiClient) -> ApiClient:
+    return kube_api_client
 
 
 def make_caches(api: ApiClient, **options: Any) -> ObjectCaches:
@@ -258,3 +257,16 @@ async def test_authentication_configmap_is_watched_by_name(kube: FakeKubeAPI,
     assert seen[1] is not None and seen[1]["requestheader-client-ca-file"] != first_ca
     (listed,) = lists(kube, r"^/api/v1/namespaces/kube-system/configmaps$")
     assert listed.param("fieldSelector") == f"metadata.name={AUTHENTICATION_CONFIGMAP}"
+
+
+async def test_connect_from_a_kubeconfig_over_tls_serves_selections(kube: FakeKubeAPI,
+                                                                   kubeconfig: Path) -> None:
+    kube.create_pod("p", labels={"app": "web"})
+    async with connect(kubeconfig=str(kubeconfig)) as client:
+        caches = make_caches(client)
+        try:
+            assert await caches.select(PODS, namespace="default",
+                                       selector=parse_selector("app").matches) == ["p"]
+            assert caches.discovery.catalog.find(GroupResource("pods")) is not None
+        finally:
+            await caches.close()
