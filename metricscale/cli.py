@@ -35,6 +35,7 @@ class Subcommand:
 # One line per subcommand; each issue that builds a program adds its line.
 SUBCOMMANDS: tuple[Subcommand, ...] = (
     Subcommand("demo", "metricscale.demo", "run the local demo: Prometheus, a fake cluster"),
+    Subcommand("adapter", "adapter.server", "serve custom, external and resource metrics from Prometheus"),  # noqa: E501
     Subcommand("certs", "metricscale.certs", "create or renew the CA and serving certificate for the APIServices"),  # noqa: E501
     Subcommand("explain", "autoscaler.explain", "explain what the autoscaler would decide for a snapshot"),  # noqa: E501
 )

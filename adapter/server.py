@@ -1,0 +1,321 @@
+"""`metricscale adapter`: the composition root (flags, logging, TLS, serving) and --check-config.
+
+Everything that touches the event loop is built inside `asyncio.run(...)`. SIGTERM and SIGINT
+make /readyz fail at once, then the server stops accepting, lets requests in flight finish
+(bounded by `_SHUTDOWN_GRACE_SECONDS`), and closes every client in reverse order of opening.
+A background task that dies stops the process with exit code 1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import logging
+import signal
+import sys
+import time
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, TextIO
+
+from aiohttp import web
+from prometheus_client import CollectorRegistry
+
+from adapter import kube
+from adapter.app import create_app, mark_shutting_down
+from adapter.config import AdapterConfig, ConfigError, parse_config
+from adapter.discovery import DiscoveryFailed, relist_once
+from adapter.prometheus import PrometheusClient, PrometheusConfigError
+from adapter.query import QueryError, build_custom_query, build_external_query
+from adapter.registry import MetricRegistry
+from adapter.resources import ResourceCatalog, builtin_catalog
+from adapter.settings import AdapterSettings, SettingsError, add_arguments, settings_from_args
+from adapter.tls import ReloadingServerContext, TLSConfigError, ensure_self_signed_certificate
+from metricscale.informer import start_guarded_task
+from metricscale.selectors import Selector
+
+__all__ = ["add_arguments", "check_config", "configure_logging", "run", "serve"]
+
+logger = logging.getLogger(__name__)
+
+_SHUTDOWN_GRACE_SECONDS = 5.0
+_CERTIFICATE_RELOAD_SECONDS = 10.0
+_SAMPLE_NAMESPACE = "<namespace>"
+_SAMPLE_NAME = "<name>"
+
+
+# --------------------------------------------------------------------------------------------
+# Logging
+
+
+class _JsonFormatter(logging.Formatter):
+    def format(self, record: logging.LogRecord) -> str:
+        body: dict[str, Any] = {
+            "time": datetime.fromtimestamp(record.created, tz=UTC).isoformat(
+                timespec="milliseconds"),
+            "level": record.levelname.lower(), "logger": record.name,
+            "message": record.getMessage()}
+        if record.exc_info:
+            body["exception"] = self.formatException(record.exc_info)
+        return json.dumps(body, ensure_ascii=False)
+
+
+def configure_logging(*, level: str, fmt: str, stream: TextIO | None = None) -> None:
+    """One line per event on stderr, as text or JSON."""
+    handler = logging.StreamHandler(stream or sys.stderr)
+    if fmt == "json":
+        handler.setFormatter(_JsonFormatter())
+    else:
+        handler.setFormatter(logging.Formatter(
+            "%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(level.upper())
+    # aiohttp's access log would add a line per probe; requests are counted in /metrics.
+    logging.getLogger("aiohttp.access").setLevel(logging.WARNING)
+
+
+# --------------------------------------------------------------------------------------------
+# Serving
+
+
+def _load_config(path: str) -> AdapterConfig:
+    """Read and parse the rule file; raises ConfigError (or OSError) for the caller to report."""
+    text = Path(path).read_text(encoding="utf-8")
+    config = parse_config(text)
+    for warning in config.warnings:
+        logger.warning("%s: %s", path, warning)
+    return config
+
+
+def _tls_context(settings: AdapterSettings) -> ReloadingServerContext:
+    serving = settings.serving
+    if serving.tls_cert_file and serving.tls_private_key_file:
+        cert, key = Path(serving.tls_cert_file), Path(serving.tls_private_key_file)
+    else:
+        cert_dir = Path(serving.cert_dir)
+        cert_dir.mkdir(parents=True, exist_ok=True)
+        cert, key = ensure_self_signed_certificate(cert_dir, now=datetime.now(UTC))
+        logger.warning("no --tls-cert-file given: serving a self-signed certificate from %s",
+                       cert_dir)
+    return ReloadingServerContext(cert_file=cert, key_file=key)
+
+
+async def _reload_certificates(context: ReloadingServerContext) -> None:
+    while True:
+        await asyncio.sleep(_CERTIFICATE_RELOAD_SECONDS)
+        try:
+            context.reload_if_changed()
+        except TLSConfigError as error:
+            logger.warning("keeping the current serving certificate: %s", error)
+
+
+async def serve(settings: AdapterSettings, config: AdapterConfig, *,
+                started: asyncio.Event | None = None) -> int:
+    """Serve until SIGTERM/SIGINT (0) or until a background task fails (1)."""
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    failures: list[BaseException] = []
+
+    def on_fatal(error: BaseException) -> None:
+        logger.critical("stopping: a background task failed: %r", error)
+        failures.append(error)
+        stop.set()
+
+    try:
+        tls = _tls_context(settings)
+    except (TLSConfigError, OSError) as error:
+        logger.error("cannot serve TLS: %s", error)
+        return 1
+    app = create_app(settings=settings, config=config, on_fatal=on_fatal)
+    runner = web.AppRunner(app, handle_signals=False, shutdown_timeout=_SHUTDOWN_GRACE_SECONDS,
+                           access_log=None)
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, stop.set)
+    try:
+        try:
+            await runner.setup()
+        except (kube.KubeConfigError, PrometheusConfigError) as error:
+            logger.error("%s", error)
+            return 1
+        serving = settings.serving
+        site = web.TCPSite(runner, serving.bind_address, serving.port,
+                           ssl_context=tls.listening_context, reuse_address=True)
+        try:
+            await site.start()
+        except OSError as error:
+            logger.error("cannot listen on %s:%d: %s", serving.bind_address, serving.port,
+                         error)
+            return 1
+        reload_task = start_guarded_task(_reload_certificates(tls),
+                                         name="serving certificate reload", on_failure=on_fatal)
+        logger.info("serving custom.metrics.k8s.io and external.metrics.k8s.io on https://%s:%d",
+                    serving.bind_address, serving.port)
+        if started is not None:
+            started.set()
+        await stop.wait()
+        logger.info("shutting down")
+        mark_shutting_down(app)
+        reload_task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await reload_task
+    finally:
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            loop.remove_signal_handler(signum)
+        await runner.cleanup()
+    return 1 if failures else 0
+
+
+# --------------------------------------------------------------------------------------------
+# --check-config
+
+
+async def _catalog(settings: AdapterSettings, out: TextIO) -> ResourceCatalog:
+    if not settings.kubeconfig:
+        return builtin_catalog()
+    try:
+        async with kube.connect(kubeconfig=settings.kubeconfig) as api:
+            discovery = kube.Discovery(api)
+            return (await discovery.refresh()).catalog
+    except kube.KubeError as error:
+        print(f"cannot discover the cluster's resources ({error}); using the built-in list",
+              file=out)
+        return builtin_catalog()
+
+
+def _sample_queries(registry: MetricRegistry, config: AdapterConfig) -> dict[str, list[str]]:
+    """Per rule path: its discovered metrics, each with a sample query for placeholder names."""
+    lines: dict[str, list[str]] = {rule.path: [] for rule in
+                                   (*config.rules, *config.external_rules)}
+    for key in registry.custom_metrics():
+        entry = registry.custom[key]
+        scope = "namespaced" if key.namespaced else "cluster-scoped"
+        try:
+            built = build_custom_query(
+                rule=entry.rule, mapper=entry.mapper, series=entry.series,
+                resource=key.resource,
+                namespace=_SAMPLE_NAMESPACE if key.namespaced else None,
+                names=[_SAMPLE_NAME], metric_selector=Selector())
+            query = built.promql
+        except QueryError as error:
+            query = f"(cannot build a query: {error})"
+        lines[entry.rule.path].append(
+            f"  {key.api_name} ({scope}, series {entry.series})\n      {query}")
+    for name in sorted(registry.external):
+        external = registry.external[name]
+        try:
+            query = build_external_query(
+                rule=external.rule, mapper=external.mapper, series=external.series,
+                namespace=_SAMPLE_NAMESPACE, metric_selector=Selector())
+        except QueryError as error:
+            query = f"(cannot build a query: {error})"
+        lines[external.rule.path].append(
+            f"  {external.metric} (external, series {external.series})\n      {query}")
+    return lines
+
+
+def check_config(settings: AdapterSettings, *, out: TextIO | None = None) -> int:
+    """Validate the file of --check-config; with --prometheus-url also run one discovery pass.
+
+    Prints to `out` (stdout); returns the exit code: 0 valid (and discovered), 1 otherwise.
+    """
+    out = out or sys.stdout
+    path = settings.check_config or ""
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except OSError as error:
+        print(f"{path}: cannot read: {error.strerror or error}", file=out)
+        return 1
+    try:
+        config = parse_config(text)
+    except ConfigError as error:
+        for issue in error.issues:
+            print(f"{path}: error: {issue}", file=out)
+        print(f"{path}: invalid ({len(error.issues)} problem(s))", file=out)
+        return 1
+    for warning in config.warnings:
+        print(f"{path}: warning: {warning}", file=out)
+    resource_rules = "yes" if config.resource_rules is not None else "no"
+    print(f"{path}: valid: {len(config.rules)} rules, {len(config.external_rules)} "
+          f"externalRules, resourceRules: {resource_rules}", file=out)
+    if settings.prometheus is None:
+        return 0
+    return asyncio.run(_check_discovery(settings, config, out))
+
+
+async def _check_discovery(settings: AdapterSettings, config: AdapterConfig,
+                           out: TextIO) -> int:
+    assert settings.prometheus is not None
+    catalog = await _catalog(settings, out)
+    now = datetime.fromtimestamp(time.time(), tz=UTC)
+    async with PrometheusClient(settings.prometheus, registry=CollectorRegistry()) as client:
+        try:
+            registry = await relist_once(now, config=config, lister=client, catalog=catalog,
+                                         max_age=settings.max_age,
+                                         request_timeout=settings.prometheus.timeout)
+        except DiscoveryFailed as error:
+            cause = error.__cause__
+            detail = getattr(cause, "detail", "") or ""
+            print(f"discovery against {settings.prometheus.url} failed: {error} {detail}",
+                  file=out)
+            return 1
+    for problem in registry.stats.override_problems:
+        print(f"warning: {problem}", file=out)
+    per_rule = _sample_queries(registry, config)
+    stats = {rule.rule: rule for rule in registry.stats.rules}
+    for rule in (*config.rules, *config.external_rules):
+        rule_stats = stats.get(rule.path)
+        seen = rule_stats.series_names if rule_stats else 0
+        found = per_rule[rule.path]
+        print(f"{rule.path}: seriesQuery {rule.series_query!r}: {seen} series names, "
+              f"{len(found)} metrics", file=out)
+        for line in found:
+            print(line, file=out)
+    print(f"discovered {registry.stats.custom_metrics} custom and "
+          f"{registry.stats.external_metrics} external metrics from "
+          f"{settings.prometheus.url}", file=out)
+    return 0
+
+
+# --------------------------------------------------------------------------------------------
+# The subcommand
+
+
+def run(args: argparse.Namespace) -> int:
+    """`metricscale adapter ...`: serve, or check a configuration file."""
+    try:
+        settings = settings_from_args(args)
+    except SettingsError as error:
+        print(f"metricscale adapter: error: {error}", file=sys.stderr)
+        return 2
+    configure_logging(level=settings.log_level, fmt=settings.log_format)
+    if settings.check_config is not None:
+        return check_config(settings)
+    assert settings.config_file is not None  # settings_from_args requires it for serving
+    try:
+        config = _load_config(settings.config_file)
+    except OSError as error:
+        logger.error("cannot read --config %s: %s", settings.config_file,
+                     error.strerror or error)
+        return 1
+    except ConfigError as error:
+        for issue in error.issues:
+            logger.error("%s: %s", settings.config_file, issue)
+        return 1
+    if settings.auth.insecure_disable_auth:
+        logger.warning("--insecure-disable-auth: every caller may read every metric")
+    return asyncio.run(serve(settings, config))
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run without the `metricscale` dispatcher (`python -m adapter.server ...`)."""
+    parser = argparse.ArgumentParser(prog="metricscale adapter")
+    add_arguments(parser)
+    return run(parser.parse_args(list(sys.argv[1:] if argv is None else argv)))
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

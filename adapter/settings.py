@@ -1,0 +1,332 @@
+"""The `metricscale adapter` flags, parsed into one frozen settings value (no I/O, no clock).
+
+Flag names follow prometheus-adapter and the generic Kubernetes API server, so a Deployment
+written for prometheus-adapter keeps working after the image is swapped; the differences are
+listed in the README ("Running it").
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from decimal import Decimal, InvalidOperation
+
+from adapter.prometheus import (
+    Method,
+    PrometheusConfigError,
+    PrometheusSettings,
+    parse_header,
+)
+
+__all__ = [
+    "DEFAULT_CERT_DIR",
+    "DEFAULT_RELIST_INTERVAL",
+    "AdapterSettings",
+    "AuthFlags",
+    "ServingSettings",
+    "SettingsError",
+    "add_arguments",
+    "format_duration",
+    "parse_duration",
+    "settings_from_args",
+]
+
+DEFAULT_SECURE_PORT = 6443
+DEFAULT_BIND_ADDRESS = "0.0.0.0"
+# The generic apiserver's default, relative to the working directory.
+DEFAULT_CERT_DIR = "apiserver.local.config/certificates"
+# prometheus-adapter's default is 10m; its own manifests use 1m because with 10m a new metric
+# (or a failed first pass) stays invisible for ten minutes. A pass here costs one series call per
+# distinct seriesQuery and memory that grows with metric names, not series, so 1m is cheap.
+DEFAULT_RELIST_INTERVAL = "1m"
+DEFAULT_PROMETHEUS_TIMEOUT = "10s"
+DEFAULT_ALWAYS_ALLOW_PATHS = ("/healthz", "/readyz", "/livez")
+
+
+class SettingsError(ValueError):
+    """Flags that cannot work together; the message names the flag to fix."""
+
+
+# --------------------------------------------------------------------------------------------
+# Go durations
+
+_DURATION_UNITS: dict[str, Decimal] = {
+    "ns": Decimal("1e-9"), "us": Decimal("1e-6"), "µs": Decimal("1e-6"), "μs": Decimal("1e-6"),
+    "ms": Decimal("1e-3"), "s": Decimal(1), "m": Decimal(60), "h": Decimal(3600),
+}
+_DURATION_PART = re.compile(r"([0-9]*(?:\.[0-9]*)?)([a-zµμ]+)")
+
+
+def parse_duration(text: str) -> Decimal:
+    """Go's `time.ParseDuration` in seconds: `90s`, `1m30s`, `1.5h`, `500ms`, `0`."""
+    original = text
+    sign = Decimal(1)
+    if text and text[0] in "+-":
+        sign = Decimal(-1) if text[0] == "-" else Decimal(1)
+        text = text[1:]
+    if text == "0":
+        return Decimal(0)
+    if not text:
+        raise SettingsError(f"invalid duration {original!r}")
+    total = Decimal(0)
+    position = 0
+    while position < len(text):
+        match = _DURATION_PART.match(text, position)
+        if match is None or match.group(1) in ("", "."):
+            raise SettingsError(f"invalid duration {original!r}")
+        unit = _DURATION_UNITS.get(match.group(2))
+        if unit is None:
+            raise SettingsError(f"unknown unit {match.group(2)!r} in duration {original!r}")
+        try:
+            total += Decimal(match.group(1)) * unit
+        except InvalidOperation:
+            raise SettingsError(f"invalid duration {original!r}") from None
+        position = match.end()
+    return sign * total
+
+
+def format_duration(seconds: Decimal | float) -> str:
+    """A duration the way Go prints it for whole seconds and above (`1m0s`, `1h30m0s`, `45s`)."""
+    value = Decimal(str(seconds))
+    if value == 0:
+        return "0s"
+    if value < 1:
+        return f"{(value * 1000).normalize():f}ms"
+    hours, rest = divmod(value, 3600)
+    minutes, secs = divmod(rest, 60)
+    text = f"{secs.normalize():f}s"
+    if hours or minutes:
+        text = f"{int(minutes)}m{text}"
+    if hours:
+        text = f"{int(hours)}h{text}"
+    return text
+
+
+# --------------------------------------------------------------------------------------------
+# Values
+
+
+@dataclass(frozen=True)
+class ServingSettings:
+    """Where and how the HTTPS server listens."""
+
+    port: int = DEFAULT_SECURE_PORT
+    bind_address: str = DEFAULT_BIND_ADDRESS
+    tls_cert_file: str | None = None
+    tls_private_key_file: str | None = None
+    cert_dir: str = DEFAULT_CERT_DIR
+
+
+@dataclass(frozen=True)
+class AuthFlags:
+    """The generic apiserver's authn/authz flags, parsed here and interpreted by the auth wiring.
+
+    None/empty means "not given": the in-cluster ConfigMap (or the default) applies.
+    """
+
+    client_ca_file: str | None = None
+    requestheader_client_ca_file: str | None = None
+    requestheader_allowed_names: tuple[str, ...] = ()
+    requestheader_username_headers: tuple[str, ...] | None = None
+    requestheader_group_headers: tuple[str, ...] | None = None
+    requestheader_extra_headers_prefix: tuple[str, ...] | None = None
+    requestheader_uid_headers: tuple[str, ...] | None = None
+    authentication_kubeconfig: str | None = None
+    authentication_skip_lookup: bool = False
+    authorization_kubeconfig: str | None = None
+    authorization_always_allow_paths: tuple[str, ...] = DEFAULT_ALWAYS_ALLOW_PATHS
+    insecure_disable_auth: bool = False
+
+
+@dataclass(frozen=True)
+class AdapterSettings:
+    """Everything `metricscale adapter` was asked to do."""
+
+    config_file: str | None
+    prometheus: PrometheusSettings | None
+    serving: ServingSettings = field(default_factory=ServingSettings)
+    kubeconfig: str | None = None
+    relist_interval: Decimal = Decimal(60)
+    max_age: Decimal = Decimal(60)
+    check_config: str | None = None
+    auth: AuthFlags = field(default_factory=AuthFlags)
+    log_format: str = "text"
+    log_level: str = "info"
+
+
+# --------------------------------------------------------------------------------------------
+# argparse
+
+
+def _comma_list(text: str) -> tuple[str, ...]:
+    """A Go `StringSlice` flag value: comma-separated, each item trimmed."""
+    return tuple(item.strip() for item in text.split(",") if item.strip())
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Declare every flag of `metricscale adapter` on `parser`."""
+    serving = parser.add_argument_group("serving")
+    serving.add_argument("--secure-port", type=int, default=DEFAULT_SECURE_PORT,
+                         help="HTTPS port (default %(default)s)")
+    serving.add_argument("--bind-address", default=DEFAULT_BIND_ADDRESS,
+                         help="address to listen on (default %(default)s)")
+    serving.add_argument("--tls-cert-file", help="serving certificate (PEM, chain allowed); "
+                         "reloaded when it changes on disk")
+    serving.add_argument("--tls-private-key-file", help="private key of --tls-cert-file")
+    serving.add_argument("--cert-dir", default=DEFAULT_CERT_DIR,
+                         help="where a self-signed pair is kept when no --tls-cert-file is given "
+                              "(default %(default)s)")
+
+    kube = parser.add_argument_group("kubernetes")
+    kube.add_argument("--kubeconfig",
+                      help="kubeconfig for listing objects and discovery (default: the "
+                           "in-cluster service account)")
+    kube.add_argument("--lister-kubeconfig",
+                      help="prometheus-adapter's name for --kubeconfig (give one of them)")
+
+    rules = parser.add_argument_group("rules and discovery")
+    rules.add_argument("--config", help="prometheus-adapter rule file (rules, externalRules, "
+                                        "resourceRules)")
+    rules.add_argument("--metrics-relist-interval", default=DEFAULT_RELIST_INTERVAL,
+                       help="how often series are rediscovered (default %(default)s; "
+                            "prometheus-adapter: 10m)")
+    rules.add_argument("--metrics-max-age", default=None,
+                       help="lookback of each discovery pass; at least the relist interval "
+                            "(default: the relist interval)")
+    rules.add_argument("--check-config", metavar="FILE",
+                       help="validate FILE and exit (0 valid, 1 not); with --prometheus-url, also "
+                            "print each rule's discovered metrics and a sample query")
+
+    prom = parser.add_argument_group("prometheus")
+    prom.add_argument("--prometheus-url", help="base URL of Prometheus, Thanos, Mimir or "
+                                               "VictoriaMetrics (its path is kept as a prefix)")
+    prom.add_argument("--prometheus-header", action="append", default=[], metavar="NAME=VALUE",
+                      help="header sent with every request (repeatable), e.g. X-Scope-OrgID=team")
+    prom.add_argument("--prometheus-token-file",
+                      help="bearer token file, re-read when it changes")
+    prom.add_argument("--prometheus-username", help="basic auth user")
+    prom.add_argument("--prometheus-password-file", help="basic auth password file")
+    prom.add_argument("--prometheus-client-tls-cert-file", help="client certificate (PEM)")
+    prom.add_argument("--prometheus-client-tls-key-file", help="client certificate key (PEM)")
+    prom.add_argument("--prometheus-ca-file", help="CA bundle that signed Prometheus' certificate")
+    prom.add_argument("--prometheus-insecure-skip-tls-verify", action="store_true",
+                      help="do not verify Prometheus' certificate (testing only)")
+    prom.add_argument("--prometheus-timeout", default=DEFAULT_PROMETHEUS_TIMEOUT,
+                      help="timeout of each query (default %(default)s)")
+    prom.add_argument("--prometheus-verb", default="POST", type=str.upper,
+                      choices=["POST", "GET"],
+                      help="HTTP method of queries (default POST: no URL length limit)")
+
+    auth = parser.add_argument_group("authentication and authorization")
+    auth.add_argument("--client-ca-file")
+    auth.add_argument("--requestheader-client-ca-file")
+    auth.add_argument("--requestheader-allowed-names", type=_comma_list, default=())
+    auth.add_argument("--requestheader-username-headers", type=_comma_list, default=None)
+    auth.add_argument("--requestheader-group-headers", type=_comma_list, default=None)
+    auth.add_argument("--requestheader-extra-headers-prefix", type=_comma_list, default=None)
+    auth.add_argument("--requestheader-uid-headers", type=_comma_list, default=None)
+    auth.add_argument("--authentication-kubeconfig")
+    auth.add_argument("--authentication-skip-lookup", action="store_true")
+    auth.add_argument("--authorization-kubeconfig")
+    auth.add_argument("--authorization-always-allow-paths", type=_comma_list,
+                      default=DEFAULT_ALWAYS_ALLOW_PATHS)
+    auth.add_argument("--insecure-disable-auth", action="store_true",
+                      help="local development only: no authentication, no authorization")
+
+    logs = parser.add_argument_group("logging")
+    logs.add_argument("--log-format", choices=["text", "json"], default="text")
+    logs.add_argument("--log-level", choices=["debug", "info", "warning", "error"],
+                      default="info")
+
+
+def _duration_flag(name: str, text: str) -> Decimal:
+    try:
+        value = parse_duration(text)
+    except SettingsError as error:
+        raise SettingsError(f"{name}: {error}") from None
+    if value <= 0:
+        raise SettingsError(f"{name} must be positive, got {text!r}")
+    return value
+
+
+def _prometheus_settings(args: argparse.Namespace) -> PrometheusSettings | None:
+    if not args.prometheus_url:
+        return None
+    try:
+        headers = tuple(parse_header(item) for item in args.prometheus_header)
+        method: Method = "GET" if args.prometheus_verb == "GET" else "POST"
+        return PrometheusSettings(
+            url=args.prometheus_url,
+            headers=headers,
+            bearer_token_file=args.prometheus_token_file,
+            basic_auth_username=args.prometheus_username,
+            basic_auth_password_file=args.prometheus_password_file,
+            client_cert_file=args.prometheus_client_tls_cert_file,
+            client_key_file=args.prometheus_client_tls_key_file,
+            ca_file=args.prometheus_ca_file,
+            insecure_skip_verify=bool(args.prometheus_insecure_skip_tls_verify),
+            timeout=float(_duration_flag("--prometheus-timeout", args.prometheus_timeout)),
+            method=method,
+        )
+    except PrometheusConfigError as error:
+        raise SettingsError(str(error)) from None
+
+
+def settings_from_args(args: argparse.Namespace) -> AdapterSettings:
+    """Check the flags together; raises SettingsError naming what to fix."""
+    relist = _duration_flag("--metrics-relist-interval", args.metrics_relist_interval)
+    max_age = relist
+    if args.metrics_max_age is not None:
+        max_age = _duration_flag("--metrics-max-age", args.metrics_max_age)
+        if max_age < relist:
+            raise SettingsError(
+                f"--metrics-max-age ({args.metrics_max_age}) must not be less than "
+                f"--metrics-relist-interval ({args.metrics_relist_interval}): series seen "
+                "between two passes would be missed")
+    prometheus = _prometheus_settings(args)
+    if args.kubeconfig and args.lister_kubeconfig and args.kubeconfig != args.lister_kubeconfig:
+        raise SettingsError("--kubeconfig and --lister-kubeconfig name different files; "
+                            "give one of them")
+    kubeconfig = args.kubeconfig or args.lister_kubeconfig or None
+    if args.check_config is None:
+        if not args.config:
+            raise SettingsError("no metrics discovery configuration file specified "
+                                "(make sure to use --config)")
+        if prometheus is None:
+            raise SettingsError("--prometheus-url is required")
+    if bool(args.tls_cert_file) != bool(args.tls_private_key_file):
+        raise SettingsError("--tls-cert-file and --tls-private-key-file go together")
+    if not 0 < args.secure_port < 65536:
+        raise SettingsError(f"--secure-port {args.secure_port} is not a TCP port")
+    serving = ServingSettings(
+        port=args.secure_port, bind_address=args.bind_address,
+        tls_cert_file=args.tls_cert_file, tls_private_key_file=args.tls_private_key_file,
+        cert_dir=args.cert_dir)
+    auth = AuthFlags(
+        client_ca_file=args.client_ca_file,
+        requestheader_client_ca_file=args.requestheader_client_ca_file,
+        requestheader_allowed_names=tuple(args.requestheader_allowed_names),
+        requestheader_username_headers=args.requestheader_username_headers,
+        requestheader_group_headers=args.requestheader_group_headers,
+        requestheader_extra_headers_prefix=args.requestheader_extra_headers_prefix,
+        requestheader_uid_headers=args.requestheader_uid_headers,
+        authentication_kubeconfig=args.authentication_kubeconfig,
+        authentication_skip_lookup=bool(args.authentication_skip_lookup),
+        authorization_kubeconfig=args.authorization_kubeconfig,
+        authorization_always_allow_paths=tuple(args.authorization_always_allow_paths),
+        insecure_disable_auth=bool(args.insecure_disable_auth),
+    )
+    return AdapterSettings(
+        config_file=args.config, prometheus=prometheus, serving=serving,
+        kubeconfig=kubeconfig, relist_interval=relist, max_age=max_age,
+        check_config=args.check_config, auth=auth, log_format=args.log_format,
+        log_level=args.log_level)
+
+
+def parse_settings(argv: Sequence[str]) -> AdapterSettings:
+    """Parse a command line (without the subcommand) into settings; for tests and tools."""
+    parser = argparse.ArgumentParser(prog="metricscale adapter")
+    add_arguments(parser)
+    return settings_from_args(parser.parse_args(list(argv)))
