@@ -92,10 +92,14 @@ def run(args: argparse.Namespace) -> int:
         return EXIT_INVALID
     decision = decide_snapshot(snapshot)
     if args.output == "text":
-        sys.stdout.write(render_text(snapshot, decision))
+        output = render_text(snapshot, decision)
     else:
-        json.dump(render_decision(decision), sys.stdout, indent=2)
-        sys.stdout.write("\n")
+        output = json.dumps(render_decision(decision), indent=2) + "\n"
+    try:
+        sys.stdout.write(output)
+        sys.stdout.flush()
+    except BrokenPipeError:  # `| head`: the reader has all it wanted
+        pass
     return EXIT_OK
 
 

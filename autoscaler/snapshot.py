@@ -121,7 +121,7 @@ def _parse(raw: Any) -> Snapshot:
         if expected is not None and value is not None and \
                 not isinstance(value, expected | MetricFetchError):
             raise SnapshotError(f"{path}.kind", f"a {spec.type} metric reads a "
-                                                f"{expected.__name__}, not a "
+                                                f"{expected.__name__}; got "
                                                 f"{type(value).__name__}")
         metrics.append(value)
     return Snapshot(now=now, settings=settings, autoscaler=autoscaler, scale=scale,

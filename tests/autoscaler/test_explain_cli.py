@@ -1,0 +1,118 @@
+"""`metricscale explain` as users run it: a subprocess on snapshot files of wire-format objects."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+SNAPSHOTS = Path(__file__).parent / "snapshots"
+
+
+def explain(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "metricscale", "explain", *args],
+                          input=stdin, capture_output=True, text=True, timeout=60, check=False)
+
+
+def decision_for(name: str) -> dict[str, Any]:
+    result = explain(str(SNAPSHOTS / name))
+    assert result.returncode == 0, result.stderr
+    parsed: dict[str, Any] = json.loads(result.stdout)
+    return parsed
+
+
+def test_cpu_load_scales_a_deployment_up() -> None:
+    out = decision_for("cpu-scale-up.yaml")
+    assert (out["desiredReplicas"], out["scaleUpdated"]) == (5, True)
+    assert out["events"] == [{"type": "Normal", "reason": "SuccessfulRescale",
+                              "message": "New size: 5; reason: cpu resource utilization "
+                                         "(percentage of request) above target"}]
+    assert out["status"]["currentMetrics"] == [{"type": "Resource", "resource": {
+        "name": "cpu", "current": {"averageValue": "150m", "averageUtilization": 75}}}]
+    conditions = {c["type"]: c for c in out["status"]["conditions"]}
+    # the conditions stayed True, so their transition times are the old ones
+    assert conditions["AbleToScale"]["lastTransitionTime"] == "2026-11-20T08:13:11Z"
+    assert conditions["AbleToScale"]["message"] == \
+        "the HPA controller was able to update the target scale to 5"
+    assert out["status"]["lastScaleTime"] == "2026-11-21T10:00:00Z"
+    assert out["metrics"][0]["ratio"] == 1.5 and out["limits"] == []
+    assert [r["replicas"] for r in out["history"]["recommendations"]] == [3, 5]
+
+
+def test_a_recent_higher_recommendation_holds_a_scale_down() -> None:
+    out = decision_for("pods-metric-stabilized.yaml")
+    assert (out["desiredReplicas"], out["scaleUpdated"], out["events"]) == (4, False, [])
+    assert out["limits"] == [{"rule": "ScaleDownStabilization", "from": 2, "to": 4,
+                              "detail": "recent recommendations were higher than current one, "
+                                        "applying the highest recent recommendation (the 300 s "
+                                        "downscale stabilization window)"}]
+    assert out["metrics"][0]["current"] == "4575m" and out["metrics"][0]["proposedReplicas"] == 2
+
+
+def test_a_scale_up_policy_limits_the_rate() -> None:
+    out = decision_for("behavior-policy.yaml")
+    assert out["desiredReplicas"] == 6
+    assert [(lim["rule"], lim["from"], lim["to"]) for lim in out["limits"]] == \
+        [("ScaleUpPolicy", 14, 6)]
+    assert {c["type"]: c["reason"] for c in out["status"]["conditions"]}["ScalingLimited"] == \
+        "ScaleUpLimit"
+
+
+def test_a_failing_metric_blocks_the_scale_down() -> None:
+    out = decision_for("failing-metric-blocks-scale-down.yaml")
+    assert out["desiredReplicas"] == 4
+    assert [e["reason"] for e in out["events"]] == ["FailedGetExternalMetric",
+                                                   "FailedComputeMetricsReplicas"]
+    assert out["limits"][0]["rule"] == "FailingMetricBlocksScaleDown"
+    assert out["status"]["currentMetrics"][1] == {"type": ""}
+    assert out["metrics"][1]["error"].endswith(
+        "the server could not find the requested resource "
+        "(get lb_requests_per_second.external.metrics.k8s.io)")
+
+
+def test_an_unreadable_scale_is_a_decision_not_an_input_error() -> None:
+    out = decision_for("scale-error.yaml")
+    assert out["events"] == [{"type": "Warning", "reason": "FailedGetScale",
+                              "message": "deployments.apps \"web\" not found"}]
+
+
+def test_text_output_is_a_readable_report() -> None:
+    result = explain("--output", "text", str(SNAPSHOTS / "behavior-policy.yaml"))
+    assert result.returncode == 0, result.stderr
+    assert "Decision: keep 6 replicas" in result.stdout
+    assert "ScaleUpPolicy: 14 -> 6" in result.stdout
+
+
+def test_json_on_standard_input_gives_the_same_decision() -> None:
+    document = yaml.safe_load((SNAPSHOTS / "cpu-scale-up.yaml").read_text())
+    result = explain("-", stdin=json.dumps(document))
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout) == decision_for("cpu-scale-up.yaml")
+
+
+@pytest.mark.parametrize(("name", "field"), [
+    ("bad-quantity.yaml", "autoscaler.spec.metrics[0].pods.target.averageValue: "),
+    ("wrong-metric-list.yaml", "metrics[0].kind: "),
+])
+def test_invalid_input_exits_2_naming_the_field(name: str, field: str) -> None:
+    result = explain(str(SNAPSHOTS / "invalid" / name))
+    assert result.returncode == 2
+    assert result.stdout == ""
+    assert f"metricscale explain: invalid snapshot: {field}" in result.stderr
+
+
+@pytest.mark.parametrize(("args", "stdin", "message"), [
+    (("/nonexistent/snapshot.yaml",), None, "cannot read /nonexistent/snapshot.yaml"),
+    (("-",), "{not: [valid", "is neither JSON nor YAML"),
+    (("-",), "- just\n- a list\n", "a snapshot must be an object"),
+    ((), None, "a snapshot FILE (or - for standard input) is required"),
+])
+def test_unreadable_input_exits_2(args: tuple[str, ...], stdin: str | None, message: str) -> None:
+    result = explain(*args, stdin=stdin)
+    assert result.returncode == 2
+    assert message in result.stderr
