@@ -425,7 +425,17 @@ class Selector:
     def matches(self, labels: Mapping[str, str]) -> bool:
         if self.nothing:
             return False
-        return all(requirement.matches(labels) for requirement in self.requirements)
+        for requirement in self.requirements:  # noqa: SIM110 - a hot loop; all() is slower
+            if not requirement.matches(labels):
+                return False
+        return True
+
+    def exact_labels(self) -> dict[str, str] | None:
+        """The labels to compare when every requirement is `key=value` (the common case)."""
+        if self.nothing or any(r.operator not in {"=", "==", "in"} or len(r.values) != 1
+                               for r in self.requirements):
+            return None
+        return {r.key: r.values[0] for r in self.requirements}
 
     @property
     def empty(self) -> bool:
@@ -1489,13 +1499,25 @@ class ContainerUsage:
 
 @dataclass(frozen=True)
 class PodMetrics:
-    """metrics.k8s.io/v1beta1 PodMetrics."""
+    """metrics.k8s.io/v1beta1 PodMetrics (usage summed once per resource, at parse time)."""
 
     name: str
     timestamp: datetime
     window: timedelta
     containers: tuple[ContainerUsage, ...] = ()
     namespace: str = ""
+    # Derived: the pod's usage per resource, for resources every container reports.
+    usage_totals: Mapping[str, int] = field(init=False, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        totals: dict[str, int] = {}
+        if self.containers:
+            names = set(self.containers[0].usage)
+            for container in self.containers[1:]:
+                names &= set(container.usage)
+            for resource in names:
+                totals[resource] = sum(c.usage[resource].milli for c in self.containers)
+        object.__setattr__(self, "usage_totals", totals)
 
 
 @dataclass(frozen=True)
@@ -1515,6 +1537,13 @@ class MetricValue:
     window_seconds: int | None = None
     described_namespace: str = ""
     described_api_version: str = ""
+    # Derived: the sample window, one minute when the adapter gives none (as upstream assumes).
+    window: timedelta = field(init=False, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        window = (timedelta(minutes=1) if self.window_seconds is None
+                  else timedelta(seconds=self.window_seconds))
+        object.__setattr__(self, "window", window)
 
 
 @dataclass(frozen=True)
@@ -1739,6 +1768,18 @@ def _render_event(event: ScaleEvent) -> dict[str, Any]:
 
 def pods_matching(pods: Iterable[Pod], selector: Selector, namespace: str) -> list[Pod]:
     """The pods a lister would return for this namespace and selector."""
-    return [pod for pod in pods
-            if (not namespace or not pod.namespace or pod.namespace == namespace)
-            and selector.matches(pod.labels)]
+    exact = selector.exact_labels()
+    listed = []
+    for pod in pods:
+        if namespace and pod.namespace and pod.namespace != namespace:
+            continue
+        labels = pod.labels
+        if exact is not None:
+            for key, value in exact.items():
+                if labels.get(key) != value:
+                    break
+            else:
+                listed.append(pod)
+        elif selector.matches(labels):
+            listed.append(pod)
+    return listed

@@ -55,6 +55,7 @@ __all__ = [
 INT32_MAX = 2**31 - 1
 INT32_MIN = -(2**31)
 INT64_MAX = 2**63 - 1
+INT64_MIN = -(2**63)
 _UINT64 = 2**64
 _TERMINAL_PHASES = frozenset({"Failed", "Succeeded"})
 # Pod-level requests (KEP-2837) exist for these resources.
@@ -206,16 +207,13 @@ def resource_pod_metrics(metrics: MetricInput, *, resource: str,
                         result[item.name] = (quantity.milli, item.timestamp, item.window)
                     break
             continue
-        if not item.containers:
-            continue  # a pod without containers counts as missing
-        total = 0
-        for usage in item.containers:
-            quantity = usage.usage.get(resource)
-            if quantity is None:
-                break
-            total += quantity.milli
-        else:
-            result[item.name] = (_wrap64(total), item.timestamp, item.window)
+        # summed at parse time; absent when a container lacks it or there are no containers,
+        # and then the pod counts as missing
+        total = item.usage_totals.get(resource)
+        if total is not None:
+            if total > INT64_MAX or total < INT64_MIN:
+                total = _wrap64(total)
+            result[item.name] = (total, item.timestamp, item.window)
     return result, metrics.items[0].timestamp
 
 
@@ -225,11 +223,9 @@ def custom_pod_metrics(metrics: MetricInput) -> tuple[dict[str, PodMetric], date
         raise _fetch_failed("custom", metrics)
     if not metrics.items:
         raise CalculationError("no metrics returned from custom metrics API")
-    minute = timedelta(minutes=1)
     result: dict[str, PodMetric] = {}
     for item in metrics.items:
-        window = minute if item.window_seconds is None else timedelta(seconds=item.window_seconds)
-        result[item.described_name] = (item.value.milli, item.timestamp, window)
+        result[item.described_name] = (item.value.milli, item.timestamp, item.window)
     return result, metrics.items[0].timestamp
 
 

@@ -1,4 +1,4 @@
-"""Decision snapshots (snapshot.md): everything one reconcile looks at, in, and the decision, out."""
+"""Decision snapshots (snapshot.md): all one reconcile looks at, in; the decision, out."""
 
 from __future__ import annotations
 
@@ -88,7 +88,8 @@ def _parse(raw: Any) -> Snapshot:
         raise SnapshotError("", "a snapshot must be an object (a JSON or YAML mapping)")
     for key in raw:
         if key not in _KNOWN_KEYS:
-            raise SnapshotError(str(key), f"unknown field (known: {', '.join(sorted(_KNOWN_KEYS))})")
+            known = ", ".join(sorted(_KNOWN_KEYS))
+            raise SnapshotError(str(key), f"unknown field (known: {known})")
     api_version = raw.get("apiVersion")
     if api_version is not None and api_version != SNAPSHOT_API_VERSION:
         raise SnapshotError("apiVersion", f"must be {SNAPSHOT_API_VERSION}, not {api_version!r}")

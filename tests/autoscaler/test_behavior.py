@@ -284,7 +284,8 @@ SCALING_WITH_RULES: list[tuple[str, dict[str, Any]]] = [
 ]
 
 
-@pytest.mark.parametrize(("name", "case"), SCALING_WITH_RULES, ids=[c[0] for c in SCALING_WITH_RULES])
+@pytest.mark.parametrize(("name", "case"), SCALING_WITH_RULES,
+                         ids=[c[0] for c in SCALING_WITH_RULES])
 def test_rate_policies_match_upstream(name: str, case: dict[str, Any]) -> None:
     result = convert_desired_replicas_with_behavior_rate(
         current_replicas=case["current"], desired_replicas=case["desired"],
