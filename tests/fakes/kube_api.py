@@ -400,10 +400,11 @@ class FakeKubeAPI:
         self._write_files()
         app = web.Application(client_max_size=16 * 1024 * 1024)
         app.router.add_route("*", "/{tail:.*}", self._handle)
-        self._runner = web.AppRunner(app, access_log=None, handle_signals=False)
+        # handler_cancellation: a watch handler ends as soon as its client goes away.
+        self._runner = web.AppRunner(app, access_log=None, handle_signals=False,
+                                     shutdown_timeout=1.0, handler_cancellation=True)
         await self._runner.setup()
-        site = web.TCPSite(self._runner, self.host, self._port, ssl_context=self._ssl_context(),
-                           shutdown_timeout=1.0)
+        site = web.TCPSite(self._runner, self.host, self._port, ssl_context=self._ssl_context())
         await site.start()
         server = site._server
         assert isinstance(server, asyncio.base_events.Server)
@@ -414,6 +415,7 @@ class FakeKubeAPI:
 
     async def stop(self) -> None:
         self._closing.set()
+        self.rest.wake_watchers()
         for handle in list(self._pending):
             handle.cancel()
         await self.aggregator.stop()

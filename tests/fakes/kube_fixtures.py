@@ -9,8 +9,9 @@ from typing import Any
 import pytest
 
 from tests.fakes.kube_api import FakeKubeAPI
+from tests.fakes.kube_http import KubeHTTPClient
 
-__all__ = ["fake_kube", "kube_api_client", "kubeconfig"]
+__all__ = ["fake_kube", "kube_api_client", "kube_http", "kubeconfig"]
 
 
 @pytest.fixture
@@ -34,4 +35,11 @@ async def kube_api_client(fake_kube: FakeKubeAPI) -> AsyncIterator[Any]:
     from kubernetes_asyncio.client import ApiClient
 
     async with ApiClient(configuration=fake_kube.api_client_configuration()) as client:
+        yield client
+
+
+@pytest.fixture
+async def kube_http(fake_kube: FakeKubeAPI) -> AsyncIterator[KubeHTTPClient]:
+    """A raw HTTP client (admin token) for wire-level assertions against the fake."""
+    async with KubeHTTPClient(fake_kube) as client:
         yield client

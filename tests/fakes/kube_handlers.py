@@ -191,6 +191,12 @@ class RestHandlers:
         self.enforce_namespaces = enforce_namespaces
         self.reviews = reviews
         self.on_crd_change = on_crd_change
+        self._watch_queues: set[asyncio.Queue[StoreEvent | None]] = set()
+
+    def wake_watchers(self) -> None:
+        """Let every open watch notice that the server is closing."""
+        for queue in self._watch_queues:
+            queue.put_nowait(None)
 
     # --- entry point ------------------------------------------------------------------------
 
@@ -871,10 +877,11 @@ class RestHandlers:
                                  "allowWatchBookmarks=true and "
                                  "resourceVersionMatch=NotOlderThan")])
         deadline = time.monotonic() + timeout
-        queue: asyncio.Queue[StoreEvent] = asyncio.Queue()
+        queue: asyncio.Queue[StoreEvent | None] = asyncio.Queue()
         key = resource_type.storage_key
         unsubscribe = self.store.subscribe(
             lambda event: queue.put_nowait(event) if event.key == key else None)
+        self._watch_queues.add(queue)
         try:
             initial: list[tuple[str, JSONDict]] = []
             expired: ApiError | None = None
@@ -933,20 +940,21 @@ class RestHandlers:
                     continue
                 wake = min(deadline, next_bookmark or deadline, now + 0.5) - now
                 try:
-                    event = await asyncio.wait_for(queue.get(), timeout=max(wake, 0.0))
+                    incoming = await asyncio.wait_for(queue.get(), timeout=max(wake, 0.0))
                 except TimeoutError:
                     transport = request.transport
                     if transport is None or transport.is_closing():
                         break
                     continue
-                translated = self._translate(event, resource_type, path, labels, fields)
+                if incoming is None:
+                    continue
+                translated = self._translate(incoming, resource_type, path, labels, fields)
                 if translated is not None:
                     await send(*translated)
             return response
-        except (ConnectionResetError, ConnectionError):
-            raise
         finally:
             unsubscribe()
+            self._watch_queues.discard(queue)
 
     def _next_bookmark(self, deadline: float) -> float | None:
         now = time.monotonic()
@@ -954,7 +962,8 @@ class RestHandlers:
         heartbeat = min(heartbeat, deadline - BOOKMARK_PRE_TIMEOUT)
         return heartbeat if heartbeat >= now else None
 
-    async def _wait_for_version(self, wanted: int, queue: asyncio.Queue[StoreEvent]) -> None:
+    async def _wait_for_version(self, wanted: int,
+                                queue: asyncio.Queue[StoreEvent | None]) -> None:
         """The watch cache waits up to 3 s for a resourceVersion it has not seen yet."""
         if wanted <= self.store.resource_version:
             return
