@@ -360,13 +360,17 @@ class Discovery:
         raise UnknownResource(f"the server doesn't have a resource type {str(requested)!r}")
 
     async def run(self) -> None:
-        """Refresh now, then every `refresh_interval`; a failure is logged, the last value kept."""
+        """Refresh every `refresh_interval` after the last attempt (at once if there was none);
+        a failure is logged and the last value kept."""
         while True:
+            if self._last_attempt is not None:
+                wait = self._refresh_interval - (self._clock() - self._last_attempt)
+                if wait > 0:
+                    await self._sleep(wait)
             try:
                 await self.refresh()
             except KubeError as exc:
                 logger.warning("discovery of the cluster's resources failed: %s", exc)
-            await self._sleep(self._refresh_interval)
 
     def start(self, *, on_failure: Callable[[BaseException], None] | None = None) -> None:
         if self._task is None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
@@ -261,3 +262,25 @@ async def test_connect_outside_a_cluster_without_kubeconfig_is_a_config_error(
     with pytest.raises(KubeConfigError):
         async with connect(kubeconfig=None):
             pass
+
+
+async def test_the_loop_waits_an_interval_after_each_attempt(aiohttp_server: Any) -> None:
+    script = Scripted(dict(LEGACY))
+    clock = Clock()
+    waits: list[float] = []
+
+    async def sleep(seconds: float) -> None:
+        waits.append(seconds)
+        clock.now += seconds
+        if len(waits) == 3:
+            raise asyncio.CancelledError
+
+    async with scripted_api(aiohttp_server, script) as api:
+        discovery = Discovery(api, refresh_interval=60, clock=clock, sleep=sleep)
+        await discovery.refresh()  # the composition root's first pass
+        clock.now += 10
+        script.failing = True
+        with pytest.raises(asyncio.CancelledError):
+            await discovery.run()
+    assert waits == [50, 60, 60]  # failures do not make it spin
+    assert discovery.passes == 3
