@@ -197,10 +197,8 @@ def approximate_float(quantity: Quantity) -> float:
         base = -base
     if exponent == 0:
         return base
-    if exponent > 0:
-        return base * math.pow(10.0, exponent)
-    return base * (1.0 / math.pow(10.0, -exponent)) if -exponent > 308 \
-        else base * math.pow(10.0, exponent)
+    # Go's math.Pow(10, e) is the correctly rounded power for the exponents quantities have
+    return base * math.pow(10.0, exponent)
 
 
 def tolerances_for(autoscaler: Autoscaler, settings: Settings) -> Tolerances:
