@@ -419,8 +419,9 @@ class PrometheusClient:
         context = self._ssl_context()
         connector = aiohttp.TCPConnector(limit=self.settings.max_connections,
                                          ssl=context if context is not None else True)
+        # trust_env: HTTP(S)_PROXY/NO_PROXY apply, as they do to prometheus-adapter's Go client.
         self._session = aiohttp.ClientSession(
-            connector=connector, trust_env=False, auto_decompress=True,
+            connector=connector, trust_env=True, auto_decompress=True,
             timeout=aiohttp.ClientTimeout(total=self.settings.timeout))
 
     async def close(self) -> None:
