@@ -82,7 +82,7 @@ def _go_type(value: Any) -> str:
 
 
 def _go_float(value: float) -> str:
-    """strconv.FormatFloat(f, 'g', -1, 64): shortest digits, exponent form from 1e+21 / 1e-05."""
+    """strconv.FormatFloat(f, 'g', -1, 64): shortest digits, exponent form from 1e+06 / 1e-05."""
     if value != value:
         return "NaN"
     if value in (float("inf"), float("-inf")):
@@ -95,7 +95,7 @@ def _go_float(value: float) -> str:
     point = len(digits) + exponent  # position of the decimal point in the digit string
     exp10 = point - 1
     prefix = "-" if sign else ""
-    if exp10 < -4 or exp10 >= 21:
+    if exp10 < -4 or exp10 >= 6:
         mantissa = digits[0] + ("." + digits[1:] if len(digits) > 1 else "")
         return f"{prefix}{mantissa}e{'-' if exp10 < 0 else '+'}{abs(exp10):02d}"
     if point <= 0:

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from decimal import ROUND_DOWN, ROUND_FLOOR, Decimal, InvalidOperation
+from decimal import ROUND_DOWN, ROUND_FLOOR, Decimal, InvalidOperation, localcontext
 from typing import Any
 
 from adapter.resources import CustomMetricKey, ResourceInfo
@@ -60,6 +60,7 @@ class NonFiniteSampleError(ValueError):
 
 
 _MILLI = Decimal("0.001")
+_LARGEST = Decimal(2**63 - 1)
 
 
 def sample_to_quantity(value: str) -> str:
@@ -81,7 +82,12 @@ def sample_to_quantity(value: str) -> str:
         raise ValueError(f"not a sample value: {value!r}") from None
     if not exact.is_finite():
         raise NonFiniteSampleError(f"sample value {text} is not a finite number")
-    return format_quantity(exact.quantize(_MILLI, rounding=ROUND_DOWN), Format.DECIMAL_SI)
+    # A quantity holds at most 2^63-1 base units; clamp first so quantize stays in range.
+    exact = max(min(exact, _LARGEST), -_LARGEST)
+    with localcontext() as context:
+        context.prec = 60
+        truncated = exact.quantize(_MILLI, rounding=ROUND_DOWN)
+    return format_quantity(truncated, Format.DECIMAL_SI)
 
 
 def format_timestamp(moment: datetime | float | int | Decimal | str) -> str:
