@@ -44,9 +44,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="a decision snapshot (JSON or YAML, see docs); - reads standard input")
     parser.add_argument("-o", "--output", choices=("json", "text"), default="json",
                         help="one JSON document (default) or a readable report")
-    # Where the snapshot comes from: a file today; `--live NAMESPACE/NAME` (issue 6) adds a
-    # source that assembles the same document from a cluster, into this group.
-    parser.set_defaults(snapshot_sources=("snapshot",))
+    # `--live NAMESPACE/NAME` (issue 6) adds a second source of the same snapshot document:
+    # its argument goes here, and `_load_snapshot` picks the source.
 
 
 def load_document(text: str) -> Any:
@@ -79,18 +78,27 @@ def _snapshot_from_file(path: str, stdin: TextIO) -> Snapshot:
     return parse_snapshot(document)
 
 
+def _load_snapshot(args: argparse.Namespace) -> Snapshot:
+    """The snapshot to explain, from where the arguments say (a file or standard input)."""
+    if not args.snapshot:
+        raise SnapshotError("", "a snapshot FILE (or - for standard input) is required")
+    return _snapshot_from_file(args.snapshot, sys.stdin)
+
+
 def run(args: argparse.Namespace) -> int:
     """Print the decision for the snapshot; exit 2 (with the field named) for bad input."""
-    if not args.snapshot:
-        print("metricscale explain: a snapshot FILE (or - for standard input) is required",
-              file=sys.stderr)
-        return EXIT_INVALID
     try:
-        snapshot = _snapshot_from_file(args.snapshot, sys.stdin)
+        snapshot = _load_snapshot(args)
     except SnapshotError as err:
         print(f"metricscale explain: invalid snapshot: {err}", file=sys.stderr)
         return EXIT_INVALID
-    decision = decide_snapshot(snapshot)
+    try:
+        decision = decide_snapshot(snapshot)
+    except OverflowError:
+        # only times within minutes of year 1 or 9999 get here (`now - window`, start + period)
+        print("metricscale explain: invalid snapshot: now: times this close to year 1 or 9999 "
+              "cannot be computed with", file=sys.stderr)
+        return EXIT_INVALID
     if args.output == "text":
         output = render_text(snapshot, decision)
     else:
