@@ -669,7 +669,8 @@ def decide(*, autoscaler: Autoscaler, scale: Scale | ScaleError, pods: Sequence[
 
     gv_error = _group_version_error(ref.api_version)
     if gv_error is not None or isinstance(scale, ScaleError):
-        message = gv_error if gv_error is not None else scale.message  # type: ignore[union-attr]
+        message = gv_error if gv_error is not None else \
+            (scale.message if isinstance(scale, ScaleError) else "")
         conditions = set_condition(old.conditions, type=ABLE_TO_SCALE, status=FALSE,
                                    reason="FailedGetScale",
                                    message=Messages.FAILED_GET_SCALE.format(message), now=now)
