@@ -45,7 +45,9 @@ def run(args: argparse.Namespace) -> int:
         kubectl = args.kubectl or shutil.which("kubectl")
         if not kubectl:
             raise DemoError("kubectl was not found on the PATH (or pass --kubectl)")
-        asyncio.run(_demo(workdir=args.workdir.resolve(), kubectl=kubectl))
+        workdir = args.workdir.resolve()
+        workdir.mkdir(parents=True, exist_ok=True)
+        asyncio.run(_demo(workdir=workdir, kubectl=kubectl))
     except DemoError as error:
         print(f"metricscale demo: {error}", file=sys.stderr)
         return 1
@@ -94,7 +96,6 @@ async def _demo(*, workdir: Path, kubectl: str) -> None:
     if prometheus_module.find_prometheus() is None:
         raise DemoError("prometheus was not found: install Debian's package "
                         "(`make demo` does) or set PROMETHEUS=/path/to/prometheus")
-    workdir.mkdir(parents=True, exist_ok=True)
     kubeconfig = workdir / "kubeconfig"
 
     _banner("starting Prometheus and a built-in exporter of per-pod request counters")
