@@ -68,7 +68,8 @@ def parse_quantity(text: str) -> Decimal:
             value = number.scaleb(_DECIMAL_SUFFIXES[suffix])
         else:
             value = number.scaleb(int(suffix[1:]))
-        return sign * value
+        result: Decimal = sign * value
+        return result
 
 
 def milli_value(value: Decimal | str) -> int:
