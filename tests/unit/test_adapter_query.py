@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import json
 import re
+import subprocess
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
+from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
@@ -26,6 +29,7 @@ from adapter.resources import GroupResource, ResourceCatalog, ResourceMapper
 from adapter.routes import CustomMetricRoute, ExternalMetricRoute, parse_route
 from adapter.templating import parse_template
 from metricscale.selectors import Operator, Requirement, Selector, parse_selector
+from tests.fakes.tools import require_tool
 
 NOW = datetime(2024, 5, 1, 12, 0, tzinfo=UTC)
 
@@ -614,3 +618,28 @@ def test_no_name_or_value_changes_the_matchers(names: list[str], namespace: str,
 @given(text=HOSTILE)
 def test_escape_regex_leaves_no_live_metacharacter(text: str) -> None:
     assert literal_alternatives(escape_regex(text)) == [text]
+
+
+def test_promtool_parses_queries_built_from_hostile_names(tmp_path: Path) -> None:
+    """Syntax check by Prometheus' own parser (promtool, no server): the escapes are PromQL's."""
+    promtool = require_tool("promtool", env_var="PROMTOOL")
+    hostile = ['"}', '"} or vector(1) #', ".*", "a|b", "\\", "\n", "\u2028", "\x00", "é",
+               "\U0001f600", "}{", "'", "`", "\t\v"]
+    expressions = []
+    for index, name in enumerate(hostile):
+        names = [name] if index % 2 else [name, f"{name}-2"]
+        selector = Selector.of([Requirement("k", Operator.IN, (name, "x")),
+                                Requirement("q", Operator.NOT_EQUALS, (name,))])
+        expressions.append(build_custom_query(
+            rule=SELECTOR_RULE.__class__(**{**SELECTOR_RULE.__dict__, "metrics_template":
+                                            parse_template("sum(m{<<.LabelMatchers>>}) by "
+                                                           "(<<.GroupBy>>)", name="q")}),
+            mapper=SELECTOR_MAPPER, series="m", resource=GroupResource("pods"),
+            namespace=name, names=names, metric_selector=selector).promql)
+    rules = {"groups": [{"name": "escaping", "rules": [
+        {"record": f"escaping_{i}", "expr": expr} for i, expr in enumerate(expressions)]}]}
+    path = tmp_path / "rules.yaml"
+    path.write_text(json.dumps(rules, ensure_ascii=False), encoding="utf-8")  # JSON is YAML
+    result = subprocess.run([promtool, "check", "rules", str(path)], capture_output=True,
+                            text=True, timeout=60, check=False)
+    assert result.returncode == 0, result.stdout + result.stderr
