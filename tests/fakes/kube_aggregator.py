@@ -326,11 +326,16 @@ class Aggregator:
         obj["status"]["conditions"].append(new)
         self.store.replace(self.apiservices, obj)
 
-    def is_available(self, apiservice: JSONDict) -> bool:
+    @staticmethod
+    def available_condition(apiservice: JSONDict) -> JSONDict | None:
         for condition in (apiservice.get("status") or {}).get("conditions") or []:
             if condition.get("type") == "Available":
-                return bool(condition.get("status") == "True")
-        return False
+                return condition  # type: ignore[no-any-return]
+        return None
+
+    def is_available(self, apiservice: JSONDict) -> bool:
+        condition = self.available_condition(apiservice)
+        return condition is not None and condition.get("status") == "True"
 
     # --- routing ----------------------------------------------------------------------------
 

@@ -578,12 +578,16 @@ class FakeKubeAPI:
         self.aggregator.set_endpoint(namespace, name, None)
 
     async def wait_for_apiservice(self, name: str, *, available: bool = True,
-                                  within: float = 10.0) -> JSONDict:
-        """Wait until APIService `name` is (or is not) Available; returns it."""
+                                  reason: str | None = None, within: float = 10.0) -> JSONDict:
+        """Wait until APIService `name` is (or is not) Available, optionally for a given
+        condition reason (e.g. "FailedDiscoveryCheck"); returns it."""
         async def poll() -> JSONDict:
             while True:
                 obj = self.store.try_get("apiregistration.k8s.io", "v1", "apiservices", name)
-                if obj is not None and self.aggregator.is_available(obj) == available:
+                condition = self.aggregator.available_condition(obj) if obj else None
+                if obj is not None and condition is not None and \
+                        (condition.get("status") == "True") == available and \
+                        reason in (None, condition.get("reason")):
                     return obj
                 await asyncio.sleep(0.01)
         try:
@@ -779,13 +783,14 @@ class FakeKubeAPI:
 
     # --- reviews ----------------------------------------------------------------------------
 
-    async def _token_review(self, body: JSONDict, caller: Identity) -> JSONDict:
-        self.token_reviews.append(copy.deepcopy(body))
+    async def _token_review(self, raw: JSONDict, body: JSONDict, caller: Identity
+                            ) -> JSONDict:
+        self.token_reviews.append(copy.deepcopy(raw))
         spec = body.get("spec") or {}
         if not spec.get("token"):
             raise errors.bad_request("token is required for TokenReview in authentication")
         if self.token_review_answer is not None:
-            status = self.token_review_answer(copy.deepcopy(body))
+            status = self.token_review_answer(copy.deepcopy(raw))
         else:
             identity = self._tokens.get(spec["token"])
             if identity is None:
@@ -816,8 +821,9 @@ class FakeKubeAPI:
         return RequestAttributes(user=user, verb=non_resource.get("verb", ""),
                                  path=non_resource.get("path", ""), resource_request=False)
 
-    async def _subject_access_review(self, body: JSONDict, caller: Identity) -> JSONDict:
-        self.subject_access_reviews.append(copy.deepcopy(body))
+    async def _subject_access_review(self, raw: JSONDict, body: JSONDict, caller: Identity
+                                     ) -> JSONDict:
+        self.subject_access_reviews.append(copy.deepcopy(raw))
         spec = body.get("spec") or {}
         problems: list[FieldError] = []
         has_resource = spec.get("resourceAttributes") is not None
@@ -838,7 +844,7 @@ class FakeKubeAPI:
             raise errors.invalid(GroupKind("authorization.k8s.io", "SubjectAccessReview"), "",
                                  problems)
         if self.subject_access_review_answer is not None:
-            status = self.subject_access_review_answer(copy.deepcopy(body))
+            status = self.subject_access_review_answer(copy.deepcopy(raw))
         else:
             user = Identity(spec.get("user", ""), tuple(spec.get("groups") or ()),
                             spec.get("uid", ""),
@@ -850,8 +856,9 @@ class FakeKubeAPI:
         return {"kind": "SubjectAccessReview", "apiVersion": "authorization.k8s.io/v1",
                 "metadata": {"creationTimestamp": None}, "spec": spec, "status": status}
 
-    async def _self_subject_access_review(self, body: JSONDict, caller: Identity) -> JSONDict:
-        self.self_subject_access_reviews.append(copy.deepcopy(body))
+    async def _self_subject_access_review(self, raw: JSONDict, body: JSONDict, caller: Identity
+                                          ) -> JSONDict:
+        self.self_subject_access_reviews.append(copy.deepcopy(raw))
         spec = body.get("spec") or {}
         allowed, reason = self._decide(self._attributes_from_spec(spec, caller))
         status: JSONDict = {"allowed": allowed}
@@ -860,7 +867,8 @@ class FakeKubeAPI:
         return {"kind": "SelfSubjectAccessReview", "apiVersion": "authorization.k8s.io/v1",
                 "metadata": {"creationTimestamp": None}, "spec": spec, "status": status}
 
-    async def _self_subject_review(self, body: JSONDict, caller: Identity) -> JSONDict:
+    async def _self_subject_review(self, raw: JSONDict, body: JSONDict, caller: Identity
+                                   ) -> JSONDict:
         return {"kind": "SelfSubjectReview", "apiVersion": "authentication.k8s.io/v1",
                 "metadata": {"creationTimestamp": None},
                 "status": {"userInfo": caller.user_info()}}

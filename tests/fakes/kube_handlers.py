@@ -181,7 +181,8 @@ class RestHandlers:
     def __init__(self, *, store: ObjectStore, registry: ResourceRegistry,
                  clock: Callable[[], datetime], watch: WatchSettings,
                  closing: asyncio.Event, enforce_namespaces: Callable[[], bool],
-                 reviews: Mapping[str, Callable[[JSONDict, Any], Awaitable[JSONDict]]],
+                 reviews: Mapping[str, Callable[[JSONDict, JSONDict, Any],
+                                                Awaitable[JSONDict]]],
                  on_crd_change: Callable[[], None]) -> None:
         self.store = store
         self.registry = registry
@@ -816,7 +817,7 @@ class RestHandlers:
         body = await self._body(request)
         obj, warnings, _ = self._decode(resource_type, path.version, body, request.query)
         handler = self.reviews[resource_type.resource]
-        result = await handler(obj, identity)
+        result = await handler(body, obj, identity)
         return self._with_warnings(json_response(result, status=201), warnings)
 
     # --- watch ------------------------------------------------------------------------------
