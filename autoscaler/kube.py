@@ -47,6 +47,7 @@ from autoscaler.errors import (
     UnexpectedResponse,
 )
 from autoscaler.leader import Lease, LeaseSpec
+from metricscale import __version__
 
 logger = logging.getLogger(__name__)
 
@@ -216,12 +217,19 @@ class ObjectReference:
     resource_version: str = ""
 
     @classmethod
-    def autoscaler(cls, obj: Mapping[str, Any]) -> ObjectReference:
-        """A reference to an Autoscaler or HPA object as read from the API."""
+    def from_object(
+        cls,
+        obj: Mapping[str, Any],
+        *,
+        api_version: str = f"{AUTOSCALER_GROUP}/{AUTOSCALER_VERSION}",
+        kind: str = "Autoscaler",
+    ) -> ObjectReference:
+        """A reference to an object as read from the API. List items of built-in kinds carry
+        no apiVersion/kind, so pass them (e.g. "autoscaling/v2", "HorizontalPodAutoscaler")."""
         metadata = _mapping(obj.get("metadata"))
         return cls(
-            api_version=str(obj.get("apiVersion") or f"{AUTOSCALER_GROUP}/{AUTOSCALER_VERSION}"),
-            kind=str(obj.get("kind") or "Autoscaler"),
+            api_version=str(obj.get("apiVersion") or api_version),
+            kind=str(obj.get("kind") or kind),
             namespace=str(metadata.get("namespace") or ""),
             name=str(metadata.get("name") or ""),
             uid=str(metadata.get("uid") or ""),
@@ -397,6 +405,9 @@ class RetryPolicy:
         return step / 2 + step / 2 * jitter
 
 
+_NO_RETRY = RetryPolicy(attempts=1)
+
+
 # --- Pure renderers ------------------------------------------------------------------------------
 
 
@@ -564,8 +575,10 @@ class KubeClient:
         registry: CollectorRegistry,
         reporting_instance: str,
         retry: RetryPolicy | None = None,
+        metrics_retry: RetryPolicy | None = None,
         request_timeout: float = 30.0,
         discovery_ttl: float = 30.0,
+        user_agent: str | None = None,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
         jitter: Callable[[], float] = random.random,
         monotonic: Callable[[], float] = time.monotonic,
@@ -573,6 +586,11 @@ class KubeClient:
         self._api = api
         self._reporting_instance = reporting_instance
         self._retry = retry or RetryPolicy()
+        # Metrics reads are not retried by default, as upstream's HPA does not: the next sync
+        # period is the retry, and a down adapter must not keep every worker busy sleeping.
+        self._metrics_retry = metrics_retry or RetryPolicy(attempts=1)
+        if user_agent:
+            api.user_agent = user_agent
         self._timeout = aiohttp.ClientTimeout(total=request_timeout)
         self._sleep = sleep
         self._jitter = jitter
@@ -607,8 +625,9 @@ class KubeClient:
         body: Any = None,
         content_type: str = _JSON,
         context: ErrorContext | None = None,
-        retry: bool = True,
+        retry: RetryPolicy | None = None,
     ) -> Any:
+        policy = retry or self._retry
         failures = 0
         while True:
             self._requests += 1
@@ -638,8 +657,7 @@ class KubeClient:
                 self._latency.labels(operation, verb, resource, code).observe(
                     time.perf_counter() - started)
             failures += 1
-            delay = self._retry.delay(error, failures=failures, jitter=self._jitter()) \
-                if retry else None
+            delay = policy.delay(error, failures=failures, jitter=self._jitter())
             if delay is None:
                 raise error
             logger.info("%s %s failed (%s), retry %d in %.3fs", verb, path, error, failures,
@@ -655,9 +673,10 @@ class KubeClient:
         resource: str,
         context: ErrorContext | None = None,
     ) -> Any:
-        """GET an already-escaped path through the API server and return the decoded JSON."""
+        """GET an already-escaped path through the API server and return the decoded JSON
+        (used for the metrics APIs, so retried by the metrics policy)."""
         return await self._request("GET", path, operation=operation, resource=resource,
-                                   query=query, context=context)
+                                   query=query, context=context, retry=self._metrics_retry)
 
     # -- discovery (a RESTMapper in miniature) --
 
@@ -876,7 +895,7 @@ class KubeClient:
             await self._request(
                 "POST", f"/apis/events.k8s.io/v1/namespaces/{regarding.namespace}/events",
                 operation="create_event", resource="events.events.k8s.io", body=body,
-                retry=False, context=ErrorContext("events.k8s.io", "events"))
+                retry=_NO_RETRY, context=ErrorContext("events.k8s.io", "events"))
         except Exception as exc:
             logger.warning("%s/%s: event %s not recorded: %s", regarding.namespace,
                            regarding.name, reason, exc)
@@ -961,12 +980,15 @@ async def open_kube_client(
     registry: CollectorRegistry,
     reporting_instance: str,
     retry: RetryPolicy | None = None,
+    metrics_retry: RetryPolicy | None = None,
     request_timeout: float = 30.0,
 ) -> AsyncIterator[KubeClient]:
     """A KubeClient whose aiohttp session lives exactly as long as the `async with`."""
     api = ApiClient(configuration=configuration)
     try:
         yield KubeClient(api, registry=registry, reporting_instance=reporting_instance,
-                         retry=retry, request_timeout=request_timeout)
+                         retry=retry, metrics_retry=metrics_retry,
+                         request_timeout=request_timeout,
+                         user_agent=f"metricscale-autoscaler/{__version__}")
     finally:
         await api.close()

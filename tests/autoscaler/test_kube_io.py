@@ -122,6 +122,7 @@ async def test_get_scale_reads_replicas_selector_and_resource_version(
     assert scale.resource_version == stored["metadata"]["resourceVersion"]
     assert requests(fake_kube, "/scale$") == [
         ("GET", "/apis/apps/v1/namespaces/shop/deployments/web/scale")]
+    assert kube.request_count == len(fake_kube.requests)
 
 
 async def test_scale_of_a_missing_target_is_target_not_found(kube: KubeClient) -> None:

@@ -262,3 +262,13 @@ def test_resource_paths_for_core_and_named_groups() -> None:
     assert (deployments.group_resource, rcs.group_resource) == ("deployments.apps",
                                                                  "replicationcontrollers")
     assert rcs.gvr_string == "/v1, Resource=replicationcontrollers"
+
+
+def test_reference_to_an_hpa_list_item_without_type_meta() -> None:
+    item = {"metadata": {"name": "web", "namespace": "shop", "uid": "u", "resourceVersion": "9"}}
+    ref = ObjectReference.from_object(item, api_version="autoscaling/v2",
+                                      kind="HorizontalPodAutoscaler")
+    assert ref.render() == {"apiVersion": "autoscaling/v2", "kind": "HorizontalPodAutoscaler",
+                            "namespace": "shop", "name": "web", "uid": "u",
+                            "resourceVersion": "9"}
+    assert ObjectReference.from_object(item).kind == "Autoscaler"

@@ -227,6 +227,8 @@ async def test_unreachable_adapter_reads_like_the_hpas_familiar_error(
     assert str(caught.value) == (
         "unable to fetch metrics from custom metrics API: the server is currently unable to "
         "handle the request (get pods.custom.metrics.k8s.io *)")
+    # Not retried, as upstream's HPA does not: the next sync period is the retry.
+    assert len(fake_kube.requests_to("^/apis/custom.metrics.k8s.io/v1beta2/namespaces")) == 1
 
 
 async def test_no_custom_metrics_api_registered(fake_kube: FakeKubeAPI,
