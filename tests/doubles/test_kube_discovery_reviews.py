@@ -72,7 +72,6 @@ async def test_a_new_crd_is_served_and_discovered_at_once(fake_kube: FakeKubeAPI
     resources = (await kube_http.get("/apis/example.com/v1")).json["resources"]
     assert [r["name"] for r in resources] == ["widgets", "widgets/status", "widgets/scale"]
     assert resources[0]["namespaced"] is False and resources[0]["shortNames"] == ["wd"]
-    await asyncio.sleep(0)  # the crd-autoregister step runs right after the write
     groups = (await kube_http.get("/apis")).json["groups"]
     example = next(g for g in groups if g["name"] == "example.com")
     assert example["preferredVersion"]["version"] == "v1"
@@ -286,3 +285,16 @@ async def test_stalled_watch_sends_headers_then_nothing(fake_kube: FakeKubeAPI) 
                 await response.content.readline()
 
 
+
+
+async def test_deleting_a_crd_stops_serving_its_kind(fake_kube: FakeKubeAPI,
+                                                     kube_http: KubeHTTPClient) -> None:
+    fake_kube.create_crd(group="example.com", kind="Widget", plural="widgets")
+    await kube_http.post("/apis/example.com/v1/namespaces/demo/widgets", {
+        "apiVersion": "example.com/v1", "kind": "Widget", "metadata": {"name": "w"}})
+    deleted = await kube_http.delete(
+        "/apis/apiextensions.k8s.io/v1/customresourcedefinitions/widgets.example.com")
+    assert deleted.status == 200 and deleted.json["kind"] == "CustomResourceDefinition"
+    gone = await kube_http.get("/apis/example.com/v1/namespaces/demo/widgets")
+    assert gone.status == 404
+    assert "example.com" not in [g["name"] for g in (await kube_http.get("/apis")).json["groups"]]

@@ -175,7 +175,6 @@ class Aggregator:
         self._task: asyncio.Task[None] | None = None
         self._unsubscribe: Callable[[], None] | None = None
         self._contexts: dict[tuple[str, bool, str], ssl.SSLContext] = {}
-        self._checked = asyncio.Condition()
 
     @property
     def apiservices(self) -> ResourceType:
@@ -235,10 +234,6 @@ class Aggregator:
         self._due[name] = min(self._due.get(name, due), due)
         self._wake.set()
 
-    async def wait_checked(self) -> None:
-        async with self._checked:
-            await self._checked.wait()
-
     # --- availability -----------------------------------------------------------------------
 
     async def _availability_loop(self) -> None:
@@ -249,8 +244,6 @@ class Aggregator:
                 del self._due[name]
             if ready:
                 await asyncio.gather(*(self._check(name) for name in ready))
-                async with self._checked:
-                    self._checked.notify_all()
                 continue
             self._wake.clear()
             timeout = min(self._due.values()) - now if self._due else None

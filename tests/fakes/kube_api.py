@@ -13,6 +13,9 @@ an aggregator that proxies APIService groups over TLS with the front-proxy ident
 recording and fault injection.
 
 Known simplifications (each stricter or equal, never more forgiving, unless said):
+* The fake itself authenticates bearer tokens and client certificates (client CA), not the
+  front-proxy request headers; anonymous requests get 401 except on /healthz, /livez, /readyz
+  and /version.
 * Namespaces need not exist unless ``enforce_namespaces=True`` (more forgiving; documented).
 * Deletion is immediate: no graceful pod termination, no garbage collection of dependents;
   finalizers are honoured (deletionTimestamp, then removal when the last one goes).
@@ -311,8 +314,7 @@ class FakeKubeAPI:
             reviews={"tokenreviews": self._token_review,
                      "subjectaccessreviews": self._subject_access_review,
                      "selfsubjectaccessreviews": self._self_subject_access_review,
-                     "selfsubjectreviews": self._self_subject_review},
-            on_crd_change=lambda: None)
+                     "selfsubjectreviews": self._self_subject_review})
         self._unsubscribe_crds = self.store.subscribe(self._on_store_event)
         self._pending: set[asyncio.Handle] = set()
 
@@ -659,7 +661,8 @@ class FakeKubeAPI:
         """A deployment with a settled status (status.replicas = spec.replicas unless told)."""
         if containers is None:
             containers = (Container(cpu_request=cpu_request),)
-        obj = kube_objects.deployment(name, namespace=namespace, replicas=replicas, labels=labels,
+        obj = kube_objects.deployment(name, namespace=namespace, replicas=replicas,
+                                      now=self.clock(), labels=labels,
                                       containers=containers, ready_replicas=ready_replicas,
                                       status_replicas=status_replicas)
         return self._admit_create("apps", "v1", "deployments", obj)

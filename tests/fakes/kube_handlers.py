@@ -11,7 +11,7 @@ import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
 import yaml
@@ -27,7 +27,7 @@ from tests.fakes.kube_patch import (
     apply_strategic_merge_patch,
 )
 from tests.fakes.kube_resources import ResourceRegistry, ResourceType, ScaleSpec
-from tests.fakes.kube_schema import DecodeError, builtin_schemas, format_time
+from tests.fakes.kube_schema import DecodeError, builtin_schemas
 from tests.fakes.kube_selectors import (
     SelectorError,
     format_label_selector,
@@ -182,8 +182,7 @@ class RestHandlers:
                  clock: Callable[[], datetime], watch: WatchSettings,
                  closing: asyncio.Event, enforce_namespaces: Callable[[], bool],
                  reviews: Mapping[str, Callable[[JSONDict, JSONDict, Any],
-                                                Awaitable[JSONDict]]],
-                 on_crd_change: Callable[[], None]) -> None:
+                                                Awaitable[JSONDict]]]) -> None:
         self.store = store
         self.registry = registry
         self.clock = clock
@@ -191,7 +190,6 @@ class RestHandlers:
         self.closing = closing
         self.enforce_namespaces = enforce_namespaces
         self.reviews = reviews
-        self.on_crd_change = on_crd_change
         self._watch_queues: set[asyncio.Queue[StoreEvent | None]] = set()
 
     def wake_watchers(self) -> None:
@@ -371,13 +369,8 @@ class RestHandlers:
         self._problems(resource_type, stored, None, cr_problems, path,
                        metadata.get("name", ""))
         created = self.store.insert(resource_type, stored, gr=gr)
-        self._after_write(resource_type)
         response = json_response(resource_type.convert_to(created, path.version), status=201)
         return self._with_warnings(response, warnings)
-
-    def _after_write(self, resource_type: ResourceType) -> None:
-        if resource_type.group == "apiextensions.k8s.io":
-            self.on_crd_change()
 
     async def _update(self, request: web.Request, resource_type: ResourceType, path: ApiPath,
                       gr: GroupResource) -> web.Response:
@@ -424,7 +417,6 @@ class RestHandlers:
                 stored["metadata"].pop(key, None)
         self._problems(resource_type, stored, old, cr_problems, path, path.name)
         result = self.store.replace(resource_type, stored, gr=gr)
-        self._after_write(resource_type)
         return result
 
     def _patch_object(self, content_type: str, current: JSONDict, patch: Any,
@@ -522,7 +514,6 @@ class RestHandlers:
             resource_type, path.namespace or "", path.name, gr=gr,
             precondition_uid=preconditions.get("uid"),
             precondition_resource_version=preconditions.get("resourceVersion"))
-        self._after_write(resource_type)
         if resource_type.return_deleted_object or not deleted:
             return json_response(resource_type.convert_to(obj, path.version))
         metadata = obj["metadata"]
@@ -541,7 +532,6 @@ class RestHandlers:
                 removed, _ = self.store.remove(resource_type, metadata.get("namespace", ""),
                                                metadata["name"], gr=gr)
                 deleted.append(removed)
-        self._after_write(resource_type)
         return self._list_body(resource_type, path.version, deleted, {
             "resourceVersion": str(self.store.resource_version)})
 
@@ -1016,11 +1006,3 @@ class RestHandlers:
         return {"kind": "APIResourceList", "apiVersion": "v1",
                 "groupVersion": f"{group}/{version}" if group else version,
                 "resources": resources}
-
-
-def utc_now() -> datetime:
-    return datetime.now(UTC)
-
-
-def now_text(clock: Callable[[], datetime]) -> str:
-    return format_time(clock())

@@ -107,8 +107,12 @@ class KubeHTTPClient:
                                      headers=self._headers(None, None),
                                      ssl=self._context) as response:
             if response.status != 200:
-                yield {"type": "HTTP", "status": response.status,
-                       "object": json.loads(await response.text())}
+                text = await response.text()
+                try:
+                    body: Any = json.loads(text)
+                except ValueError:
+                    body = text
+                yield {"type": "HTTP", "status": response.status, "object": body}
                 return
             async for line in response.content:
                 if line.strip():

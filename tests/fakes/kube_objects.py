@@ -10,6 +10,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from tests.fakes.kube_schema import format_time
+from tests.fakes.kube_strategy import qos_class
 
 JSONDict = dict[str, Any]
 
@@ -87,8 +88,9 @@ def pod(name: str, *, namespace: str, now: datetime, labels: Mapping[str, str] |
                                         "kind": owner["kind"], "name": owner["name"],
                                         "uid": owner.get("uid", ""), "controller": True,
                                         "blockOwnerDeletion": True}]
+    spec: JSONDict = {"containers": [c.spec() for c in containers], "nodeName": node_name}
     status: JSONDict = {"phase": phase, "hostIP": "172.18.0.2", "podIP": pod_ip,
-                        "podIPs": [{"ip": pod_ip}], "qosClass": "Burstable",
+                        "podIPs": [{"ip": pod_ip}], "qosClass": qos_class(spec),
                         "startTime": format_time(started), "containerStatuses": statuses}
     if phase != "Pending":
         status["conditions"] = [
@@ -100,22 +102,35 @@ def pod(name: str, *, namespace: str, now: datetime, labels: Mapping[str, str] |
         ]
     else:
         status["conditions"] = [condition("PodScheduled", True, scheduled)]
-    return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata,
-            "spec": {"containers": [c.spec() for c in containers], "nodeName": node_name},
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": spec,
             "status": status}
 
 
-def deployment(name: str, *, namespace: str, replicas: int,
+def deployment(name: str, *, namespace: str, replicas: int, now: datetime,
                labels: Mapping[str, str] | None = None,
                containers: Sequence[Container] = (Container(),),
                ready_replicas: int | None = None, status_replicas: int | None = None
                ) -> JSONDict:
-    """A deployment as its controller leaves it once settled (status and observedGeneration)."""
+    """A deployment as its controller leaves it once settled (status, conditions and
+    observedGeneration)."""
     labels = dict(labels or {"app": name})
     current = replicas if status_replicas is None else status_replicas
     ready = current if ready_replicas is None else ready_replicas
+    when = format_time(now)
+    available = ready >= replicas
+    conditions = [
+        {"type": "Available", "status": "True" if available else "False",
+         "lastUpdateTime": when, "lastTransitionTime": when,
+         "reason": "MinimumReplicasAvailable" if available else "MinimumReplicasUnavailable",
+         "message": "Deployment has minimum availability." if available
+         else "Deployment does not have minimum availability."},
+        {"type": "Progressing", "status": "True", "lastUpdateTime": when,
+         "lastTransitionTime": when, "reason": "NewReplicaSetAvailable",
+         "message": f'ReplicaSet "{name}-5d4f8c7b9" has successfully progressed.'},
+    ]
     status: JSONDict = {"observedGeneration": 1, "replicas": current, "updatedReplicas": current,
-                        "readyReplicas": ready, "availableReplicas": ready}
+                        "readyReplicas": ready, "availableReplicas": ready,
+                        "conditions": conditions}
     if current - ready > 0:
         status["unavailableReplicas"] = current - ready
     for key in ("replicas", "updatedReplicas", "readyReplicas", "availableReplicas"):

@@ -7,7 +7,6 @@ import copy
 import functools
 import json
 import re
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from importlib import resources
@@ -429,12 +428,3 @@ class StructuralSchema:
         if "pattern" in schema and re.search(schema["pattern"], value) is None:
             errors.append(invalid_value(name, value, f"{name} in body should match "
                                                      f"'{schema['pattern']}'"))
-
-
-def iter_paths(value: Any, prefix: str = "") -> Iterator[str]:
-    """Every leaf path of a JSON value (used in tests and messages)."""
-    if isinstance(value, dict):
-        for key, child in value.items():
-            yield from iter_paths(child, f"{prefix}.{key}" if prefix else key)
-    else:
-        yield prefix

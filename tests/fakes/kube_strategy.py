@@ -212,7 +212,8 @@ def apply_defaults(resource_type: ResourceType, obj: JSONDict) -> None:
             names.setdefault("listKind", f"{names['kind']}List")
 
 
-def _qos_class(spec: JSONDict) -> str:
+def qos_class(spec: JSONDict) -> str:
+    """The pod's QoS class from its containers' requests and limits (v1qos.GetPodQOS)."""
     containers = [c for c in spec.get("containers") or [] if isinstance(c, dict)]
     requests = [c.get("resources", {}).get("requests") or {} for c in containers]
     limits = [c.get("resources", {}).get("limits") or {} for c in containers]
@@ -231,7 +232,7 @@ def prepare_for_create(resource_type: ResourceType, obj: JSONDict, version: str)
         return
     key = (resource_type.group, resource_type.kind)
     if key == ("", "Pod"):
-        obj["status"] = {"phase": "Pending", "qosClass": _qos_class(obj.get("spec") or {})}
+        obj["status"] = {"phase": "Pending", "qosClass": qos_class(obj.get("spec") or {})}
         spec = obj.setdefault("spec", {})
         spec.setdefault("serviceAccountName", "default")
         spec.setdefault("serviceAccount", spec["serviceAccountName"])
