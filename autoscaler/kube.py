@@ -598,6 +598,7 @@ class KubeClient:
         self._monotonic = monotonic
         self._discovery = _Discovery(fetched_at=monotonic())
         self._discovery_lock = asyncio.Lock()
+        self._fetch_lock = asyncio.Lock()
         self._requests = 0
         self._latency = Histogram(
             "metricscale_autoscaler_api_request_duration_seconds",
@@ -698,6 +699,12 @@ class KubeClient:
         cached = self._discovery.groups
         if cached is not None:
             return cached
+        async with self._fetch_lock:  # concurrent workers wait for one fetch, not make five
+            if self._discovery.groups is not None:
+                return self._discovery.groups
+            return await self._fetch_groups()
+
+    async def _fetch_groups(self) -> dict[str, list[str]]:
         groups: dict[str, list[str]] = {}
         core = _mapping(await self._request("GET", "/api", operation="discovery",
                                             resource="api"))
@@ -720,6 +727,14 @@ class KubeClient:
         cached = self._discovery.resources.get(group_version)
         if cached is not None:
             return cached
+        async with self._fetch_lock:
+            cached = self._discovery.resources.get(group_version)
+            if cached is not None:
+                return cached
+            return await self._fetch_resource_list(group, version)
+
+    async def _fetch_resource_list(self, group: str, version: str) -> list[Mapping[str, Any]]:
+        group_version = f"{group}/{version}" if group else version
         path = f"/apis/{group}/{version}" if group else f"/api/{version}"
         try:
             data = await self._request("GET", path, operation="discovery", resource="apis")

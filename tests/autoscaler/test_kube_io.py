@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import re
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime
@@ -106,6 +107,30 @@ async def test_discovery_is_cached_and_refreshed_on_a_miss(
                          scale=WIDGET_SCALE)
     await kube.resolve_scale_target(ScaleTargetRef("example.com/v1", "Widget", "w"))
     assert len(requests(fake_kube, r"^/apis$")) == 2
+
+
+async def test_concurrent_resolutions_share_one_discovery_fetch(
+        fake_kube: FakeKubeAPI, kube: KubeClient) -> None:
+    refs = [ScaleTargetRef("apps/v1", kind, "x")
+            for kind in ("Deployment", "StatefulSet", "ReplicaSet") * 3]
+    await asyncio.gather(*(kube.resolve_scale_target(ref) for ref in refs))
+    assert len(requests(fake_kube, r"^/apis$")) == 1
+    assert len(requests(fake_kube, r"^/apis/apps/v1$")) == 1
+
+
+async def test_discovery_expires_after_its_ttl(fake_kube: FakeKubeAPI) -> None:
+    now = [0.0]
+    async with ApiClient(configuration=fake_kube.api_client_configuration()) as api:
+        kube = KubeClient(api, registry=CollectorRegistry(), reporting_instance="a",
+                          discovery_ttl=30.0, monotonic=lambda: now[0])
+        ref = ScaleTargetRef("apps/v1", "Deployment", "web")
+        await kube.resolve_scale_target(ref)
+        now[0] = 29.0
+        await kube.resolve_scale_target(ref)
+        assert len(requests(fake_kube, r"^/apis$")) == 1
+        now[0] = 30.0
+        await kube.resolve_scale_target(ref)
+        assert len(requests(fake_kube, r"^/apis$")) == 2
 
 
 # --- scale ---------------------------------------------------------------------------------
