@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 from datetime import UTC, datetime, timedelta
 
@@ -14,6 +15,8 @@ from autoscaler.leader import (
     LeaderGuard,
     Lease,
     LeaseSpec,
+    add_leader_election_arguments,
+    leader_election_config,
 )
 
 T0 = datetime(2024, 5, 1, 12, 0, 0, tzinfo=UTC)
@@ -275,3 +278,17 @@ def test_inconsistent_timings_are_rejected_with_client_go_messages(
         changes: dict[str, timedelta], message: str) -> None:
     with pytest.raises(ValueError, match=message.replace("*", r"\*")):
         LeaderElectionConfig(**changes)  # type: ignore[arg-type]
+
+
+def test_flags_have_kube_controller_manager_names_and_defaults() -> None:
+    parser = argparse.ArgumentParser()
+    add_leader_election_arguments(parser)
+    assert leader_election_config(parser.parse_args([])) == LeaderElectionConfig()
+    config = leader_election_config(parser.parse_args([
+        "--leader-elect=false", "--leader-elect-lease-duration", "30s",
+        "--leader-elect-renew-deadline=20s", "--leader-elect-retry-period=5s",
+        "--leader-elect-resource-name=x", "--leader-elect-resource-namespace=ops"]))
+    assert config == LeaderElectionConfig(
+        enabled=False, lease_duration=timedelta(seconds=30), renew_deadline=timedelta(seconds=20),
+        retry_period=timedelta(seconds=5), resource_name="x", resource_namespace="ops")
+    assert leader_election_config(parser.parse_args(["--leader-elect"])).enabled
