@@ -388,3 +388,19 @@ def _hpa(name: str) -> dict[str, object]:
             "metadata": {"name": name},
             "spec": {"scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment",
                                         "name": name}, "maxReplicas": 5}}
+
+
+async def test_lease_times_are_micro_times(kube_http: KubeHTTPClient) -> None:
+    leases = "/apis/coordination.k8s.io/v1/namespaces/demo/leases"
+    spec = {"holderIdentity": "a", "leaseDurationSeconds": 15,
+            "acquireTime": "2026-01-01T00:00:00.000000Z",
+            "renewTime": "2026-01-01T01:00:00.123456+01:00"}
+    created = await kube_http.post(leases, {"metadata": {"name": "leader"}, "spec": spec})
+    assert created.status == 201
+    assert created.json["spec"]["renewTime"] == "2026-01-01T00:00:00.123456Z"
+    naive = await kube_http.post(leases, {"metadata": {"name": "other"}, "spec": {
+        **spec, "renewTime": "2026-01-01T00:00:00Z"}})  # datetime.isoformat() drops micros
+    assert naive.status == 400
+    zero = await kube_http.post(leases, {"metadata": {"name": "zero"}, "spec": {
+        **spec, "leaseDurationSeconds": 0}})
+    assert zero.status == 422

@@ -1,5 +1,7 @@
-"""kube-aggregator for the fake: APIService routing over TLS with the front-proxy identity,
-availability checks, and /apis discovery built from APIService objects.
+"""The fake's kube-aggregator: APIService proxying, availability checks, group discovery.
+
+APIServices route /apis/<group>/<version>/... over TLS with the front-proxy identity; /apis and
+/apis/<group> are built from APIService objects.
 
 There is no cluster network here, so a Service is resolved through endpoints the test sets with
 `FakeKubeAPI.set_service_endpoint(namespace, name, host, port)`; that replaces ClusterIP (and

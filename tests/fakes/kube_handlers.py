@@ -1,5 +1,7 @@
-"""kube-apiserver's REST layer for the fake: paths, verbs, decoding, strategies, subresources
-(status, scale), lists with paging, watches, discovery and Tables."""
+"""The fake's REST layer: verbs, decoding, status/scale subresources, lists, watches, Tables.
+
+Paths are split as RequestInfoFactory splits them; discovery of local group/versions is here too.
+"""
 
 from __future__ import annotations
 

@@ -1,5 +1,7 @@
-"""Builders for realistic objects to seed the fake with: pods as the kubelet reports them,
-deployments as their controller leaves them, CRDs, APIServices."""
+"""Builders of realistic objects to seed the fake with (pods, deployments, CRDs, APIServices).
+
+Pods look as the kubelet reports them, deployments as their controller leaves them.
+"""
 
 from __future__ import annotations
 

@@ -1,5 +1,8 @@
-"""The resource types the fake serves: built-in kinds, kinds created by CRDs, and conversions
-between the versions that share one storage (autoscaling/v1<->v2, core<->events.k8s.io Events)."""
+"""The resource types the fake serves: built-in kinds, CRD kinds, and version conversions.
+
+Conversions join versions that share one storage: autoscaling/v1<->v2 HPAs and core<->
+events.k8s.io Events.
+"""
 
 from __future__ import annotations
 

@@ -1,5 +1,8 @@
-"""Decoding request bodies as kube-apiserver does: unknown fields pruned, types checked, times
-normalised; built-in types from the upstream OpenAPI definitions, CRs from their CRD schema."""
+"""Request-body decoding as kube-apiserver does it: pruning, type checks, time normalisation.
+
+Built-in kinds use the upstream OpenAPI definitions (shipped with kubernetes-validate), custom
+resources their CRD's structural schema (with defaults and the common validations).
+"""
 
 from __future__ import annotations
 
@@ -51,7 +54,7 @@ def format_micro_time(moment: datetime) -> str:
 
 
 _RFC3339 = re.compile(
-    r"^(\d{4})-(\d{2})-(\d{2})[Tt](\d{2}):(\d{2}):(\d{2})(\.\d+)?([Zz]|[+-]\d{2}:\d{2})$")
+    r"^(\d{4})-(\d{2})-(\d{2})T(\d{2}):(\d{2}):(\d{2})([.,]\d+)?(Z|[+-]\d{2}:\d{2})$")
 _RFC3339_MICRO = re.compile(
     r"^(\d{4})-(\d{2})-(\d{2})T(\d{2}):(\d{2}):(\d{2})\.(\d{6})(Z|[+-]\d{2}:\d{2})$")
 _QUANTITY = re.compile(
@@ -63,7 +66,7 @@ def _parse_moment(match: re.Match[str], fraction: str) -> datetime:
     zone = match.group(8)
     micro = int((fraction + "000000")[:6]) if fraction else 0
     text = f"{year:04d}-{month:02d}-{day:02d}T{hour:02d}:{minute:02d}:{second:02d}"
-    offset = "+00:00" if zone in ("Z", "z") else zone
+    offset = "+00:00" if zone == "Z" else zone
     return datetime.fromisoformat(f"{text}.{micro:06d}{offset}")
 
 

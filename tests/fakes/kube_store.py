@@ -1,5 +1,7 @@
-"""The fake's etcd: objects by group/resource, one global resourceVersion counter, an event
-history that watches replay from, and a compaction point older watches get 410 for."""
+"""The fake's etcd: objects, one global resourceVersion, watch history and compaction.
+
+Watches replay the history after their resourceVersion; below the compaction point they get 410.
+"""
 
 from __future__ import annotations
 

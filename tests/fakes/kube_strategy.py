@@ -1,5 +1,8 @@
-"""Per-kind REST strategy: defaulting, what create/update may not set, and the validations our
-code can trip (names, labels, workloads, HPAs, Scale, Leases, Events, APIServices, CRDs)."""
+"""Per-kind REST strategies: defaulting, fields create/update may not set, and validation.
+
+Validations cover what our code can trip: names, labels, workloads, HPAs, Scale, Leases, Events,
+APIServices and CRDs.
+"""
 
 from __future__ import annotations
 
