@@ -32,6 +32,7 @@ from adapter.prometheus import PrometheusClient, PrometheusConfigError
 from adapter.query import QueryError, build_custom_query, build_external_query
 from adapter.registry import MetricRegistry
 from adapter.resources import ResourceCatalog, builtin_catalog
+from adapter.security import SecurityConfigError, build_security
 from adapter.settings import AdapterSettings, SettingsError, add_arguments, settings_from_args
 from adapter.tls import ReloadingServerContext, TLSConfigError, ensure_self_signed_certificate
 from metricscale.informer import start_guarded_task
@@ -130,7 +131,14 @@ async def serve(settings: AdapterSettings, config: AdapterConfig, *,
     except (TLSConfigError, OSError) as error:
         logger.error("cannot serve TLS: %s", error)
         return 1
-    app = create_app(settings=settings, config=config, on_fatal=on_fatal)
+    try:
+        security = build_security(settings, tls=tls)
+    except SecurityConfigError as error:
+        logger.error("cannot set up authentication: %s", error)
+        return 1
+    app = create_app(settings=settings, config=config, on_fatal=on_fatal,
+                     authenticator=security.authenticator, authorizer=security.authorizer)
+    security.install(app)
     runner = web.AppRunner(app, handle_signals=False, shutdown_timeout=_SHUTDOWN_GRACE_SECONDS,
                            access_log=None)
     for signum in (signal.SIGTERM, signal.SIGINT):

@@ -138,6 +138,10 @@ class AuthFlags:
     authorization_kubeconfig: str | None = None
     authorization_always_allow_paths: tuple[str, ...] = DEFAULT_ALWAYS_ALLOW_PATHS
     insecure_disable_auth: bool = False
+    # Seconds; 0 turns that cache off (the generic apiserver's defaults are 10s each).
+    token_cache_ttl: Decimal = Decimal(10)
+    authorized_cache_ttl: Decimal = Decimal(10)
+    unauthorized_cache_ttl: Decimal = Decimal(10)
 
 
 @dataclass(frozen=True)
@@ -232,6 +236,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     auth.add_argument("--authorization-kubeconfig")
     auth.add_argument("--authorization-always-allow-paths", type=_comma_list,
                       default=DEFAULT_ALWAYS_ALLOW_PATHS)
+    auth.add_argument("--authentication-token-webhook-cache-ttl", default="10s",
+                      help="how long TokenReview answers are cached (default %(default)s)")
+    auth.add_argument("--authorization-webhook-cache-authorized-ttl", default="10s",
+                      help="how long allowing SubjectAccessReview answers are cached "
+                           "(default %(default)s)")
+    auth.add_argument("--authorization-webhook-cache-unauthorized-ttl", default="10s",
+                      help="how long denying SubjectAccessReview answers are cached "
+                           "(default %(default)s)")
     auth.add_argument("--insecure-disable-auth", action="store_true",
                       help="local development only: no authentication, no authorization")
 
@@ -248,6 +260,16 @@ def _duration_flag(name: str, text: str) -> Decimal:
         raise SettingsError(f"{name}: {error}") from None
     if value <= 0:
         raise SettingsError(f"{name} must be positive, got {text!r}")
+    return value
+
+
+def _ttl_flag(name: str, text: str) -> Decimal:
+    try:
+        value = parse_duration(text)
+    except SettingsError as error:
+        raise SettingsError(f"{name}: {error}") from None
+    if value < 0:
+        raise SettingsError(f"{name} must not be negative, got {text!r}")
     return value
 
 
@@ -317,6 +339,12 @@ def settings_from_args(args: argparse.Namespace) -> AdapterSettings:
         authorization_kubeconfig=args.authorization_kubeconfig,
         authorization_always_allow_paths=tuple(args.authorization_always_allow_paths),
         insecure_disable_auth=bool(args.insecure_disable_auth),
+        token_cache_ttl=_ttl_flag("--authentication-token-webhook-cache-ttl",
+                                  args.authentication_token_webhook_cache_ttl),
+        authorized_cache_ttl=_ttl_flag("--authorization-webhook-cache-authorized-ttl",
+                                       args.authorization_webhook_cache_authorized_ttl),
+        unauthorized_cache_ttl=_ttl_flag("--authorization-webhook-cache-unauthorized-ttl",
+                                         args.authorization_webhook_cache_unauthorized_ttl),
     )
     return AdapterSettings(
         config_file=args.config, prometheus=prometheus, serving=serving,
