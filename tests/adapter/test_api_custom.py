@@ -1,0 +1,493 @@
+"""custom.metrics.k8s.io over HTTPS: every route shape in both versions, the rule features,
+errors, empty answers that say why, hostile values, 2,000-pod selectors and shared queries.
+
+One adapter serves the whole module, against the session's real Prometheus (scraping an
+exporter of this module's own job) and a fake kube-apiserver holding the described objects.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+import pytest
+import pytest_asyncio
+
+from tests.adapter.test_server_harness import (
+    HPA_ACCEPT,
+    RFC3339_SECONDS,
+    RunningAdapter,
+    running_adapter,
+    wait_for_series,
+)
+from tests.fakes import kube_objects
+from tests.fakes.exporter import Exporter
+from tests.fakes.kube_api import FakeKubeAPI
+from tests.fakes.prometheus import ExporterPool, PrometheusServer
+
+pytestmark = [pytest.mark.prometheus, pytest.mark.asyncio(loop_scope="module")]
+
+CUSTOM = "/apis/custom.metrics.k8s.io"
+VERSIONS = ("v1beta1", "v1beta2")
+BIG = 2000
+
+CONFIG = """
+rules:
+# Plain gauges on pods, with overrides (the walkthrough's shape).
+- seriesQuery: '{{__name__=~"capi_requests|capi_big",job="{job}"}}'
+  resources:
+    overrides:
+      namespace: {{resource: namespace}}
+      pod: {{resource: pod}}
+  metricsQuery: 'sum(<<.Series>>{{<<.LabelMatchers>>}}) by (<<.GroupBy>>)'
+# Nodes (cluster-scoped) and a cluster-scoped CRD, found through overrides.
+- seriesQuery: '{{__name__=~"capi_node_temperature|capi_widget_load",job="{job}"}}'
+  resources:
+    overrides:
+      node: {{resource: node}}
+      widget: {{group: example.com, resource: widget}}
+  metricsQuery: 'max(<<.Series>>{{<<.LabelMatchers>>}}) by (<<.GroupBy>>)'
+# A template with the group: kube_apps_deployment -> deployments.apps.
+- seriesQuery: '{{__name__="capi_deploy_rps",job="{job}"}}'
+  resources:
+    template: 'kube_<<.Group>>_<<.Resource>>'
+  metricsQuery: 'sum(<<.Series>>{{<<.LabelMatchers>>}}) by (<<.GroupBy>>)'
+# seriesFilters and name matches/as: counters renamed, seconds counters filtered out.
+- seriesQuery: '{{__name__=~"capi_jobs_.*_total",job="{job}"}}'
+  seriesFilters:
+  - isNot: '_seconds_total$'
+  resources:
+    overrides:
+      namespace: {{resource: namespace}}
+      pod: {{resource: pod}}
+  name:
+    matches: '^capi_(.*)_total$'
+    as: '${{1}}_per_second'
+  metricsQuery: 'sum(<<.Series>>{{<<.LabelMatchers>>}}) by (<<.GroupBy>>)'
+# .LabelValuesByName and .GroupBySlice instead of .LabelMatchers and .GroupBy.
+- seriesQuery: '{{__name__="capi_fields",job="{job}"}}'
+  resources:
+    overrides:
+      namespace: {{resource: namespace}}
+      pod: {{resource: pod}}
+  metricsQuery: >-
+    sum(<<.Series>>{{namespace="<<index .LabelValuesByName "namespace">>",pod=~"<<index
+    .LabelValuesByName "pod">>"}}) by (<<range $i, $l := .GroupBySlice>><<if
+    $i>>,<<end>><<$l>><<end>>)
+# A query that drops the label naming the objects (a classic "items: []").
+- seriesQuery: '{{__name__="capi_dropped",job="{job}"}}'
+  resources:
+    overrides:
+      namespace: {{resource: namespace}}
+      pod: {{resource: pod}}
+  metricsQuery: 'sum(<<.Series>>{{<<.LabelMatchers>>}})'
+# A namespace's own metric.
+- seriesQuery: '{{__name__="capi_queue_length",job="{job}"}}'
+  resources:
+    overrides:
+      namespace: {{resource: namespace}}
+  metricsQuery: 'sum(<<.Series>>{{<<.LabelMatchers>>}}) by (<<.GroupBy>>)'
+"""
+
+SHOP_PODS = {"web-0": "web", "web-1": "web", "web-2": "web", "db-0": "db", "dot.pod": "dots",
+             "dotxpod": "dots"}
+
+
+@dataclass
+class World:
+    adapter: RunningAdapter
+    kube: FakeKubeAPI
+    exporter: Exporter
+    prometheus: PrometheusServer
+
+
+def _seed_series(exporter: Exporter) -> None:
+    requests = [
+        ({"namespace": "shop", "pod": "web-0", "verb": "GET"}, 1),
+        ({"namespace": "shop", "pod": "web-0", "verb": "POST"}, 0.5),
+        ({"namespace": "shop", "pod": "web-1", "verb": "GET"}, 2),
+        ({"namespace": "shop", "pod": "web-2", "verb": "GET"}, 0.25),
+        ({"namespace": "shop", "pod": "db-0", "verb": "GET"}, 7),
+        ({"namespace": "shop", "pod": "dot.pod", "verb": "GET"}, 3),
+        ({"namespace": "shop", "pod": "dotxpod", "verb": "GET"}, 4),
+        ({"namespace": "other", "pod": "web-0", "verb": "GET"}, 100),
+    ]
+    for labels, value in requests:
+        exporter.set("capi_requests", labels, value)
+    exporter.set("capi_node_temperature", {"node": "node-1"}, 61.5)
+    exporter.set("capi_node_temperature", {"node": "node-2"}, 58)
+    exporter.set("capi_widget_load", {"widget": "w1"}, 0.066)
+    exporter.set("capi_deploy_rps", {"kube__namespace": "shop", "kube_apps_deployment": "web"},
+                 250)
+    exporter.set("capi_jobs_processed_total", {"namespace": "shop", "pod": "web-0"}, 2000)
+    exporter.set("capi_jobs_wait_seconds_total", {"namespace": "shop", "pod": "web-0"}, 5)
+    exporter.set("capi_fields", {"namespace": "shop", "pod": "web-0"}, 1.5)
+    exporter.set("capi_fields", {"namespace": "shop", "pod": "web-1"}, 1200000)
+    exporter.set("capi_dropped", {"namespace": "shop", "pod": "web-0"}, 9)
+    exporter.set("capi_queue_length", {"namespace": "shop", "queue": "a"}, 40)
+    exporter.set("capi_queue_length", {"namespace": "shop", "queue": "b"}, 2)
+    for index in range(BIG):
+        exporter.set("capi_big", {"namespace": "big", "pod": f"big-{index:04d}"}, index)
+
+
+def _seed_objects(kube: FakeKubeAPI) -> None:
+    now = datetime.now(UTC)
+    for name in ("shop", "other", "big"):
+        kube.create_namespace(name, labels={"team": "shop" if name == "shop" else "x"})
+    for name, app in SHOP_PODS.items():
+        kube.create("", "v1", "pods", kube_objects.pod(name, namespace="shop", now=now,
+                                                       labels={"app": app}))
+    kube.create("", "v1", "pods", kube_objects.pod("web-0", namespace="other", now=now,
+                                                   labels={"app": "web"}))
+    # create_pod lists every pod to pick an IP (quadratic): build the 2,000 objects directly.
+    for index in range(BIG):
+        kube.create("", "v1", "pods", kube_objects.pod(
+            f"big-{index:04d}", namespace="big", now=now, labels={"app": "big"},
+            pod_ip=f"10.1.{index // 250}.{index % 250 + 2}"))
+    for node, zone in (("node-1", "a"), ("node-2", "b")):
+        kube.create("", "v1", "nodes", {"metadata": {"name": node, "labels": {"zone": zone}}})
+    kube.create_deployment("web", namespace="shop", labels={"app": "web"})
+    kube.create_crd(group="example.com", kind="Widget", plural="widgets", scope="Cluster")
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def world(prometheus: PrometheusServer, exporter_pool: ExporterPool,
+                tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[World]:
+    workdir = tmp_path_factory.mktemp("custom-api")
+    with exporter_pool.exporter() as exporter:
+        _seed_series(exporter)
+        async with FakeKubeAPI(workdir=workdir / "kube") as kube:
+            _seed_objects(kube)
+            await asyncio.sleep(0)  # let the fake serve the CRD it just accepted
+            kube.create("example.com", "v1", "widgets", {"metadata": {"name": "w1"}})
+            await wait_for_series(prometheus, f'capi_big{{job="{exporter.job}"}}', BIG)
+            await wait_for_series(prometheus, f'capi_queue_length{{job="{exporter.job}"}}', 2)
+            async with running_adapter(
+                    workdir=workdir / "adapter", config_text=CONFIG.format(job=exporter.job),
+                    prometheus_url=prometheus.url,
+                    kubeconfig=kube.write_kubeconfig(workdir / "kubeconfig")) as adapter:
+                yield World(adapter, kube, exporter, prometheus)
+
+
+def items(reply_json: dict[str, object]) -> list[dict[str, object]]:
+    assert reply_json["kind"] == "MetricValueList"
+    found = reply_json["items"]
+    assert isinstance(found, list)
+    return found
+
+
+def values_by_name(body: dict[str, object]) -> dict[str, str]:
+    return {item["describedObject"]["name"]: item["value"]  # type: ignore[index]
+            for item in items(body)}
+
+
+# ------------------------------------------------------------------------------ route shapes
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+async def test_pods_wildcard_is_filtered_by_the_pods_labels(world: World, version: str) -> None:
+    reply = await world.adapter.get(
+        f"{CUSTOM}/{version}/namespaces/shop/pods/%2A/capi_requests?labelSelector=app%3Dweb",
+        accept=HPA_ACCEPT)
+    assert reply.status == 200, reply
+    assert reply.content_type == "application/json"
+    body = reply.json()
+    assert body["apiVersion"] == f"custom.metrics.k8s.io/{version}"
+    assert body["metadata"] == {}
+    assert values_by_name(body) == {"web-0": "1500m", "web-1": "2", "web-2": "250m"}
+
+
+async def test_v1beta1_items_carry_metric_name_and_a_null_selector(world: World) -> None:
+    reply = await world.adapter.get(
+        f"{CUSTOM}/v1beta1/namespaces/shop/pods/web-1/capi_requests")
+    [item] = items(reply.json())
+    assert item == {
+        "describedObject": {"kind": "Pod", "namespace": "shop", "name": "web-1",
+                            "apiVersion": "v1"},
+        "metricName": "capi_requests", "timestamp": item["timestamp"], "value": "2",
+        "selector": None}
+    assert re.match(RFC3339_SECONDS, str(item["timestamp"]))
+
+
+async def test_v1beta2_items_carry_the_metric_selector_inside_metric(world: World) -> None:
+    reply = await world.adapter.get(
+        f"{CUSTOM}/v1beta2/namespaces/shop/pods/web-0/capi_requests?metricLabelSelector="
+        "verb%3DGET")
+    [item] = items(reply.json())
+    assert item["metric"] == {"name": "capi_requests",
+                              "selector": {"matchLabels": {"verb": "GET"}}}
+    assert item["value"] == "1"
+    assert "windowSeconds" not in item and "metricName" not in item
+
+
+async def test_metric_label_selector_sums_only_the_selected_series(world: World) -> None:
+    reply = await world.adapter.get(
+        f"{CUSTOM}/v1beta1/namespaces/shop/pods/%2A/capi_requests"
+        "?labelSelector=app%3Dweb&metricLabelSelector=verb+in+%28POST%29")
+    body = reply.json()
+    assert values_by_name(body) == {"web-0": "500m"}
+    assert body["items"][0]["selector"] == {
+        "matchExpressions": [{"key": "verb", "operator": "In", "values": ["POST"]}]}
+    assert reply.headers["Warning"].startswith('299 - "2 of 3 selected pods have no value')
+
+
+async def test_wildcard_without_selector_answers_every_pod_of_the_namespace_only(
+        world: World) -> None:
+    reply = await world.adapter.get(f"{CUSTOM}/v1beta2/namespaces/other/pods/*/capi_requests")
+    assert values_by_name(reply.json()) == {"web-0": "100"}
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+async def test_root_scoped_nodes_by_name_and_by_wildcard(world: World, version: str) -> None:
+    one = await world.adapter.get(f"{CUSTOM}/{version}/nodes/node-1/capi_node_temperature")
+    [item] = items(one.json())
+    assert item["describedObject"] == {"kind": "Node", "name": "node-1", "apiVersion": "v1"}
+    assert item["value"] == "61500m"
+    every = await world.adapter.get(
+        f"{CUSTOM}/{version}/nodes/%2A/capi_node_temperature?labelSelector=zone+in+%28a%2Cb%29")
+    assert values_by_name(every.json()) == {"node-1": "61500m", "node-2": "58"}
+
+
+async def test_hpa_shaped_namespaced_url_for_a_node_answers_the_node(world: World) -> None:
+    reply = await world.adapter.get(
+        f"{CUSTOM}/v1beta2/namespaces/shop/nodes/node-2/capi_node_temperature")
+    [item] = items(reply.json())
+    assert item["describedObject"] == {"kind": "Node", "name": "node-2", "apiVersion": "v1"}
+
+
+async def test_cluster_scoped_crd_is_served_at_its_real_scope(world: World) -> None:
+    listing = await world.adapter.get(f"{CUSTOM}/v1beta2")
+    entries = {r["name"]: r["namespaced"] for r in listing.json()["resources"]}
+    assert entries["widgets.example.com/capi_widget_load"] is False
+    reply = await world.adapter.get(f"{CUSTOM}/v1beta2/widgets.example.com/w1/capi_widget_load")
+    [item] = items(reply.json())
+    assert item["describedObject"] == {"kind": "Widget", "name": "w1",
+                                       "apiVersion": "example.com/v1"}
+    assert item["value"] == "66m"
+
+
+async def test_namespace_own_metric_describes_the_namespace(world: World) -> None:
+    for version in VERSIONS:
+        reply = await world.adapter.get(
+            f"{CUSTOM}/{version}/namespaces/shop/metrics/capi_queue_length")
+        [item] = items(reply.json())
+        assert item["describedObject"] == {"kind": "Namespace", "name": "shop",
+                                           "apiVersion": "v1"}
+        assert item["value"] == "42"
+
+
+async def test_group_qualified_resource_through_a_group_template(world: World) -> None:
+    for resource in ("deployments.apps", "deployment.apps"):
+        reply = await world.adapter.get(
+            f"{CUSTOM}/v1beta2/namespaces/shop/{resource}/web/capi_deploy_rps")
+        [item] = items(reply.json())
+        assert item["describedObject"] == {"kind": "Deployment", "namespace": "shop",
+                                           "name": "web", "apiVersion": "apps/v1"}
+        assert item["value"] == "250"
+
+
+async def test_series_filters_and_name_as_rename_counters(world: World) -> None:
+    listing = (await world.adapter.get(f"{CUSTOM}/v1beta1")).json()
+    names = {r["name"] for r in listing["resources"]}
+    assert "pods/jobs_processed_per_second" in names
+    assert not any("jobs_wait" in name for name in names)
+    reply = await world.adapter.get(
+        f"{CUSTOM}/v1beta1/namespaces/shop/pods/web-0/jobs_processed_per_second")
+    assert items(reply.json())[0]["value"] == "2k"
+
+
+async def test_label_values_by_name_and_group_by_slice_render_a_working_query(
+        world: World) -> None:
+    reply = await world.adapter.get(
+        f"{CUSTOM}/v1beta2/namespaces/shop/pods/*/capi_fields?labelSelector=app%3Dweb")
+    assert values_by_name(reply.json()) == {"web-0": "1500m", "web-1": "1200k"}
+
+
+async def test_discovery_lists_every_resource_metric_pair_with_its_scope(world: World) -> None:
+    for version in VERSIONS:
+        body = (await world.adapter.get(f"{CUSTOM}/{version}/")).json()
+        assert body["groupVersion"] == f"custom.metrics.k8s.io/{version}"
+        entries = {r["name"]: r for r in body["resources"]}
+        assert entries["pods/capi_requests"]["namespaced"] is True
+        assert entries["namespaces/capi_requests"]["namespaced"] is False
+        assert entries["nodes/capi_node_temperature"]["namespaced"] is False
+        assert entries["deployments.apps/capi_deploy_rps"]["namespaced"] is True
+        assert all(r["kind"] == "MetricValueList" and r["verbs"] == ["get"]
+                   and r["singularName"] == "" for r in body["resources"])
+
+
+# ------------------------------------------------------------------------------ errors
+
+
+async def test_unknown_metric_is_404_with_upstreams_message(world: World) -> None:
+    reply = await world.adapter.get(f"{CUSTOM}/v1beta2/namespaces/shop/pods/*/nope")
+    assert reply.status == 404
+    assert reply.json() == {"kind": "Status", "apiVersion": "v1", "metadata": {},
+                            "status": "Failure", "reason": "NotFound", "code": 404,
+                            "message": "the server could not find the metric nope for pods"}
+    named = await world.adapter.get(
+        f"{CUSTOM}/v1beta2/namespaces/shop/pods/web-0/nope?metricLabelSelector=verb%3DGET")
+    assert named.json()["message"] == ("the server could not find the metric nope for pods "
+                                       "web-0 with selector verb=GET")
+
+
+async def test_unknown_resource_is_404_naming_the_resource_as_written(world: World) -> None:
+    reply = await world.adapter.get(f"{CUSTOM}/v1beta1/namespaces/shop/foos.bar/x/m")
+    assert reply.status == 404
+    assert reply.json()["message"].startswith("the server could not find the metric m for "
+                                              "foos.bar")
+
+
+async def test_unknown_route_inside_the_group_is_a_status_404(world: World) -> None:
+    reply = await world.adapter.get(f"{CUSTOM}/v1beta2/nodes/foo")
+    assert reply.status == 404
+    assert reply.json()["details"] == {}
+    assert reply.json()["message"] == "the server could not find the requested resource"
+
+
+@pytest.mark.parametrize("parameter", ["labelSelector", "metricLabelSelector"])
+async def test_bad_selectors_are_400_bad_request(world: World, parameter: str) -> None:
+    reply = await world.adapter.get(
+        f"{CUSTOM}/v1beta2/namespaces/shop/pods/*/capi_requests?{parameter}=%3D%3D%3D")
+    assert reply.status == 400
+    assert reply.json()["reason"] == "BadRequest"
+
+
+async def test_selector_operators_prometheus_cannot_express_are_400(world: World) -> None:
+    reply = await world.adapter.get(
+        f"{CUSTOM}/v1beta2/namespaces/shop/pods/web-0/capi_requests?metricLabelSelector="
+        "code%3E5")
+    assert reply.status == 400
+    assert "not supported by prometheus" in reply.json()["message"]
+
+
+@pytest.mark.parametrize("method", ["POST", "PUT", "DELETE", "PATCH"])
+async def test_other_verbs_are_405_status(world: World, method: str) -> None:
+    reply = await world.adapter.request(
+        f"{CUSTOM}/v1beta2/namespaces/shop/pods/*/capi_requests", method=method)
+    assert reply.status == 405
+    assert reply.json()["reason"] == "MethodNotAllowed"
+
+
+async def test_all_namespaces_wildcard_is_400(world: World) -> None:
+    reply = await world.adapter.get(f"{CUSTOM}/v1beta2/namespaces/*/pods/*/capi_requests")
+    assert reply.status == 400
+
+
+# ------------------------------------------------------------------------------ empty answers
+
+
+async def test_no_selected_objects_is_404_saying_so(world: World) -> None:
+    reply = await world.adapter.get(
+        f"{CUSTOM}/v1beta2/namespaces/shop/pods/*/capi_requests?labelSelector=app%3Dnone")
+    assert reply.status == 404
+    assert reply.json()["message"] == (
+        "the server could not find the metric capi_requests for pods: no pods in namespace "
+        "shop match the label selector 'app=none'")
+
+
+async def test_no_series_for_the_object_is_404_saying_so(world: World) -> None:
+    reply = await world.adapter.get(f"{CUSTOM}/v1beta2/namespaces/other/pods/db-9/capi_requests")
+    assert reply.status == 404
+    assert reply.json()["message"].startswith(
+        "the server could not find the metric capi_requests for pods db-9: no series matched "
+        "the query of rules[0]")
+
+
+async def test_query_that_drops_the_resource_label_is_404_saying_so(world: World) -> None:
+    reply = await world.adapter.get(f"{CUSTOM}/v1beta2/namespaces/shop/pods/web-0/capi_dropped")
+    assert reply.status == 404
+    message = reply.json()["message"]
+    assert "without the label 'pod'" in message and "rules[5]" in message
+
+
+async def test_partial_answer_is_200_with_a_warning_header(world: World) -> None:
+    world.kube.create("", "v1", "pods", kube_objects.pod(
+        "db-new", namespace="shop", now=datetime.now(UTC), labels={"app": "db"}))
+    reply = None
+    for _ in range(100):  # the watch delivers the new pod to the cache
+        reply = await world.adapter.get(
+            f"{CUSTOM}/v1beta2/namespaces/shop/pods/*/capi_requests?labelSelector=app%3Ddb")
+        if "Warning" in reply.headers:
+            break
+        await asyncio.sleep(0.02)
+    assert reply is not None and reply.status == 200
+    assert values_by_name(reply.json()) == {"db-0": "7"}
+    assert reply.headers["Warning"].startswith('299 - "1 of 2 selected pods have no value')
+
+
+# ------------------------------------------------------------------------------ safety and scale
+
+
+async def test_hostile_object_name_cannot_change_the_query(world: World) -> None:
+    hostile = "web-0%22%7D%20or%20vector%281%29%20%23"  # web-0"} or vector(1) #
+    reply = await world.adapter.get(
+        f"{CUSTOM}/v1beta2/namespaces/shop/pods/{hostile}/capi_requests")
+    assert reply.status == 404
+    assert "no series matched" in reply.json()["message"]
+
+
+async def test_hostile_namespace_cannot_change_the_query(world: World) -> None:
+    reply = await world.adapter.get(
+        f"{CUSTOM}/v1beta2/namespaces/shop%22%2Cpod%3D~%22.%2A/metrics/capi_queue_length")
+    assert reply.status == 404
+
+
+async def test_regex_characters_in_selector_values_match_literally(world: World) -> None:
+    # Upstream writes `verb=~"G.T|POST"`, which matches GET; here the dot is escaped.
+    reply = await world.adapter.get(
+        f"{CUSTOM}/v1beta2/namespaces/shop/pods/web-0/capi_requests?metricLabelSelector="
+        "verb+in+%28G.T%2CPOST%29")
+    assert items(reply.json())[0]["value"] == "500m"
+
+
+async def test_two_thousand_pods_by_post_in_one_query(world: World) -> None:
+    before = world.adapter.prometheus.backend_requests
+    reply = await world.adapter.get(
+        f"{CUSTOM}/v1beta2/namespaces/big/pods/*/capi_big?labelSelector=app%3Dbig")
+    assert reply.status == 200, reply
+    found = values_by_name(reply.json())
+    assert len(found) == BIG
+    assert found["big-1999"] == "1999"
+    assert world.adapter.prometheus.backend_requests == before + 1
+
+
+async def test_identical_concurrent_requests_share_one_prometheus_query(world: World) -> None:
+    client = world.adapter.prometheus
+    before = client.backend_requests
+    path = f"{CUSTOM}/v1beta2/namespaces/shop/pods/*/capi_requests?labelSelector=app%3Dweb"
+    world.prometheus.pause()
+    try:
+        requests = [asyncio.create_task(world.adapter.get(path)) for _ in range(20)]
+        for _ in range(500):
+            if client.backend_requests > before and all(
+                    not task.done() for task in requests):
+                await asyncio.sleep(0.2)  # give every request time to join the one in flight
+                break
+            await asyncio.sleep(0.01)
+    finally:
+        world.prometheus.resume()
+    replies = await asyncio.gather(*requests)
+    assert {reply.status for reply in replies} == {200}
+    assert client.backend_requests - before == 1
+
+
+async def test_protobuf_accept_is_answered_with_json_and_unservable_accept_is_406(
+        world: World) -> None:
+    path = f"{CUSTOM}/v1beta2/namespaces/shop/pods/web-1/capi_requests"
+    ok = await world.adapter.get(path, accept=HPA_ACCEPT)
+    assert ok.status == 200 and ok.content_type == "application/json"
+    refused = await world.adapter.get(path, accept="application/vnd.kubernetes.protobuf")
+    assert refused.status == 406
+    assert refused.json()["reason"] == "NotAcceptable"
+
+
+async def test_quantities_are_canonical_and_exact(world: World) -> None:
+    reply = await world.adapter.get(
+        f"{CUSTOM}/v1beta2/namespaces/shop/pods/*/capi_fields?labelSelector=app%3Dweb")
+    assert sorted(values_by_name(reply.json()).values()) == ["1200k", "1500m"]
+    assert all(re.fullmatch(r"-?[0-9]+[numkMGTPE]?", value)
+               for value in values_by_name(reply.json()).values())
