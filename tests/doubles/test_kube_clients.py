@@ -196,3 +196,24 @@ async def test_kubectl_scale_and_errors(fake_kube: FakeKubeAPI, kubeconfig: Path
     missing = await _run_kubectl(kubectl, kubeconfig, "get", "deployment", "nope", "-n", "demo")
     assert missing.returncode != 0
     assert 'deployments.apps "nope" not found' in missing.stderr
+
+
+@pytest.mark.kubectl
+async def test_kubectl_apply_validates_on_the_server(fake_kube: FakeKubeAPI, kubeconfig: Path,
+                                                     tmp_path: Path) -> None:
+    kubectl = require_tool("kubectl")
+    fake_kube.create_namespace("demo")
+    manifest = tmp_path / "app.yaml"
+    manifest.write_text(
+        "apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: api, namespace: demo}\n"
+        "spec:\n  replicas: 2\n  selector: {matchLabels: {app: api}}\n"
+        "  template:\n    metadata: {labels: {app: api}}\n"
+        "    spec: {containers: [{name: api, image: nginx}]}\n")
+    applied = await _run_kubectl(kubectl, kubeconfig, "apply", "-f", str(manifest))
+    assert applied.returncode == 0, applied.stderr
+    assert fake_kube.requests_to(r"/deployments$", method="POST")[0].param(
+        "fieldValidation") == "Strict"
+    manifest.write_text(manifest.read_text().replace("replicas: 2", "replicaz: 2"))
+    rejected = await _run_kubectl(kubectl, kubeconfig, "apply", "-f", str(manifest))
+    assert rejected.returncode != 0
+    assert 'strict decoding error: unknown field "spec.replicaz"' in rejected.stderr

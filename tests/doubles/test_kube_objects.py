@@ -268,7 +268,9 @@ async def test_unknown_fields_are_dropped_with_a_warning(kube_http: KubeHTTPClie
     strict = await kube_http.post(DEPLOYMENTS, {**body, "metadata": {"name": "w2"}},
                                   params={"fieldValidation": "Strict"})
     assert strict.status == 400
-    assert strict.json["message"] == 'strict decoding error: unknown field "spec.replicaz"'
+    assert strict.json["message"] == ('Deployment in version "v1" cannot be handled as a '
+                                      'Deployment: strict decoding error: unknown field '
+                                      '"spec.replicaz"')
 
 
 async def test_wrong_json_types_are_bad_request(kube_http: KubeHTTPClient) -> None:

@@ -23,6 +23,9 @@ Known simplifications (each stricter or equal, never more forgiving, unless said
 * Server-side apply is approximated by a strategic (built-ins) or merge (CRs) patch; no
   managedFields, no conflicts. dryRun is not supported.
 * Discovery is served in the legacy form only (clients fall back from aggregated discovery).
+* /openapi/v3 lists operations and their query parameters but no schemas (enough for kubectl
+  to validate on the server with fieldValidation); /openapi/v2 is 404. Protobuf request bodies
+  get 415, so kubectl's imperative generators (`create configmap`, `auth can-i`) fail.
 * Quantities are stored as sent (kube-apiserver would canonicalise "1000m" to "1").
 * An APIService's Service is resolved through `set_service_endpoint`, not ClusterIP.
 """
@@ -1028,6 +1031,14 @@ class FakeKubeAPI:
             return json_response({"paths": sorted(["/api", "/api/v1", "/apis", "/healthz",
                                                    "/livez", "/readyz", "/version"])})
         stripped = path.rstrip("/") or "/"
+        if stripped == "/openapi/v3":
+            return json_response(self.rest.openapi_root())
+        if stripped.startswith("/openapi/v3/"):
+            parsed_gv = parse_api_path(stripped[len("/openapi/v3"):])
+            if parsed_gv is not None and not parsed_gv[2] and \
+                    self.registry.in_group_version(parsed_gv[0], parsed_gv[1]):
+                return json_response(self.rest.openapi_document(parsed_gv[0], parsed_gv[1]))
+            return not_found_page()
         if stripped == "/api":
             return json_response({"kind": "APIVersions", "versions": ["v1"],
                                   "serverAddressByClientCIDRs": [{

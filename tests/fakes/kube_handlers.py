@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import copy
+import hashlib
 import json
 import logging
 import time
@@ -307,8 +308,11 @@ class RestHandlers:
                                      f"got {validation!r}")
         warnings: list[str] = []
         if unknown and validation == "Strict":
-            raise errors.bad_request("strict decoding error: " + ", ".join(
-                f'unknown field "{path}"' for path in unknown))
+            detail = "strict decoding error: " + ", ".join(
+                f'unknown field "{path}"' for path in unknown)
+            if resource_type.builtin or kind == "Scale":
+                detail = f'{kind} in version "{version}" cannot be handled as a {kind}: {detail}'
+            raise errors.bad_request(detail)
         if validation == "Warn":
             warnings = [f'unknown field "{path}"' for path in unknown]
         return decoded, warnings, cr_problems
@@ -1008,3 +1012,58 @@ class RestHandlers:
         return {"kind": "APIResourceList", "apiVersion": "v1",
                 "groupVersion": f"{group}/{version}" if group else version,
                 "resources": resources}
+
+    # --- OpenAPI v3 (just enough for kubectl's fieldValidation support check) -------------
+
+    @staticmethod
+    def openapi_key(group: str, version: str) -> str:
+        return f"apis/{group}/{version}" if group else f"api/{version}"
+
+    def openapi_root(self) -> JSONDict:
+        """/openapi/v3: one entry per served local group/version."""
+        paths: JSONDict = {}
+        for group, versions in sorted(self.registry.group_versions().items()):
+            for version in versions:
+                document = self.openapi_document(group, version)
+                digest = hashlib.sha512(json.dumps(document, sort_keys=True).encode()).hexdigest()
+                key = self.openapi_key(group, version)
+                paths[key] = {"serverRelativeURL": f"/openapi/v3/{key}?hash={digest.upper()}"}
+        return {"paths": paths}
+
+    def openapi_document(self, group: str, version: str) -> JSONDict:
+        """Operations with their GVK and query parameters; no schemas (kubectl then validates
+        on the server with fieldValidation, and computes patches from its compiled-in types)."""
+        prefix = f"/apis/{group}/{version}" if group else f"/api/{version}"
+        parameters = [{"name": name, "in": "query", "schema": {"type": "string", "uniqueItems":
+                                                                 True}}
+                      for name in ("dryRun", "fieldManager", "fieldValidation")]
+        paths: JSONDict = {}
+        for resource_type in self.registry.in_group_version(group, version):
+            base = (f"{prefix}/namespaces/{{namespace}}/{resource_type.resource}"
+                    if resource_type.namespaced else f"{prefix}/{resource_type.resource}")
+            gvk = {"group": group, "version": version, "kind": resource_type.kind}
+
+            def operation(action: str, kind: JSONDict = gvk) -> JSONDict:
+                return {"x-kubernetes-action": action, "x-kubernetes-group-version-kind": kind,
+                        "parameters": parameters,
+                        "responses": {"200": {"description": "OK"}}}
+
+            if resource_type.virtual:
+                paths[base] = {"post": operation("post")}
+                continue
+            paths[base] = {"get": operation("list"), "post": operation("post")}
+            paths[f"{base}/{{name}}"] = {"get": operation("get"), "put": operation("put"),
+                                         "patch": operation("patch"),
+                                         "delete": operation("delete")}
+            if resource_type.has_status(version):
+                paths[f"{base}/{{name}}/status"] = {"get": operation("get"),
+                                                    "put": operation("put"),
+                                                    "patch": operation("patch")}
+            if resource_type.scale(version) is not None:
+                scale = {"group": "autoscaling", "version": "v1", "kind": "Scale"}
+                paths[f"{base}/{{name}}/scale"] = {"get": operation("get", scale),
+                                                   "put": operation("put", scale),
+                                                   "patch": operation("patch", scale)}
+        return {"openapi": "3.0.0",
+                "info": {"title": "Kubernetes", "version": "v1.36.0-fake"},
+                "paths": paths, "components": {}}
