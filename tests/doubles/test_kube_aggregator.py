@@ -323,3 +323,17 @@ async def test_kubectl_sees_503_for_a_mistrusted_backend(fake_kube: FakeKubeAPI,
             capture_output=True, text=True, timeout=60, check=False))
     assert result.returncode != 0
     assert "ServiceUnavailable" in result.stderr or "unable to handle" in result.stderr
+
+
+async def test_front_proxy_certificates_for_tests_that_play_the_aggregator(
+        fake_kube: FakeKubeAPI) -> None:
+    cert, key = fake_kube.front_proxy_client_certificate()
+    issued = pki.load_certificate_pem(cert.read_bytes())
+    assert issued.subject.rfc4514_string() == "CN=front-proxy-client"
+    ca = pki.load_certificate_pem(fake_kube.front_proxy_ca_pem)
+    issued.verify_directly_issued_by(ca)
+    other_cert, _ = fake_kube.issue_front_proxy_client_certificate(common_name="intruder")
+    other = pki.load_certificate_pem(other_cert.read_bytes())
+    assert other.subject.rfc4514_string() == "CN=intruder"
+    other.verify_directly_issued_by(ca)
+    assert key.stat().st_mode & 0o077 == 0

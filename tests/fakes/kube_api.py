@@ -367,6 +367,24 @@ class FakeKubeAPI:
             pki.write_private_key(key, self._front_proxy_client.private_key)
         return str(cert), str(key)
 
+    def front_proxy_client_certificate(self) -> tuple[Path, Path]:
+        """(cert, key) files of the aggregator's current front-proxy client certificate, for
+        tests that play the aggregator themselves."""
+        cert, key = self._front_proxy_files()
+        return Path(cert), Path(key)
+
+    def issue_front_proxy_client_certificate(self, *, common_name: str = FRONT_PROXY_CLIENT,
+                                             name: str | None = None) -> tuple[Path, Path]:
+        """Another client certificate signed by the current front-proxy CA (e.g. with a CN
+        that requestheader-allowed-names does not allow): (cert, key) paths."""
+        leaf = pki.issue_client_certificate(self._front_proxy_ca, user=common_name,
+                                            now=utc_now() - timedelta(minutes=1),
+                                            validity=CERT_VALIDITY)
+        stem = name or re.sub(r"[^A-Za-z0-9_.-]", "_", common_name)
+        cert = pki.write_certificate(self.workdir / f"front-proxy-{stem}.crt", leaf.certificate)
+        key = pki.write_private_key(self.workdir / f"front-proxy-{stem}.key", leaf.private_key)
+        return cert, key
+
     def _write_files(self) -> None:
         material = _material()
         self.workdir.mkdir(parents=True, exist_ok=True)
