@@ -1,0 +1,138 @@
+"""When Prometheus goes away: 503 Status bodies (never a traceback or backend detail), a failed
+relist keeps the last good snapshot, and readiness waits for the first discovery pass."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import pytest_asyncio
+
+from tests.adapter.test_server_harness import RunningAdapter, running_adapter, wait_for_series
+from tests.fakes import kube_objects
+from tests.fakes.exporter import Exporter
+from tests.fakes.kube_api import FakeKubeAPI
+from tests.fakes.prometheus import PrometheusServer
+
+pytestmark = [pytest.mark.prometheus, pytest.mark.asyncio(loop_scope="module")]
+
+CONFIG = """
+rules:
+- seriesQuery: 'down_requests'
+  resources:
+    overrides:
+      namespace: {resource: namespace}
+      pod: {resource: pod}
+  metricsQuery: 'sum(<<.Series>>{<<.LabelMatchers>>}) by (<<.GroupBy>>)'
+externalRules:
+- seriesQuery: 'down_queue'
+  resources:
+    overrides:
+      namespace: {resource: namespace}
+  metricsQuery: 'sum(<<.Series>>{<<.LabelMatchers>>}) by (queue)'
+"""
+POD_METRIC = "/apis/custom.metrics.k8s.io/v1beta2/namespaces/shop/pods/web-0/down_requests"
+EXTERNAL_METRIC = "/apis/external.metrics.k8s.io/v1beta1/namespaces/shop/down_queue"
+
+
+@dataclass
+class World:
+    prometheus: PrometheusServer
+    kube: FakeKubeAPI
+    workdir: Path
+
+
+@pytest.fixture(scope="module")
+def private_prometheus(prometheus_binary: str) -> Iterator[PrometheusServer]:
+    """A Prometheus of this module's own: the tests stop and start it."""
+    with PrometheusServer(binary=prometheus_binary) as server, Exporter() as exporter:
+        exporter.set("down_requests", {"namespace": "shop", "pod": "web-0"}, 3)
+        exporter.set("down_queue", {"namespace": "shop", "queue": "q"}, 8)
+        server.add_target(exporter)
+        server.wait_for('{__name__=~"down_.*"}', lambda samples: len(samples) == 2, timeout=30)
+        yield server
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def world(private_prometheus: PrometheusServer,
+                tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[World]:
+    workdir = tmp_path_factory.mktemp("prometheus-down")
+    async with FakeKubeAPI(workdir=workdir / "kube") as kube:
+        kube.create("", "v1", "pods", kube_objects.pod("web-0", namespace="shop",
+                                                       now=kube.clock()))
+        yield World(private_prometheus, kube, workdir)
+
+
+@pytest_asyncio.fixture(loop_scope="module")
+async def adapter(world: World) -> AsyncIterator[RunningAdapter]:
+    if not world.prometheus.running:
+        world.prometheus.start()
+    await wait_for_series(world.prometheus, '{__name__=~"down_.*"}', 2)
+    async with running_adapter(workdir=world.workdir / "adapter", config_text=CONFIG,
+                               prometheus_url=world.prometheus.url,
+                               kubeconfig=world.kube.write_kubeconfig(
+                                   world.workdir / "kubeconfig")) as running:
+        yield running
+
+
+def assert_safe(body_text: str, prometheus: PrometheusServer) -> None:
+    assert "Traceback" not in body_text
+    assert str(prometheus.port) not in body_text
+    assert "127.0.0.1" not in body_text
+
+
+async def test_requests_while_prometheus_is_down_are_503_status(
+        world: World, adapter: RunningAdapter) -> None:
+    assert (await adapter.get(POD_METRIC)).status == 200
+    world.prometheus.stop()
+    for path in (POD_METRIC, EXTERNAL_METRIC):
+        reply = await adapter.get(path)
+        assert reply.status == 503, reply
+        body = reply.json()
+        assert body["kind"] == "Status" and body["reason"] == "ServiceUnavailable"
+        assert body["details"] == {"retryAfterSeconds": 5}
+        assert body["message"].startswith("unable to fetch metrics: ")
+        assert_safe(reply.text, world.prometheus)
+    text = (await adapter.get("/metrics")).text
+    assert 'metricscale_prometheus_request_errors_total{endpoint="query",reason="connection"}' \
+        in text
+
+
+async def test_failed_relist_keeps_the_last_good_snapshot(
+        world: World, adapter: RunningAdapter) -> None:
+    before = adapter.discovery.registry
+    assert before.stats.custom_metrics == 2
+    world.prometheus.stop()
+    assert await adapter.discovery.step() is False
+    assert adapter.discovery.registry is before
+    listing = (await adapter.get("/apis/custom.metrics.k8s.io/v1beta2")).json()
+    assert {r["name"] for r in listing["resources"]} == {"pods/down_requests",
+                                                         "namespaces/down_requests"}
+    assert (await adapter.get("/readyz")).status == 200
+    text = (await adapter.get("/metrics")).text
+    assert 'metricscale_discovery_passes_total{result="failure"} 1.0' in text
+    world.prometheus.start()
+    assert await adapter.discovery.step() is True
+    assert adapter.discovery.registry is not before
+    assert (await adapter.get(POD_METRIC)).status == 200
+
+
+async def test_not_ready_until_the_first_discovery_pass(world: World) -> None:
+    world.prometheus.stop()
+    async with running_adapter(workdir=world.workdir / "cold", config_text=CONFIG,
+                               prometheus_url=world.prometheus.url,
+                               kubeconfig=world.kube.write_kubeconfig(world.workdir / "kc2"),
+                               wait_ready=False) as cold:
+        reply = await cold.get("/readyz?verbose")
+        assert reply.status == 500
+        assert "[-]metric-discovery failed: reason withheld\n" in reply.text
+        assert reply.text.endswith("readyz check failed\n")
+        assert (await cold.get("/livez")).status == 200
+        early = await cold.get(POD_METRIC)
+        assert early.status == 503
+        assert "discovery has not completed" in early.json()["message"]
+        world.prometheus.start()
+        await cold.wait_ready(within=20)  # the loop retries after 1 s, 2 s, 4 s...
+        assert (await cold.get(POD_METRIC)).status == 200
