@@ -86,19 +86,22 @@ def compact_history(history: History, *, now: datetime, horizon: timedelta) -> H
     if history.recommendations is None:
         return history
     cutoff = now - horizon
-    newest: dict[int, Recommendation] = {}
-    for rec in history.recommendations:
+    newest: dict[int, tuple[datetime, int, Recommendation]] = {}
+    for position, rec in enumerate(history.recommendations):
         if rec.timestamp < cutoff:
             continue
         kept = newest.get(rec.replicas)
-        if kept is None or rec.timestamp > kept.timestamp:
-            newest[rec.replicas] = rec
-    ordered = tuple(sorted(newest.values(), key=lambda r: (r.timestamp, r.replicas)))
+        if kept is None or (rec.timestamp, position) > kept[:2]:
+            newest[rec.replicas] = (rec.timestamp, position, rec)
+    # Oldest first; equal times keep the order they were made in (a first sync records the
+    # current size and the first recommendation at the same instant).
+    ordered = tuple(rec for _, _, rec in sorted(newest.values(), key=lambda kept: kept[:2]))
     return replace(history, recommendations=ordered)
 
 
 def _latest(recommendations: tuple[Recommendation, ...]) -> Recommendation:
-    return max(recommendations, key=lambda r: r.timestamp)
+    """The most recent recommendation; of equal times, the one made last."""
+    return max(enumerate(recommendations), key=lambda item: (item[1].timestamp, item[0]))[1]
 
 
 def needs_persisting(persisted: History | None, current: History, *, now: datetime,

@@ -1,9 +1,38 @@
-"""Helpers shared by the controller's tests: bounded waits for things that happen elsewhere."""
+"""Helpers shared by the controller's tests: bounded waits, and in-memory doubles of the
+Kubernetes and metrics APIs and of the watch caches."""
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from autoscaler.errors import (
+    Conflict,
+    KindNotFound,
+    KubeError,
+    MetricsError,
+    TargetNotFound,
+)
+from autoscaler.kube import (
+    EventType,
+    ObjectReference,
+    ResourceMapping,
+    Scale,
+    ScaleTargetRef,
+    merge_patch,
+)
+from autoscaler.model import Pod
+from autoscaler.watching import (
+    AutoscalerEntry,
+    AutoscalerKey,
+    PodIndex,
+    SelectorCache,
+    SelectorRegistry,
+    project_autoscaler,
+)
 
 
 async def eventually(check: Callable[[], object], within: float = 5.0,
@@ -17,3 +46,216 @@ async def eventually(check: Callable[[], object], within: float = 5.0,
         if loop.time() > deadline:
             raise AssertionError(message or f"condition not met within {within}s")
         await asyncio.sleep(0.01)
+
+
+# ------------------------------------------------------------------ in-memory doubles
+
+
+DEPLOYMENTS = ResourceMapping(group="apps", version="v1", resource="deployments",
+                              kind="Deployment", namespaced=True, has_scale=True)
+
+
+@dataclass
+class RecordedEvent:
+    namespace: str
+    name: str
+    type: str
+    reason: str
+    note: str
+
+
+class MemoryCaches:
+    """The watch caches of autoscaler.watching, filled by hand."""
+
+    def __init__(self) -> None:
+        self.entries: dict[AutoscalerKey, AutoscalerEntry] = {}
+        self.pods = PodIndex()
+        self.selectors = SelectorCache()
+        self.registry = SelectorRegistry(self.pods, self.selectors)
+
+    def put(self, raw: Mapping[str, Any]) -> AutoscalerEntry:
+        entry = project_autoscaler(raw)
+        self.entries[entry.key] = entry
+        return entry
+
+    def add_pod(self, pod: Pod) -> None:
+        self.pods.add(pod)
+
+    def get(self, key: AutoscalerKey) -> AutoscalerEntry | None:
+        return self.entries.get(key)
+
+    def select_pods(self, namespace: str, selector: str) -> list[Pod]:
+        return self.pods.select(namespace, self.selectors.parse(selector))
+
+
+@dataclass
+class MemoryKube:
+    """KubeWrites in memory: scales by (namespace, name), status writes applied to the caches
+    (as the watch would), every call counted by method."""
+
+    caches: MemoryCaches
+    scales: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
+    calls: list[str] = field(default_factory=list)
+    events: list[RecordedEvent] = field(default_factory=list)
+    status_writes: list[tuple[str, str, Mapping[str, Any]]] = field(default_factory=list)
+    scale_writes: list[tuple[str, str, int]] = field(default_factory=list)
+    annotation_writes: list[tuple[str, str, Mapping[str, str]]] = field(default_factory=list)
+    fail: dict[str, list[KubeError]] = field(default_factory=dict)
+    kinds: dict[str, ResourceMapping] = field(
+        default_factory=lambda: {"Deployment": DEPLOYMENTS})
+
+    def set_scale(self, namespace: str, name: str, *, replicas: int, selector: str,
+                  status_replicas: int | None = None) -> None:
+        self.scales[(namespace, name)] = {
+            "apiVersion": "autoscaling/v1", "kind": "Scale",
+            "metadata": {"name": name, "namespace": namespace, "resourceVersion": "1"},
+            "spec": {"replicas": replicas},
+            "status": {"replicas": replicas if status_replicas is None else status_replicas,
+                       "selector": selector}}
+
+    def replicas(self, namespace: str, name: str) -> int:
+        return int(self.scales[(namespace, name)]["spec"]["replicas"])
+
+    def _call(self, method: str) -> None:
+        self.calls.append(method)
+        failures = self.fail.get(method)
+        if failures:
+            raise failures.pop(0)
+
+    def count(self, method: str) -> int:
+        return self.calls.count(method)
+
+    async def resolve_scale_target(self, ref: ScaleTargetRef) -> ResourceMapping:
+        mapping = self.kinds.get(ref.kind)
+        if mapping is None:
+            raise KindNotFound(f'no matches for kind "{ref.kind}" in group "apps"')
+        return mapping
+
+    async def get_scale(self, target: ResourceMapping, *, namespace: str, name: str) -> Scale:
+        self._call("get_scale")
+        obj = self.scales.get((namespace, name))
+        if obj is None:
+            raise TargetNotFound(f'{target.group_resource} "{name}" not found', status=404,
+                                 reason="NotFound")
+        return Scale.from_object(obj)
+
+    async def update_scale(self, target: ResourceMapping, *, namespace: str, name: str,
+                           scale: Scale, replicas: int) -> Scale:
+        self._call("update_scale")
+        obj = self.scales[(namespace, name)]
+        obj["spec"]["replicas"] = replicas
+        obj["status"]["replicas"] = replicas
+        self.scale_writes.append((namespace, name, replicas))
+        return Scale.from_object(obj)
+
+    def _apply_status(self, namespace: str, name: str, kind: str,
+                      status: Mapping[str, Any], previous: Mapping[str, Any] | None) -> None:
+        key = AutoscalerKey(kind, namespace, name)
+        entry = self.caches.entries[key]
+        raw = dict(entry.raw)
+        patch = merge_patch(previous or {}, status)
+        merged = dict(raw.get("status") or {})
+        for field_name, value in patch.items():
+            if value is None:
+                merged.pop(field_name, None)
+            else:
+                merged[field_name] = status[field_name]
+        raw["status"] = merged
+        self.caches.put(raw)
+
+    async def write_autoscaler_status(
+        self, *, namespace: str, name: str, status: Mapping[str, Any],
+        previous: Mapping[str, Any] | None, resource_version: str | None = None,
+    ) -> Mapping[str, Any]:
+        self._call("write_status")
+        self.status_writes.append((namespace, name, status))
+        self._apply_status(namespace, name, "Autoscaler", status, previous)
+        return status
+
+    async def write_hpa_status(
+        self, *, namespace: str, name: str, status: Mapping[str, Any],
+        previous: Mapping[str, Any] | None, resource_version: str | None = None,
+    ) -> Mapping[str, Any]:
+        self._call("write_status")
+        self.status_writes.append((namespace, name, status))
+        self._apply_status(namespace, name, "HorizontalPodAutoscaler", status, previous)
+        return status
+
+    async def patch_hpa_annotations(self, *, namespace: str, name: str,
+                                    annotations: Mapping[str, str]) -> Mapping[str, Any]:
+        self._call("patch_annotations")
+        self.annotation_writes.append((namespace, name, annotations))
+        key = AutoscalerKey("HorizontalPodAutoscaler", namespace, name)
+        raw = dict(self.caches.entries[key].raw)
+        metadata = dict(raw["metadata"])
+        metadata["annotations"] = {**metadata.get("annotations", {}), **annotations}
+        raw["metadata"] = metadata
+        self.caches.put(raw)
+        return raw
+
+    async def create_event(self, *, regarding: ObjectReference, event_type: EventType,
+                           reason: str, note: str, now: datetime,
+                           action: str = "Scale") -> bool:
+        self.calls.append("create_event")
+        self.events.append(RecordedEvent(regarding.namespace, regarding.name, event_type,
+                                         reason, note))
+        return True
+
+
+@dataclass
+class MemoryMetrics:
+    """MetricsAPI in memory: per metric name, a value per pod (or an error to raise)."""
+
+    pod_values: dict[str, dict[str, str]] = field(default_factory=dict)
+    cpu_usage: dict[str, str] = field(default_factory=dict)
+    external: dict[str, str] = field(default_factory=dict)
+    errors: dict[str, MetricsError] = field(default_factory=dict)
+    timestamp: str = "2026-11-21T10:00:00Z"
+    calls: list[str] = field(default_factory=list)
+
+    async def get_resource_metrics(self, *, namespace: str, pod_selector: str) -> dict[str, Any]:
+        self.calls.append("resource")
+        if "cpu" in self.errors:
+            raise self.errors["cpu"]
+        return {"kind": "PodMetricsList", "apiVersion": "metrics.k8s.io/v1beta1", "items": [
+            {"metadata": {"name": pod, "namespace": namespace}, "timestamp": self.timestamp,
+             "window": "30s", "containers": [{"name": "app", "usage": {"cpu": usage}}]}
+            for pod, usage in self.cpu_usage.items()]}
+
+    async def get_pods_metric(self, *, namespace: str, metric_name: str, pod_selector: str,
+                              metric_selector: Mapping[str, Any] | None) -> dict[str, Any]:
+        self.calls.append(f"pods/{metric_name}")
+        if metric_name in self.errors:
+            raise self.errors[metric_name]
+        items = [{"describedObject": {"kind": "Pod", "namespace": namespace, "name": pod,
+                                      "apiVersion": "/v1"},
+                  "metric": {"name": metric_name}, "timestamp": self.timestamp,
+                  "windowSeconds": 60, "value": value}
+                 for pod, value in self.pod_values.get(metric_name, {}).items()]
+        if not items:
+            raise MetricsError("no metrics returned from custom metrics API", api="custom")
+        return {"kind": "MetricValueList", "apiVersion": "custom.metrics.k8s.io/v1beta2",
+                "metadata": {}, "items": items}
+
+    async def get_object_metric(self, *, namespace: str, metric_name: str,
+                                described_object: Mapping[str, Any],
+                                metric_selector: Mapping[str, Any] | None) -> dict[str, Any]:
+        raise MetricsError("not served", api="custom")
+
+    async def get_external_metric(self, *, namespace: str, metric_name: str,
+                                  metric_selector: Mapping[str, Any] | None) -> dict[str, Any]:
+        self.calls.append(f"external/{metric_name}")
+        if metric_name in self.errors:
+            raise self.errors[metric_name]
+        return {"kind": "ExternalMetricValueList",
+                "apiVersion": "external.metrics.k8s.io/v1beta1", "metadata": {},
+                "items": [{"metricName": metric_name, "metricLabels": {},
+                           "timestamp": self.timestamp, "value": self.external[metric_name]}]}
+
+
+def conflict() -> Conflict:
+    return Conflict('Operation cannot be fulfilled on deployments.apps "web": the object has '
+                    "been modified; please apply your changes to the latest version and try "
+                    "again", status=409, reason="Conflict")
+
+

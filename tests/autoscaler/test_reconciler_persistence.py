@@ -128,6 +128,17 @@ def test_without_a_persisted_history_the_new_leader_starts_as_upstream_does() ->
     assert restore_history(History(recommendations=()), now=at(0)).recommendations is None
 
 
+def test_of_recommendations_made_at_one_instant_the_later_one_is_the_last() -> None:
+    """A first sync records the current size, then the recommendation, both at `now`."""
+    first_sync = recs((0, 2), (0, 6))
+    assert compact_history(first_sync, now=at(0), horizon=WINDOW) == first_sync
+    assert not needs_persisting(first_sync, recs((0, 2), (0, 6), (15, 6)), now=at(15),
+                                horizon=WINDOW)
+    restored = restore_history(first_sync, now=at(30))
+    assert restored.recommendations is not None
+    assert restored.recommendations[-1] == Recommendation(at(30), 6)
+
+
 def test_the_last_persisted_recommendation_counts_as_made_at_takeover() -> None:
     events = (ScaleEvent(at(5), 1),)
     persisted = History(recommendations=(Recommendation(at(0), 6), Recommendation(at(20), 4)),
