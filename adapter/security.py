@@ -26,6 +26,7 @@ from typing import Any, Generic, TypeVar
 
 import aiohttp
 from aiohttp import web
+from aiohttp.http_exceptions import HttpProcessingError
 from kubernetes_asyncio.client import ApiClient
 
 from adapter import kube
@@ -101,6 +102,7 @@ __all__ = [
     "ReviewFailed",
     "SecurityConfigError",
     "build_security",
+    "withhold_unparsed_requests",
 ]
 
 logger = logging.getLogger(__name__)
@@ -532,6 +534,33 @@ class DelegatedAuthorizer:
 
 
 # --------------------------------------------------------------------------------------------
+# Logs
+
+
+class _WithholdUnparsedRequests(logging.Filter):
+    """aiohttp logs a request it cannot parse with the offending bytes, an oversized
+    `Authorization` header included; keep the event, drop the bytes (and the traceback)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        error = record.exc_info[1] if record.exc_info else None
+        if isinstance(error, HttpProcessingError):
+            event = record.getMessage()
+            record.msg = "%s: %d %s (request bytes withheld: they may hold credentials)"
+            record.args = (event, error.code, type(error).__name__)
+            record.exc_info = None
+            record.exc_text = None
+            # A client's malformed request is not the server's error.
+            record.levelno, record.levelname = logging.INFO, logging.getLevelName(logging.INFO)
+        return True
+
+
+def withhold_unparsed_requests(logger: logging.Logger) -> None:
+    """Install the filter on the logger aiohttp's server writes to (idempotent)."""
+    if not any(isinstance(f, _WithholdUnparsedRequests) for f in logger.filters):
+        logger.addFilter(_WithholdUnparsedRequests())
+
+
+# --------------------------------------------------------------------------------------------
 # Wiring
 
 
@@ -554,6 +583,7 @@ class AdapterSecurity:
 
     def install(self, app: web.Application) -> None:
         """Add the readiness check and the context that opens the clients and the informer."""
+        withhold_unparsed_requests(logging.getLogger("aiohttp.server"))
         health = app[HEALTH_KEY]
         if self.source is None:
             # Passes, so the line shows in /readyz?verbose without making the pod unready.

@@ -10,9 +10,7 @@ from __future__ import annotations
 import re
 import secrets
 from collections.abc import AsyncIterator, Mapping
-from dataclasses import dataclass
 from decimal import Decimal
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -26,24 +24,11 @@ from tests.e2e.test_adapter_auth_support import (
     GROUP_VERSIONS,
     HPA_ACCEPT,
     QUANTITY_TABLE,
-    AuthPKI,
-    CertPair,
+    Env,
     HandshakeFailed,
-    Headers,
     Reply,
-    SecuredAdapter,
-    ShiftedClock,
-    export_series,
-    https_request,
-    make_pki,
-    register_apiservices,
+    auth_environment,
     reviews_for,
-    rules_yaml,
-    sar_policy,
-    secured_adapter,
-    seed_cluster,
-    trust_extra_proxy_ca,
-    wait_for_exported_series,
 )
 from tests.fakes.kube_api import FakeKubeAPI, ServerError
 from tests.fakes.prometheus import ExporterPool, PrometheusServer
@@ -54,58 +39,12 @@ RFC3339_SECONDS = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ$")
 HPA_USER = "system:serviceaccount:kube-system:horizontal-pod-autoscaler"
 
 
-@dataclass
-class Env:
-    fake: FakeKubeAPI
-    adapter: SecuredAdapter
-    pki: AuthPKI
-    clock: ShiftedClock
-    proxy: CertPair
-
-    async def as_proxy(self, path: str, *, user: str | None, groups: tuple[str, ...] = (),
-                       headers: Headers = (), **kwargs: Any) -> Reply:
-        """What the aggregator sends: its client certificate and identity headers."""
-        sent = [("X-Remote-User", user)] if user is not None else []
-        sent += [("X-Remote-Group", group) for group in groups]
-        return await self.adapter.request(path, cert=self.proxy, headers=[*sent, *headers],
-                                          **kwargs)
-
-    async def through_aggregator(self, path: str, *, token: str, accept: str | None = None,
-                                 ) -> Reply:
-        """A client calling kube-apiserver, which proxies to the adapter."""
-        headers = [("Authorization", f"Bearer {token}")]
-        if accept is not None:
-            headers.append(("Accept", accept))
-        return await https_request(self.fake.port, path, ca_file=self.fake.ca_file,
-                                   headers=headers)
-
-    def new_token(self, username: str, **identity: Any) -> str:
-        token = f"tok-{secrets.token_hex(12)}"
-        self.fake.add_user(token=token, username=username, **identity)
-        return token
-
-
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
 async def env(tmp_path_factory: pytest.TempPathFactory, prometheus: PrometheusServer,
               exporter_pool: ExporterPool) -> AsyncIterator[Env]:
-    workdir: Path = tmp_path_factory.mktemp("adapter-auth")
-    with exporter_pool.exporter() as exporter:
-        count = export_series(exporter)
-        async with FakeKubeAPI(workdir=workdir / "kube", availability_max_backoff=0.5) as fake:
-            seed_cluster(fake)
-            fake.subject_access_review_answer = sar_policy
-            test_pki = make_pki(workdir / "pki")
-            trust_extra_proxy_ca(fake, test_pki.proxy_ca)
-            await wait_for_exported_series(prometheus, exporter, count)
-            clock = ShiftedClock()
-            async with secured_adapter(
-                    workdir=workdir / "adapter", test_pki=test_pki,
-                    kubeconfig=fake.write_kubeconfig(workdir / "kubeconfig"),
-                    prometheus_url=prometheus.url, config_text=rules_yaml(exporter.job),
-                    clock=clock) as adapter:
-                await register_apiservices(fake, port=adapter.port,
-                                           ca_pem=test_pki.serving_ca.certificate_pem)
-                yield Env(fake, adapter, test_pki, clock, test_pki.proxy_pair())
+    async with auth_environment(tmp_path_factory.mktemp("adapter-auth"), prometheus=prometheus,
+                                exporter_pool=exporter_pool) as running:
+        yield running
 
 
 def assert_status(reply: Reply, code: int, reason: str) -> dict[str, Any]:

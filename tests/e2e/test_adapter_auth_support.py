@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import json
 import logging
+import secrets
 import ssl
 import time
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
@@ -31,7 +32,7 @@ from adapter.tls import ReloadingServerContext
 from metricscale import pki
 from tests.fakes.exporter import Exporter
 from tests.fakes.kube_api import FakeKubeAPI
-from tests.fakes.prometheus import PrometheusServer, count_of
+from tests.fakes.prometheus import ExporterPool, PrometheusServer, count_of
 
 SERVICE_NAMESPACE = "metricscale"
 SERVICE_NAME = "metricscale-adapter"
@@ -383,7 +384,7 @@ async def secured_adapter(*, workdir: Path, test_pki: AuthPKI, kubeconfig: Path,
         await site.start()
         server = site._server
         assert server is not None
-        port = int(server.sockets[0].getsockname()[1])  # type: ignore[union-attr]
+        port = int(server.sockets[0].getsockname()[1])  # type: ignore[attr-defined]
         adapter = SecuredAdapter(app, port, tls, security, test_pki, fatal)
         await wait_ready(adapter)
         yield adapter
@@ -418,6 +419,66 @@ async def register_apiservices(fake: FakeKubeAPI, *, port: int, ca_pem: bytes) -
 def reviews_for(fake: FakeKubeAPI, user: str) -> list[dict[str, Any]]:
     return [body for body in fake.subject_access_reviews
             if (body.get("spec") or {}).get("user") == user]
+
+
+@dataclass
+class Env:
+    """One running setup: the fake cluster, the adapter registered behind its aggregator."""
+
+    fake: FakeKubeAPI
+    adapter: SecuredAdapter
+    pki: AuthPKI
+    clock: ShiftedClock
+    proxy: CertPair
+    tokens: list[str] = field(default_factory=list)
+
+    async def as_proxy(self, path: str, *, user: str | None, groups: tuple[str, ...] = (),
+                       headers: Headers = (), **kwargs: Any) -> Reply:
+        """What the aggregator sends: its client certificate and identity headers."""
+        sent = [("X-Remote-User", user)] if user is not None else []
+        sent += [("X-Remote-Group", group) for group in groups]
+        return await self.adapter.request(path, cert=self.proxy, headers=[*sent, *headers],
+                                          **kwargs)
+
+    async def through_aggregator(self, path: str, *, token: str, accept: str | None = None,
+                                 ) -> Reply:
+        """A client calling kube-apiserver, which proxies to the adapter."""
+        headers = [("Authorization", f"Bearer {token}")]
+        if accept is not None:
+            headers.append(("Accept", accept))
+        return await https_request(self.fake.port, path, ca_file=self.fake.ca_file,
+                                   headers=headers)
+
+    def new_token(self, username: str, **identity: Any) -> str:
+        token = f"tok-{secrets.token_hex(12)}"
+        self.fake.add_user(token=token, username=username, **identity)
+        self.tokens.append(token)
+        return token
+
+
+@contextlib.asynccontextmanager
+async def auth_environment(workdir: Path, *, prometheus: PrometheusServer,
+                           exporter_pool: ExporterPool,
+                           args: Sequence[str] = ()) -> AsyncIterator[Env]:
+    """Series exported and scraped, cluster seeded, adapter running and Available."""
+    with exporter_pool.exporter() as exporter:
+        count = export_series(exporter)
+        async with FakeKubeAPI(workdir=workdir / "kube", availability_max_backoff=0.5) as fake:
+            seed_cluster(fake)
+            fake.subject_access_review_answer = sar_policy
+            test_pki = make_pki(workdir / "pki")
+            trust_extra_proxy_ca(fake, test_pki.proxy_ca)
+            await wait_for_exported_series(prometheus, exporter, count)
+            clock = ShiftedClock()
+            async with secured_adapter(
+                    workdir=workdir / "adapter", test_pki=test_pki,
+                    kubeconfig=fake.write_kubeconfig(workdir / "kubeconfig"),
+                    prometheus_url=prometheus.url, config_text=rules_yaml(exporter.job),
+                    clock=clock, args=args) as adapter:
+                await register_apiservices(fake, port=adapter.port,
+                                           ca_pem=test_pki.serving_ca.certificate_pem)
+                yield Env(fake, adapter, test_pki, clock, test_pki.proxy_pair(),
+                          [fake.admin_token])
 
 
 # --------------------------------------------------------------------------------------------
