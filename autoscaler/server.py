@@ -1,0 +1,399 @@
+"""`metricscale autoscaler`: the controller program (flags, wiring, HTTP endpoints, shutdown).
+
+The composition root: it loads the cluster configuration, opens the API clients, starts the
+watch caches, waits for them to fill, runs the leader elector and the controller, and serves
+`/metrics`, `/healthz` and `/readyz`. SIGTERM (or SIGINT) stops the workers, releases the
+lease so the standby takes over at once, and closes everything.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import logging
+import os
+import signal
+import socket
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from types import TracebackType
+from typing import Any
+
+from aiohttp import web
+from kubernetes_asyncio.client import ApiClient, Configuration
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+
+from autoscaler import settings as settings_flags
+from autoscaler.controller import CURRENT_OBJECT, Controller, ControllerMetrics
+from autoscaler.kube import KubeClient, load_configuration, open_kube_client
+from autoscaler.leader import (
+    LeaderElectionConfig,
+    LeaderElector,
+    LeaderGuard,
+    add_leader_election_arguments,
+    default_identity,
+    default_lease_namespace,
+    leader_election_config,
+)
+from autoscaler.metrics import MetricsClient
+from autoscaler.reconciler import Reconciler
+from autoscaler.settings import Settings
+from autoscaler.watching import Watching
+from metricscale.informer import PathSource, start_guarded_task
+
+__all__ = ["AutoscalerServer", "Options", "add_arguments", "configure_logging",
+           "options_from_arguments", "run"]
+
+logger = logging.getLogger(__name__)
+
+EXIT_OK = 0
+EXIT_FAILED = 1
+EXIT_USAGE = 2
+# How long the first LIST of every cache may take before the program says so (it keeps going).
+_SYNC_REPORT_SECONDS = 30.0
+
+
+# --------------------------------------------------------------------------------------------
+# Flags
+
+
+def _positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError("must be at least 1")
+    return value
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The flags of `metricscale autoscaler` (upstream's names where upstream has the flag)."""
+    settings_flags.add_arguments(parser)
+    group = parser.add_argument_group("controller")
+    group.add_argument("--concurrent-syncs", "--concurrent-horizontal-pod-autoscaler-syncs",
+                       dest="concurrent_syncs", type=_positive_int, default=5, metavar="N",
+                       help="autoscalers reconciled at the same time (default 5)")
+    group.add_argument("--dry-run", action="store_true",
+                       help="decide and report (status, events), but never write a scale; "
+                            "one autoscaler at a time: annotation metricscale.dev/dry-run=true")
+    group.add_argument("--enable-native-hpa", action="store_true",
+                       help="also act on autoscaling/v2 HorizontalPodAutoscalers; only when "
+                            "kube-controller-manager's HPA controller is switched off")
+    group.add_argument("--namespace", default="", metavar="NAMESPACE",
+                       help="watch only this namespace (default: all)")
+    group.add_argument("--kubeconfig", default=os.environ.get("KUBECONFIG", ""),
+                       metavar="PATH", help="kubeconfig file (default: in-cluster config)")
+    group.add_argument("--context", default=None, help="kubeconfig context to use")
+    group.add_argument("--metrics-bind-address", default=":8080", metavar="HOST:PORT",
+                       help="where /metrics, /healthz and /readyz are served (default :8080; "
+                            "0 to switch off)")
+    group.add_argument("--log-format", choices=("text", "json"), default="text",
+                       help="one line per event, as text or JSON (default text)")
+    group.add_argument("--log-level", default="info",
+                       choices=("debug", "info", "warning", "error"), help="(default info)")
+    add_leader_election_arguments(parser)
+
+
+@dataclass(frozen=True)
+class Options:
+    """Everything the program is told, as values."""
+
+    settings: Settings
+    leader_election: LeaderElectionConfig
+    concurrent_syncs: int = 5
+    dry_run: bool = False
+    native_hpa: bool = False
+    namespace: str = ""
+    metrics_bind_address: str = ":8080"
+    identity: str = ""
+    lease_namespace: str = ""
+    reporting_instance: str = ""
+    reconcile_timeout: float | None = None
+    informer_options: dict[str, Any] | None = None
+
+
+def options_from_arguments(args: argparse.Namespace) -> Options:
+    """Options from parsed flags; raises ValueError for inconsistent leader-election flags."""
+    election = leader_election_config(args)
+    return Options(
+        settings=settings_flags.settings_from_arguments(args),
+        leader_election=election,
+        concurrent_syncs=args.concurrent_syncs,
+        dry_run=args.dry_run,
+        native_hpa=args.enable_native_hpa,
+        namespace=args.namespace,
+        metrics_bind_address=args.metrics_bind_address,
+        identity=default_identity(),
+        lease_namespace=election.resource_namespace or default_lease_namespace(),
+        reporting_instance=os.environ.get("POD_NAME") or socket.gethostname(),
+    )
+
+
+def parse_bind_address(text: str) -> tuple[str, int] | None:
+    """':8080' -> ('0.0.0.0', 8080); '127.0.0.1:0' -> any free port; '0' -> switched off."""
+    if text.strip() in {"", "0"}:
+        return None
+    host, _, port = text.rpartition(":")
+    return (host.strip("[]") or "0.0.0.0"), int(port)
+
+
+# --------------------------------------------------------------------------------------------
+# Logging
+
+
+class _ObjectFilter(logging.Filter):
+    """Puts the autoscaler being reconciled (namespace/name) on every record."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        record.object = CURRENT_OBJECT.get() or "-"
+        return True
+
+
+class _JSONFormatter(logging.Formatter):
+    def format(self, record: logging.LogRecord) -> str:
+        obj = getattr(record, "object", "-")
+        line: dict[str, Any] = {
+            "time": datetime.fromtimestamp(record.created, UTC).isoformat(
+                timespec="milliseconds").replace("+00:00", "Z"),
+            "level": record.levelname.lower(),
+            "logger": record.name,
+            "object": obj,
+            "message": record.getMessage(),
+        }
+        if obj != "-" and "/" in obj:
+            line["namespace"], line["name"] = obj.split("/", 1)
+        if record.exc_info:
+            line["error"] = self.formatException(record.exc_info)
+        return json.dumps(line, ensure_ascii=False)
+
+
+def configure_logging(*, fmt: str, level: str, stream: Any = None) -> logging.Handler:
+    """One handler on the root logger; every line names its object (or "-")."""
+    handler = logging.StreamHandler(stream or sys.stderr)
+    handler.addFilter(_ObjectFilter())
+    if fmt == "json":
+        handler.setFormatter(_JSONFormatter())
+    else:
+        formatter = logging.Formatter(
+            "%(asctime)s.%(msecs)03dZ %(levelname)-7s %(object)s %(name)s: %(message)s",
+            datefmt="%Y-%m-%dT%H:%M:%S")
+        formatter.converter = time.gmtime
+        handler.setFormatter(formatter)
+    root = logging.getLogger()
+    root.handlers = [handler]
+    root.setLevel(level.upper())
+    return handler
+
+
+# --------------------------------------------------------------------------------------------
+# The program
+
+
+def _utc_now() -> datetime:
+    return datetime.now(UTC)
+
+
+class AutoscalerServer:
+    """One controller replica; `async with AutoscalerServer(configuration, options)`.
+
+    Tests run several in one process (each with its own registry and identity).
+    """
+
+    def __init__(self, configuration: Configuration, options: Options, *,
+                 registry: CollectorRegistry | None = None,
+                 clock: Callable[[], datetime] = _utc_now,
+                 on_fatal: Callable[[BaseException], None] | None = None) -> None:
+        self.configuration = configuration
+        self.options = options
+        self.registry = registry or CollectorRegistry()
+        self.clock = clock
+        self._on_fatal = on_fatal
+        self._stack = contextlib.AsyncExitStack()
+        self._tasks: list[asyncio.Task[Any]] = []
+        self._runner: web.AppRunner | None = None
+        self.fatal: BaseException | None = None
+        self.stopped = asyncio.Event()
+        self.port: int | None = None
+        self.kube: KubeClient | None = None
+        self.watching: Watching | None = None
+        self.controller: Controller | None = None
+        self.elector: LeaderElector | None = None
+        self.guard: LeaderGuard | None = None
+        self.reconciler: Reconciler | None = None
+        self._stats = ControllerMetrics(self.registry)
+
+    async def __aenter__(self) -> AutoscalerServer:
+        try:
+            await self.start()
+        except BaseException:
+            await self.stop()
+            raise
+        return self
+
+    async def __aexit__(self, exc_type: type[BaseException] | None,
+                        exc: BaseException | None, tb: TracebackType | None) -> None:
+        await self.stop()
+
+    def _failed(self, exc: BaseException) -> None:
+        if self.fatal is None:
+            self.fatal = exc
+        self.stopped.set()
+        if self._on_fatal is not None:
+            self._on_fatal(exc)
+
+    async def start(self) -> None:
+        options = self.options
+        stats = self._stats
+        self.kube = await self._stack.enter_async_context(open_kube_client(
+            self.configuration, registry=self.registry,
+            reporting_instance=options.reporting_instance or socket.gethostname()))
+        watch_api = await self._stack.enter_async_context(
+            ApiClient(configuration=self.configuration))
+        metrics = MetricsClient(self.kube,
+                                version_ttl=options.settings.sync_period.total_seconds())
+        self.watching = Watching(lambda path: PathSource(watch_api, path),
+                                 native_hpa=options.native_hpa,
+                                 namespace=options.namespace or None,
+                                 informer_options=options.informer_options)
+        election = options.leader_election
+        if election.enabled:
+            self.elector = LeaderElector(
+                self.kube, config=election, identity=options.identity or default_identity(),
+                namespace=options.lease_namespace or default_lease_namespace(),
+                clock=self.clock, on_change=self._leadership_changed)
+            self.guard = self.elector.guard
+        else:
+            self.guard = LeaderGuard.always_leader(clock=self.clock)
+            stats.leader.set(1)
+        if options.native_hpa and not hasattr(self.kube, "patch_hpa_annotations"):
+            logger.warning("native HPAs: the stabilization history is kept in memory only "
+                           "(the API client cannot write the metricscale.dev/history "
+                           "annotation)")
+        watching = self.watching
+        self.reconciler = Reconciler(kube=self.kube, metrics=metrics, watching=watching,
+                                     settings=options.settings, dry_run=options.dry_run,
+                                     leader=self.guard, controller_metrics=stats)
+        self.controller = Controller(
+            self.reconciler, sync_period=options.settings.sync_period,
+            workers=options.concurrent_syncs, metrics=stats,
+            reconcile_timeout=options.reconcile_timeout,
+            may_work=self.guard.wait_until_leader,
+            exists=lambda key: watching.get(key) is not None,
+            wall_clock=self.clock)
+        watching.subscribe(self.controller.on_event)
+        await self._serve_http()
+        watching.start(on_failure=self._failed)
+        self._tasks.append(start_guarded_task(self._run(), name="autoscaler main",
+                                              on_failure=self._failed))
+
+    async def _run(self) -> None:
+        assert self.watching is not None and self.controller is not None
+        while not await self.watching.wait_synced(_SYNC_REPORT_SECONDS):
+            logger.warning("the caches of autoscalers and pods are still filling: %s", "; ".join(
+                f"{i.name}: {i.last_error or 'waiting'}" for i in self.watching.informers
+                if not i.has_synced))
+        logger.info("caches filled: %d autoscalers, %d pods", len(self.watching.keys()),
+                    len(self.watching.pods))
+        async with asyncio.TaskGroup() as group:
+            if self.elector is not None:
+                group.create_task(self.elector.run(), name="leader elector")
+            group.create_task(self.controller.run(), name="controller")
+            group.create_task(self._gauges(), name="gauges")
+
+    async def _gauges(self) -> None:
+        assert self.watching is not None and self.controller is not None
+        while True:
+            self._stats.autoscalers.set(len(self.watching.keys()))
+            self._stats.queue_depth.set(len(self.controller.queue))
+            await asyncio.sleep(5)
+
+    def _leadership_changed(self, leader: bool) -> None:
+        self._stats.leader.set(1 if leader else 0)
+        if leader and self.controller is not None and self.watching is not None:
+            # What this replica remembers may be stale: read every history back and sync all.
+            self.controller.reset(self.watching.keys())
+
+    # -- HTTP --
+
+    async def _serve_http(self) -> None:
+        address = parse_bind_address(self.options.metrics_bind_address)
+        if address is None:
+            return
+        app = web.Application()
+        app.router.add_get("/metrics", self._metrics)
+        app.router.add_get("/healthz", self._healthz)
+        app.router.add_get("/livez", self._healthz)
+        app.router.add_get("/readyz", self._readyz)
+        self._runner = web.AppRunner(app, access_log=None)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, address[0], address[1])
+        await site.start()
+        sockets = self._runner.addresses
+        self.port = int(sockets[0][1]) if sockets else address[1]
+        logger.info("serving /metrics, /healthz and /readyz on %s:%d", address[0], self.port)
+
+    async def _metrics(self, request: web.Request) -> web.Response:
+        return web.Response(body=generate_latest(self.registry),
+                            headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+    async def _healthz(self, request: web.Request) -> web.Response:
+        if self.fatal is not None:
+            return web.Response(status=500, text=f"failed: {self.fatal!r}\n")
+        return web.Response(text="ok\n")
+
+    async def _readyz(self, request: web.Request) -> web.Response:
+        if self.fatal is not None:
+            return web.Response(status=500, text=f"failed: {self.fatal!r}\n")
+        if self.watching is None or not self.watching.synced:
+            return web.Response(status=503, text="caches are still filling\n")
+        return web.Response(text="ok\n")
+
+    # -- shutdown --
+
+    async def stop(self) -> None:
+        """Stop the workers, release the lease (the elector does on cancel), close clients."""
+        if self.controller is not None:
+            self.controller.shut_down()
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        self._tasks.clear()
+        if self.watching is not None:
+            await self.watching.stop()
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
+        await self._stack.aclose()
+        self.stopped.set()
+
+
+async def _main(args: argparse.Namespace) -> int:
+    try:
+        options = options_from_arguments(args)
+    except ValueError as err:
+        logger.error("%s", err)
+        return EXIT_USAGE
+    configuration = await load_configuration(kubeconfig=args.kubeconfig or None,
+                                             context=args.context)
+    loop = asyncio.get_running_loop()
+    server = AutoscalerServer(configuration, options)
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, server.stopped.set)
+    async with server:
+        logger.info("metricscale autoscaler started (identity %s, %d workers, sync period %s%s)",
+                    options.identity, options.concurrent_syncs,
+                    settings_flags.format_duration(options.settings.sync_period),
+                    ", dry run" if options.dry_run else "")
+        await server.stopped.wait()
+        logger.info("stopping: releasing the lease and closing")
+    return EXIT_FAILED if server.fatal is not None else EXIT_OK
+
+
+def run(args: argparse.Namespace) -> int:
+    configure_logging(fmt=args.log_format, level=args.log_level)
+    return asyncio.run(_main(args))
