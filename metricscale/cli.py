@@ -38,6 +38,7 @@ SUBCOMMANDS: tuple[Subcommand, ...] = (
     Subcommand("adapter", "adapter.server", "serve custom, external and resource metrics from Prometheus"),  # noqa: E501
     Subcommand("certs", "metricscale.certs", "create or renew the CA and serving certificate for the APIServices"),  # noqa: E501
     Subcommand("explain", "autoscaler.explain", "explain what the autoscaler would decide for a snapshot"),  # noqa: E501
+    Subcommand("autoscaler", "autoscaler.server", "run the autoscaler controller"),
 )
 
 
