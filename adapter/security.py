@@ -19,7 +19,7 @@ import logging
 import random
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Generic, TypeVar
@@ -576,6 +576,7 @@ class AdapterSecurity:
     authentication_kubeconfig: str | None = None
     authorization_kubeconfig: str | None = None
     sync_timeout: float = DEFAULT_CONFIGMAP_SYNC_SECONDS
+    informer_options: Mapping[str, Any] = field(default_factory=dict)
 
     @property
     def disabled(self) -> bool:
@@ -626,7 +627,8 @@ class AdapterSecurity:
     async def _follow_configmap(self, api: ApiClient, stack: contextlib.AsyncExitStack,
                                 on_fatal: Callable[[BaseException], None]) -> None:
         assert self.source is not None
-        informer = kube.authentication_config_informer(api, on_change=self.source.apply_configmap)
+        informer = kube.authentication_config_informer(
+            api, on_change=self.source.apply_configmap, **self.informer_options)
         self.source.follow_lookup(lambda: informer.has_synced)
         informer.start(on_failure=on_fatal)
         stack.push_async_callback(informer.stop)
@@ -660,14 +662,15 @@ async def _cancel(task: asyncio.Task[Any]) -> None:
 def build_security(settings: AdapterSettings, *, tls: ReloadingServerContext | None,
                    clock: Clock = time.time, sleep: Sleep = asyncio.sleep,
                    jitter: Callable[[], float] = random.random,
-                   sync_timeout: float = DEFAULT_CONFIGMAP_SYNC_SECONDS) -> AdapterSecurity:
+                   sync_timeout: float = DEFAULT_CONFIGMAP_SYNC_SECONDS,
+                   informer_options: Mapping[str, Any] | None = None) -> AdapterSecurity:
     """The authenticator, authorizer and configuration source the flags ask for.
 
     Reads the CA files of the flags now (raises SecurityConfigError); opens nothing: the
     Kubernetes clients and the ConfigMap informer start with the app (`install`).
     `--authentication-kubeconfig` (else `--kubeconfig`, else in-cluster) is used for
     TokenReviews and the ConfigMap; `--authorization-kubeconfig` (else the former) for reviews
-    of access.
+    of access. `informer_options` go to the ConfigMap's Informer (tests shorten its backoff).
     """
     flags = settings.auth
     if flags.insecure_disable_auth:
@@ -692,4 +695,4 @@ def build_security(settings: AdapterSettings, *, tls: ReloadingServerContext | N
         source=source, token_reviews=token_reviews, access_reviews=access_reviews,
         authentication_kubeconfig=authentication_kubeconfig,
         authorization_kubeconfig=flags.authorization_kubeconfig or authentication_kubeconfig,
-        sync_timeout=sync_timeout)
+        sync_timeout=sync_timeout, informer_options=dict(informer_options or {}))

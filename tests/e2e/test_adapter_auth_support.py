@@ -363,7 +363,10 @@ class SecuredAdapter:
 @contextlib.asynccontextmanager
 async def secured_adapter(*, workdir: Path, test_pki: AuthPKI, kubeconfig: Path,
                           prometheus_url: str, config_text: str, clock: ShiftedClock,
-                          args: Sequence[str] = ()) -> AsyncIterator[SecuredAdapter]:
+                          args: Sequence[str] = (), wait: bool = True,
+                          sync_timeout: float = 10.0,
+                          informer_options: Mapping[str, Any] | None = None,
+                          ) -> AsyncIterator[SecuredAdapter]:
     """The adapter wired as `serve()` wires it, on 127.0.0.1:<free port>, until exit."""
     config_file = write_file(workdir / "config.yaml", config_text)
     settings = parse_settings([
@@ -372,7 +375,8 @@ async def secured_adapter(*, workdir: Path, test_pki: AuthPKI, kubeconfig: Path,
         "--tls-cert-file", str(test_pki.serving_cert),
         "--tls-private-key-file", str(test_pki.serving_key), *args])
     tls = ReloadingServerContext(cert_file=test_pki.serving_cert, key_file=test_pki.serving_key)
-    security = build_security(settings, tls=tls, clock=clock, sleep=no_wait)
+    security = build_security(settings, tls=tls, clock=clock, sleep=no_wait,
+                              sync_timeout=sync_timeout, informer_options=informer_options)
     fatal: list[BaseException] = []
     app = create_app(settings=settings, config=parse_config(config_text), on_fatal=fatal.append,
                      authenticator=security.authenticator, authorizer=security.authorizer)
@@ -386,7 +390,8 @@ async def secured_adapter(*, workdir: Path, test_pki: AuthPKI, kubeconfig: Path,
         assert server is not None
         port = int(server.sockets[0].getsockname()[1])  # type: ignore[attr-defined]
         adapter = SecuredAdapter(app, port, tls, security, test_pki, fatal)
-        await wait_ready(adapter)
+        if wait:
+            await wait_ready(adapter)
         yield adapter
         assert not fatal, f"a background task of the adapter failed: {fatal!r}"
     finally:

@@ -1,0 +1,229 @@
+"""The authentication ConfigMap over time: CA rotation without a restart, readiness gated on the
+first read, and a deleted ConfigMap.
+
+Tests run in order on one adapter: each rotation leaves the trust the next test starts from.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ssl
+import time
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+import pytest_asyncio
+
+from metricscale import pki
+from metricscale.informer import Backoff
+from tests.e2e.test_adapter_auth_support import (
+    CUSTOM,
+    YEAR,
+    AuthPKI,
+    CertPair,
+    HandshakeFailed,
+    SecuredAdapter,
+    ShiftedClock,
+    capture_all_logs,
+    client_context,
+    https_request,
+    make_pki,
+    register_apiservices,
+    sar_policy,
+    secured_adapter,
+    trust_extra_proxy_ca,
+)
+from tests.fakes.kube_api import FakeKubeAPI, ServerError
+from tests.fakes.prometheus import PrometheusServer
+
+pytestmark = pytest.mark.asyncio(loop_scope="module")
+
+EMPTY_RULES = """\
+rules:
+- seriesQuery: 'msauth_no_such_series{job="nobody"}'
+  resources: {overrides: {namespace: {resource: namespace}}}
+  name: {matches: "^(.*)$", as: "${1}"}
+  metricsQuery: 'sum(<<.Series>>{<<.LabelMatchers>>}) by (<<.GroupBy>>)'
+"""
+AGGREGATOR = [("X-Remote-User", "system:kube-aggregator"), ("X-Remote-Group", "system:masters")]
+DISCOVERY = f"{CUSTOM}/v1beta1"
+QUICK_INFORMER: dict[str, Any] = {"backoff": Backoff(initial=0.05, cap=0.2)}
+
+
+@dataclass
+class Rotation:
+    fake: FakeKubeAPI
+    adapter: SecuredAdapter
+    pki: AuthPKI
+    workdir: Path
+    prometheus_url: str
+    ca_a: pki.CertifiedKey
+    ca_b: pki.CertifiedKey
+
+    def set_request_header_cas(self, *cas: pki.CertifiedKey) -> None:
+        pem = b"".join(ca.certificate_pem for ca in cas)
+
+        def change(obj: dict[str, Any]) -> None:
+            obj["data"]["requestheader-client-ca-file"] = pem.decode()
+        self.fake.store.mutate("", "v1", "configmaps", "extension-apiserver-authentication",
+                               change, namespace="kube-system")
+
+    async def changed(self, change: Callable[[], None]) -> None:
+        """Make `change` to the cluster and wait (bounded) until the adapter has applied it."""
+        source = self.adapter.security.source
+        assert source is not None
+        before = source.generation
+        change()
+        await until(lambda: source.generation > before, what="the new configuration")
+
+
+async def until(condition: Callable[[], bool], *, what: str, within: float = 10.0) -> None:
+    deadline = time.monotonic() + within
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"the adapter did not pick up {what} within {within}s")
+        await asyncio.sleep(0.01)
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def rotation(tmp_path_factory: pytest.TempPathFactory,
+                   prometheus: PrometheusServer) -> AsyncIterator[Rotation]:
+    workdir = tmp_path_factory.mktemp("adapter-rotation")
+    async with FakeKubeAPI(workdir=workdir / "kube", availability_max_backoff=0.5) as fake:
+        fake.create_namespace("metricscale")
+        fake.subject_access_review_answer = sar_policy
+        test_pki = make_pki(workdir / "pki")
+        start = datetime.now(UTC) - timedelta(minutes=5)
+        ca_a = pki.generate_ca(common_name="request-header-ca-a", now=start, validity=YEAR)
+        ca_b = pki.generate_ca(common_name="request-header-ca-b", now=start, validity=YEAR)
+        trust_extra_proxy_ca(fake, ca_a)
+        async with secured_adapter(
+                workdir=workdir / "adapter", test_pki=test_pki,
+                kubeconfig=fake.write_kubeconfig(workdir / "kubeconfig"),
+                prometheus_url=prometheus.url, config_text=EMPTY_RULES, clock=ShiftedClock(),
+                informer_options=QUICK_INFORMER) as adapter:
+            await register_apiservices(fake, port=adapter.port,
+                                       ca_pem=test_pki.serving_ca.certificate_pem)
+            yield Rotation(fake, adapter, test_pki, workdir, prometheus.url, ca_a, ca_b)
+
+
+@dataclass
+class KeptAlive:
+    """One TLS connection carrying several requests (HTTP/1.1 keep-alive)."""
+
+    reader: asyncio.StreamReader
+    writer: asyncio.StreamWriter
+
+    @classmethod
+    async def open(cls, port: int, ca_file: Path, cert: CertPair) -> KeptAlive:
+        reader, writer = await asyncio.open_connection(
+            "127.0.0.1", port, ssl=client_context(ca_file, cert), server_hostname="localhost")
+        return cls(reader, writer)
+
+    async def get(self, path: str) -> int:
+        lines = [f"GET {path} HTTP/1.1", "Host: 127.0.0.1",
+                 *(f"{name}: {value}" for name, value in AGGREGATOR)]
+        self.writer.write(("\r\n".join(lines) + "\r\n\r\n").encode())
+        async with asyncio.timeout(10):
+            head = await self.reader.readuntil(b"\r\n\r\n")
+            status_line, *header_lines = head.decode("latin-1").split("\r\n")
+            length = next(int(line.split(":", 1)[1]) for line in header_lines
+                          if line.lower().startswith("content-length:"))
+            await self.reader.readexactly(length)
+        return int(status_line.split(" ")[1])
+
+    async def close(self) -> None:
+        self.writer.close()
+        with contextlib.suppress(ssl.SSLError, ConnectionError):
+            await self.writer.wait_closed()
+
+
+async def status_with(rotation: Rotation, cert: CertPair) -> int:
+    reply = await rotation.adapter.request(DISCOVERY, cert=cert, headers=AGGREGATOR)
+    return reply.status
+
+
+async def test_rotated_request_header_ca_applies_without_a_restart(rotation: Rotation) -> None:
+    cert_a = rotation.pki.client_pair("proxy-a", rotation.ca_a, user="front-proxy-client")
+    cert_b = rotation.pki.client_pair("proxy-b", rotation.ca_b, user="front-proxy-client")
+    assert await status_with(rotation, cert_a) == 200
+    with pytest.raises(HandshakeFailed):
+        await status_with(rotation, cert_b)
+    kept_alive = await KeptAlive.open(rotation.adapter.port, rotation.pki.serving_ca_file, cert_a)
+    try:
+        assert await kept_alive.get(DISCOVERY) == 200
+        # kube-apiserver's rotation: the new CA joins the bundle, later the old one leaves.
+        await rotation.changed(lambda: rotation.set_request_header_cas(
+            rotation.ca_b, rotation.ca_a))
+        assert await status_with(rotation, cert_a) == 200
+        assert await status_with(rotation, cert_b) == 200
+        await rotation.changed(lambda: rotation.set_request_header_cas(rotation.ca_b))
+        with pytest.raises(HandshakeFailed):
+            await status_with(rotation, cert_a)
+        assert await status_with(rotation, cert_b) == 200
+        # A connection opened under the old CA gets no more trust than a new one would.
+        assert await kept_alive.get(DISCOVERY) == 401
+    finally:
+        await kept_alive.close()
+
+
+async def test_aggregator_keeps_working_through_a_front_proxy_ca_rotation(
+        rotation: Rotation) -> None:
+    token = "tok-rotation-alice"
+    rotation.fake.add_user(token=token, username="alice")
+    path = f"{CUSTOM}/v1beta2"
+
+    async def through_aggregator() -> int:
+        reply = await https_request(rotation.fake.port, path, ca_file=rotation.fake.ca_file,
+                                    headers=[("Authorization", f"Bearer {token}")])
+        return reply.status
+
+    # The previous test dropped the cluster's own front-proxy CA from the bundle: restore it.
+    await rotation.changed(lambda: trust_extra_proxy_ca(rotation.fake, rotation.ca_b))
+    assert await through_aggregator() == 200
+    # A new front-proxy CA and client certificate; the old CA leaves the ConfigMap at once.
+    await rotation.changed(lambda: rotation.fake.rotate_front_proxy_ca(keep_old=False))
+    assert await through_aggregator() == 200
+
+
+async def test_readyz_fails_until_the_configmap_has_been_read(rotation: Rotation) -> None:
+    fault = rotation.fake.add_fault("/api/v1/namespaces/kube-system/configmaps",
+                                    ServerError(503), method="GET", times=None)
+    try:
+        async with secured_adapter(
+                workdir=rotation.workdir / "late", test_pki=rotation.pki,
+                kubeconfig=rotation.fake.write_kubeconfig(rotation.workdir / "late.kubeconfig"),
+                prometheus_url=rotation.prometheus_url, config_text=EMPTY_RULES,
+                clock=ShiftedClock(), wait=False, sync_timeout=0.05,
+                informer_options=QUICK_INFORMER) as late:
+            reply = await late.request("/readyz?verbose")
+            assert reply.status == 500, reply
+            assert "[-]authentication-config failed" in reply.text
+            assert fault.hits >= 1
+            rotation.fake.remove_fault(fault)
+            deadline = time.monotonic() + 10.0
+            while (reply := await late.request("/readyz?verbose")).status != 200:
+                assert time.monotonic() < deadline, reply
+                await asyncio.sleep(0.02)
+            assert "[+]authentication-config ok" in reply.text
+    finally:
+        rotation.fake.remove_fault(fault)
+
+
+async def test_deleted_configmap_keeps_the_last_configuration(rotation: Rotation) -> None:
+    await rotation.changed(lambda: trust_extra_proxy_ca(rotation.fake, rotation.ca_b))
+    cert_b = rotation.pki.client_pair("proxy-b2", rotation.ca_b, user="front-proxy-client")
+    assert await status_with(rotation, cert_b) == 200
+    with capture_all_logs() as logs:
+        rotation.fake.store.delete("", "v1", "configmaps", "extension-apiserver-authentication",
+                                   namespace="kube-system")
+        await until(lambda: "extension-apiserver-authentication was deleted" in logs.text,
+                    what="the deletion")
+    assert await status_with(rotation, cert_b) == 200
+    reply = await rotation.adapter.request("/readyz")
+    assert reply.status == 200, reply
