@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 import pytest_asyncio
+from cryptography import x509
 
 from metricscale import pki
 from metricscale.informer import Backoff
@@ -120,7 +121,7 @@ class KeptAlive:
     writer: asyncio.StreamWriter
 
     @classmethod
-    async def open(cls, port: int, ca_file: Path, cert: CertPair) -> KeptAlive:
+    async def open(cls, port: int, ca_file: Path, cert: CertPair | None) -> KeptAlive:
         reader, writer = await asyncio.open_connection(
             "127.0.0.1", port, ssl=client_context(ca_file, cert), server_hostname="localhost")
         return cls(reader, writer)
@@ -227,3 +228,35 @@ async def test_deleted_configmap_keeps_the_last_configuration(rotation: Rotation
     assert await status_with(rotation, cert_b) == 200
     reply = await rotation.adapter.request("/readyz")
     assert reply.status == 200, reply
+
+
+async def test_serving_certificate_reload_swaps_new_connections_and_keeps_open_ones(
+        rotation: Rotation) -> None:
+    adapter = rotation.adapter
+
+    async def served_serial() -> int:
+        _, writer = await asyncio.open_connection(
+            "127.0.0.1", adapter.port, ssl=client_context(rotation.pki.serving_ca_file),
+            server_hostname="localhost")
+        der = writer.get_extra_info("ssl_object").getpeercert(binary_form=True)
+        writer.close()
+        with contextlib.suppress(ssl.SSLError, ConnectionError):
+            await writer.wait_closed()
+        return int(x509.load_der_x509_certificate(der).serial_number)
+
+    before = await served_serial()
+    kept_alive = await KeptAlive.open(adapter.port, rotation.pki.serving_ca_file, None)
+    try:
+        assert await kept_alive.get("/livez") == 200
+        now = datetime.now(UTC) - timedelta(minutes=1)
+        renewed = pki.issue_serving_certificate(
+            rotation.pki.serving_ca, common_name="metricscale-adapter-renewed",
+            dns_names=("localhost",), ip_addresses=("127.0.0.1",), now=now, validity=YEAR)
+        pki.write_private_key(rotation.pki.serving_key, renewed.private_key)
+        pki.write_certificate(rotation.pki.serving_cert, renewed.certificate)
+        assert adapter.tls.reload_if_changed() is True
+        assert await served_serial() == renewed.certificate.serial_number != before
+        assert await kept_alive.get("/livez") == 200  # the open connection was not dropped
+        assert adapter.tls.current.minimum_version is ssl.TLSVersion.TLSv1_2
+    finally:
+        await kept_alive.close()
