@@ -1,0 +1,560 @@
+"""adapter.security against the fake kube-apiserver: review retries, caches, single flights,
+the configuration source, the wiring and the log filter."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import ssl
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from aiohttp.http_exceptions import LineTooLong
+from aiohttp.web import Application
+from cryptography.hazmat.primitives.serialization import Encoding
+from kubernetes_asyncio.client import ApiClient
+
+from adapter.app import (
+    ALLOW_ALL_AUTHENTICATOR,
+    ALLOW_ALL_AUTHORIZER,
+    HEALTH_KEY,
+    AuthCheckUnavailable,
+    HealthChecks,
+    IncomingRequest,
+)
+from adapter.auth import (
+    ANONYMOUS,
+    Authenticated,
+    AuthenticationFailure,
+    AuthMethod,
+    Decision,
+    RequestAttributes,
+    UserInfo,
+    parse_always_allow_paths,
+)
+from adapter.security import (
+    INSECURE_CHECK,
+    SUBJECT_ACCESS_REVIEWS_PATH,
+    TOKEN_REVIEWS_PATH,
+    AuthenticationSource,
+    DelegatedAuthenticator,
+    DelegatedAuthorizer,
+    ReviewClient,
+    ReviewFailed,
+    SecurityConfigError,
+    build_security,
+    token_label,
+    withhold_unparsed_requests,
+)
+from adapter.settings import AuthFlags, parse_settings
+from adapter.tls import ReloadingServerContext
+from metricscale import pki
+from tests.fakes.kube_api import (
+    DropConnection,
+    FakeKubeAPI,
+    Latency,
+    ServerError,
+    TooManyRequests,
+)
+
+YEAR = timedelta(days=365)
+PODS_METRIC = RequestAttributes(
+    verb="get", path="/apis/custom.metrics.k8s.io/v1beta2/namespaces/shop/pods/*/rps",
+    is_resource_request=True, api_prefix="apis", api_group="custom.metrics.k8s.io",
+    api_version="v1beta2", namespace="shop", resource="pods", subresource="rps", name="*")
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = datetime.now(UTC).timestamp()
+
+    def __call__(self) -> float:
+        return self.now
+
+
+class Sleeps:
+    """The retries' sleep: records each delay, waits for nothing."""
+
+    def __init__(self) -> None:
+        self.delays: list[float] = []
+
+    async def __call__(self, seconds: float) -> None:
+        self.delays.append(seconds)
+        await asyncio.sleep(0)
+
+
+@pytest.fixture
+async def api(fake_kube: FakeKubeAPI) -> AsyncIterator[ApiClient]:
+    token = "tok-adapter-service-account"
+    fake_kube.add_user(token=token, username="system:serviceaccount:metricscale:adapter")
+    async with ApiClient(configuration=fake_kube.api_client_configuration(token)) as client:
+        yield client
+
+
+def reviews(api: ApiClient, sleeps: Sleeps, *, timeout: float = 10.0) -> ReviewClient:
+    client = ReviewClient(sleep=sleeps, jitter=lambda: 0.0, timeout=timeout)
+    client.api = api
+    return client
+
+
+def attempts(fake: FakeKubeAPI, resource: str) -> int:
+    return len(fake.requests_to(resource, method="POST"))
+
+
+def request_with(*, token: str | None = None, der: bytes | None = None,
+                 headers: tuple[tuple[str, str], ...] = ()) -> IncomingRequest:
+    if token is not None:
+        headers = (*headers, ("Authorization", f"Bearer {token}"))
+    return IncomingRequest(method="GET", raw_path="/livez", raw_query="", headers=headers,
+                           peer_certificate_der=der)
+
+
+# --------------------------------------------------------------------------------------------
+# Posting reviews
+
+
+async def test_review_retries_5xx_with_the_webhook_backoff_then_succeeds(
+        fake_kube: FakeKubeAPI, api: ApiClient) -> None:
+    sleeps = Sleeps()
+    fake_kube.add_fault("subjectaccessreviews", ServerError(500), times=2)
+    answer = await reviews(api, sleeps).create(
+        SUBJECT_ACCESS_REVIEWS_PATH,
+        {"spec": {"nonResourceAttributes": {"path": "/x", "verb": "get"}, "user": "u"}})
+    assert answer["status"]["allowed"] is True
+    assert sleeps.delays == [0.5, 0.75]
+    assert attempts(fake_kube, "subjectaccessreviews") == 3
+
+
+async def test_review_gives_up_after_five_attempts(fake_kube: FakeKubeAPI,
+                                                   api: ApiClient) -> None:
+    sleeps = Sleeps()
+    fake_kube.add_fault("tokenreviews", DropConnection(), times=None)
+    with pytest.raises(ReviewFailed):
+        await reviews(api, sleeps).create(TOKEN_REVIEWS_PATH, {"spec": {"token": "t"}})
+    assert sleeps.delays == [0.5, 0.75, 1.125, 1.6875]
+    assert attempts(fake_kube, "tokenreviews") == 5
+
+
+async def test_review_jitter_only_lengthens_the_delay(fake_kube: FakeKubeAPI,
+                                                      api: ApiClient) -> None:
+    sleeps = Sleeps()
+    client = ReviewClient(sleep=sleeps, jitter=lambda: 0.999)
+    client.api = api
+    fake_kube.add_fault("tokenreviews", ServerError(503), times=1)
+    await client.create(TOKEN_REVIEWS_PATH, {"spec": {"token": "t"}})
+    assert sleeps.delays == [pytest.approx(0.5 * 1.1998)]
+
+
+async def test_review_honours_retry_after_of_429(fake_kube: FakeKubeAPI, api: ApiClient) -> None:
+    sleeps = Sleeps()
+    fake_kube.add_fault("tokenreviews", TooManyRequests(retry_after=2), times=1)
+    await reviews(api, sleeps).create(TOKEN_REVIEWS_PATH, {"spec": {"token": "t"}})
+    assert sleeps.delays == [2.0]
+
+
+async def test_review_refused_by_rbac_is_not_retried(fake_kube: FakeKubeAPI,
+                                                     api: ApiClient) -> None:
+    fake_kube.authorizer = lambda attributes: attributes.resource != "subjectaccessreviews"
+    sleeps = Sleeps()
+    with pytest.raises(ReviewFailed) as failure:
+        await reviews(api, sleeps).create(
+            SUBJECT_ACCESS_REVIEWS_PATH,
+            {"spec": {"nonResourceAttributes": {"path": "/x", "verb": "get"}, "user": "u"}})
+    assert failure.value.status == 403
+    assert sleeps.delays == []
+    assert attempts(fake_kube, "subjectaccessreviews") == 1
+
+
+async def test_review_slower_than_its_timeout_is_retried(fake_kube: FakeKubeAPI,
+                                                         api: ApiClient) -> None:
+    sleeps = Sleeps()
+    fake_kube.add_fault("tokenreviews", Latency(1.0), times=1)
+    await reviews(api, sleeps, timeout=0.2).create(TOKEN_REVIEWS_PATH, {"spec": {"token": "t"}})
+    assert sleeps.delays == [0.5]
+
+
+async def test_review_before_the_client_is_open_fails() -> None:
+    with pytest.raises(ReviewFailed, match="not open"):
+        await ReviewClient(sleep=Sleeps()).create(TOKEN_REVIEWS_PATH, {})
+
+
+# --------------------------------------------------------------------------------------------
+# Authentication
+
+
+def authenticator(api: ApiClient, *, clock: Clock, ttl: float = 10.0,
+                  source: AuthenticationSource | None = None) -> DelegatedAuthenticator:
+    return DelegatedAuthenticator(
+        source=source or AuthenticationSource(flags=AuthFlags(authentication_skip_lookup=True),
+                                              tls=None),
+        reviews=reviews(api, Sleeps()), token_ttl=ttl, clock=clock)
+
+
+def token_reviews_of(fake: FakeKubeAPI, token: str) -> int:
+    return sum(1 for body in fake.token_reviews if body["spec"]["token"] == token)
+
+
+async def test_token_answers_are_cached_for_the_ttl_success_and_failure_alike(
+        fake_kube: FakeKubeAPI, api: ApiClient) -> None:
+    fake_kube.add_user(token="good", username="alice", groups=["devs"])
+    clock = Clock()
+    chain = authenticator(api, clock=clock)
+    for _ in range(3):
+        ok = await chain.authenticate(request_with(token="good"))
+        bad = await chain.authenticate(request_with(token="bad"))
+    assert ok == Authenticated(UserInfo(name="alice", groups=("devs", "system:authenticated")),
+                               AuthMethod.TOKEN)
+    assert isinstance(bad, AuthenticationFailure)
+    assert (token_reviews_of(fake_kube, "good"), token_reviews_of(fake_kube, "bad")) == (1, 1)
+    clock.now += 10
+    await chain.authenticate(request_with(token="good"))
+    await chain.authenticate(request_with(token="bad"))
+    assert (token_reviews_of(fake_kube, "good"), token_reviews_of(fake_kube, "bad")) == (2, 2)
+
+
+async def test_token_review_that_cannot_be_made_is_a_500_and_not_cached(
+        fake_kube: FakeKubeAPI, api: ApiClient) -> None:
+    fake_kube.add_user(token="good", username="alice")
+    chain = authenticator(api, clock=Clock())
+    fault = fake_kube.add_fault("tokenreviews", ServerError(500), times=None)
+    with pytest.raises(AuthCheckUnavailable):
+        await chain.authenticate(request_with(token="good"))
+    fake_kube.remove_fault(fault)
+    assert isinstance(await chain.authenticate(request_with(token="good")), Authenticated)
+
+
+async def test_zero_ttl_reviews_every_token(fake_kube: FakeKubeAPI, api: ApiClient) -> None:
+    fake_kube.add_user(token="good", username="alice")
+    chain = authenticator(api, clock=Clock(), ttl=0)
+    for _ in range(3):
+        await chain.authenticate(request_with(token="good"))
+    assert token_reviews_of(fake_kube, "good") == 3
+
+
+async def test_concurrent_requests_with_one_token_share_one_review(
+        fake_kube: FakeKubeAPI, api: ApiClient) -> None:
+    fake_kube.add_user(token="busy", username="hpa")
+    fake_kube.add_fault("tokenreviews", Latency(0.05), times=None)
+    chain = authenticator(api, clock=Clock())
+    results = await asyncio.gather(*(chain.authenticate(request_with(token="busy"))
+                                     for _ in range(20)))
+    assert {result.user.name for result in results if isinstance(result, Authenticated)} == \
+        {"hpa"}
+    assert token_reviews_of(fake_kube, "busy") == 1
+    await chain.close()
+
+
+async def test_no_credentials_is_anonymous_without_any_review(fake_kube: FakeKubeAPI,
+                                                              api: ApiClient) -> None:
+    chain = authenticator(api, clock=Clock())
+    spoofed = (("X-Remote-User", "system:admin"), ("X-Remote-Group", "system:masters"))
+    assert await chain.authenticate(request_with(headers=spoofed)) == \
+        Authenticated(ANONYMOUS, AuthMethod.ANONYMOUS)
+    assert fake_kube.token_reviews == []
+
+
+def proxy_setup(tmp_path: Path) -> tuple[AuthenticationSource, bytes, bytes]:
+    """Flags naming a front-proxy CA; DERs of a proxy certificate and of a client-CA one."""
+    now = datetime.now(UTC) - timedelta(minutes=5)
+    proxy_ca = pki.generate_ca(common_name="proxy-ca", now=now, validity=YEAR)
+    client_ca = pki.generate_ca(common_name="client-ca", now=now, validity=YEAR)
+    proxy_file = pki.write_certificate(tmp_path / "proxy-ca.crt", proxy_ca.certificate)
+    client_file = pki.write_certificate(tmp_path / "client-ca.crt", client_ca.certificate)
+    flags = AuthFlags(requestheader_client_ca_file=str(proxy_file),
+                      client_ca_file=str(client_file),
+                      requestheader_allowed_names=("front-proxy-client",))
+    proxy = pki.issue_client_certificate(proxy_ca, user="front-proxy-client", now=now,
+                                         validity=YEAR)
+    user = pki.issue_client_certificate(client_ca, user="jane", groups=["ops"], now=now,
+                                        validity=YEAR)
+    return (AuthenticationSource(flags=flags, tls=None),
+            proxy.certificate.public_bytes(Encoding.DER),
+            user.certificate.public_bytes(Encoding.DER))
+
+
+async def test_certificates_decide_without_any_review(tmp_path: Path, fake_kube: FakeKubeAPI,
+                                                      api: ApiClient) -> None:
+    source, proxy_der, user_der = proxy_setup(tmp_path)
+    assert source.needs_lookup is False and source.loaded is True
+    chain = authenticator(api, clock=Clock(), source=source)
+    identity = (("X-Remote-User", "system:kube-aggregator"),
+                ("X-Remote-Group", "system:masters"))
+    assert await chain.authenticate(request_with(der=proxy_der, headers=identity)) == \
+        Authenticated(UserInfo(name="system:kube-aggregator",
+                               groups=("system:masters", "system:authenticated")),
+                      AuthMethod.FRONT_PROXY)
+    assert await chain.authenticate(request_with(der=user_der, headers=identity)) == \
+        Authenticated(UserInfo(name="jane", groups=("ops", "system:authenticated")),
+                      AuthMethod.CLIENT_CERTIFICATE)
+    # The proxy's certificate without X-Remote-User does not verify as a client certificate.
+    assert isinstance(await chain.authenticate(request_with(der=proxy_der)),
+                      AuthenticationFailure)
+    assert fake_kube.token_reviews == []
+
+
+# --------------------------------------------------------------------------------------------
+# Authorization
+
+
+def authorizer(api: ApiClient, *, clock: Clock, authorized_ttl: float = 10.0,
+               unauthorized_ttl: float = 10.0) -> DelegatedAuthorizer:
+    return DelegatedAuthorizer(
+        reviews=reviews(api, Sleeps()),
+        always_allow_paths=parse_always_allow_paths(("/healthz", "/readyz", "/livez")),
+        authorized_ttl=authorized_ttl, unauthorized_ttl=unauthorized_ttl, clock=clock)
+
+
+def answer_by_user(fake: FakeKubeAPI, answers: dict[str, dict[str, Any]]) -> None:
+    fake.subject_access_review_answer = lambda body: answers[body["spec"]["user"]]
+
+
+async def test_masters_and_always_allowed_paths_cost_no_review(fake_kube: FakeKubeAPI,
+                                                               api: ApiClient) -> None:
+    chain = authorizer(api, clock=Clock())
+    masters = UserInfo(name="system:kube-aggregator", groups=("system:masters",))
+    assert (await chain.authorize(masters, PODS_METRIC)).decision is Decision.ALLOW
+    livez = RequestAttributes(verb="get", path="/livez")
+    assert (await chain.authorize(ANONYMOUS, livez)).decision is Decision.ALLOW
+    assert fake_kube.subject_access_reviews == []
+
+
+async def test_decisions_are_cached_per_spec_with_their_own_ttls(fake_kube: FakeKubeAPI,
+                                                                 api: ApiClient) -> None:
+    answer_by_user(fake_kube, {"alice": {"allowed": True},
+                               "bob": {"allowed": False, "denied": True, "reason": "no"}})
+    clock = Clock()
+    chain = authorizer(api, clock=clock, authorized_ttl=10, unauthorized_ttl=2)
+    alice, bob = UserInfo(name="alice"), UserInfo(name="bob")
+    for _ in range(3):
+        assert (await chain.authorize(alice, PODS_METRIC)).decision is Decision.ALLOW
+        denied = await chain.authorize(bob, PODS_METRIC)
+        assert (denied.decision, denied.reason) == (Decision.DENY, "no")
+    assert len(fake_kube.subject_access_reviews) == 2
+    clock.now += 3  # past the unauthorized TTL only
+    await chain.authorize(alice, PODS_METRIC)
+    await chain.authorize(bob, PODS_METRIC)
+    users = [body["spec"]["user"] for body in fake_kube.subject_access_reviews]
+    assert users.count("alice") == 1 and users.count("bob") == 2
+    # Another attribute set is another cache key.
+    other = RequestAttributes(verb="get", path="/metrics")
+    await chain.authorize(alice, other)
+    assert len(fake_kube.subject_access_reviews) == 4
+
+
+async def test_oversized_attributes_are_reviewed_every_time(fake_kube: FakeKubeAPI,
+                                                            api: ApiClient) -> None:
+    answer_by_user(fake_kube, {"alice": {"allowed": True}})
+    chain = authorizer(api, clock=Clock())
+    huge = RequestAttributes(verb="get", path="/" + "x" * 10_000)
+    for _ in range(2):
+        await chain.authorize(UserInfo(name="alice"), huge)
+    assert len(fake_kube.subject_access_reviews) == 2
+
+
+async def test_no_opinion_both_answers_and_failures(fake_kube: FakeKubeAPI,
+                                                    api: ApiClient) -> None:
+    answer_by_user(fake_kube, {"nobody": {"allowed": False},
+                               "confused": {"allowed": True, "denied": True},
+                               "garbled": {"allowed": "yes"}})
+    chain = authorizer(api, clock=Clock())
+    assert (await chain.authorize(UserInfo(name="nobody"), PODS_METRIC)).decision is \
+        Decision.NO_OPINION
+    assert (await chain.authorize(UserInfo(name="confused"), PODS_METRIC)).error
+    with pytest.raises(AuthCheckUnavailable):
+        await chain.authorize(UserInfo(name="garbled"), PODS_METRIC)
+    fake_kube.add_fault("subjectaccessreviews", ServerError(500), times=None)
+    with pytest.raises(AuthCheckUnavailable):
+        await chain.authorize(UserInfo(name="nobody-else"), PODS_METRIC)
+
+
+# --------------------------------------------------------------------------------------------
+# The configuration source
+
+
+def configmap(request_header_ca: bytes, client_ca: bytes | None = None,
+              allowed: str = '["front-proxy-client"]') -> dict[str, str]:
+    data = {"requestheader-client-ca-file": request_header_ca.decode(),
+            "requestheader-allowed-names": allowed,
+            "requestheader-username-headers": '["X-Remote-User"]',
+            "requestheader-group-headers": '["X-Remote-Group"]',
+            "requestheader-extra-headers-prefix": '["X-Remote-Extra-"]'}
+    if client_ca is not None:
+        data["client-ca-file"] = client_ca.decode()
+    return data
+
+
+def new_ca(name: str) -> pki.CertifiedKey:
+    return pki.generate_ca(common_name=name, now=datetime.now(UTC) - timedelta(minutes=5),
+                           validity=YEAR)
+
+
+def serving_tls(tmp_path: Path) -> ReloadingServerContext:
+    ca = new_ca("serving")
+    leaf = pki.issue_serving_certificate(ca, common_name="s", dns_names=["localhost"],
+                                         now=datetime.now(UTC) - timedelta(minutes=5),
+                                         validity=YEAR)
+    return ReloadingServerContext(
+        cert_file=pki.write_certificate(tmp_path / "s.crt", leaf.certificate),
+        key_file=pki.write_private_key(tmp_path / "s.key", leaf.private_key))
+
+
+def test_configmap_values_reach_the_tls_context_and_bad_ones_are_ignored(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    tls = serving_tls(tmp_path)
+    source = AuthenticationSource(flags=AuthFlags(), tls=tls)
+    assert source.needs_lookup and source.config.request_header is None
+    assert tls.current.verify_mode is ssl.CERT_NONE
+    first, second = new_ca("proxy-1"), new_ca("proxy-2")
+    source.apply_configmap(configmap(first.certificate_pem))
+    assert source.config.request_header is not None
+    assert source.config.request_header.allowed_names == ("front-proxy-client",)
+    assert tls.current.verify_mode is ssl.CERT_OPTIONAL
+    generation = source.generation
+    with caplog.at_level(logging.ERROR):
+        source.apply_configmap(configmap(b"-----BEGIN CERTIFICATE-----\ngarbage\n"
+                                         b"-----END CERTIFICATE-----\n"))
+        source.apply_configmap(configmap(second.certificate_pem, allowed="not json"))
+    assert source.generation == generation
+    assert source.config.request_header.ca_pem == first.certificate_pem
+    assert len(caplog.records) == 2
+    source.apply_configmap(None)  # deleted: the last configuration stays
+    assert source.config.request_header.ca_pem == first.certificate_pem
+    source.apply_configmap(configmap(second.certificate_pem))
+    assert source.generation == generation + 1
+    assert source.request_header_ca is not None
+    assert source.request_header_ca.pem == second.certificate_pem
+
+
+def test_flags_override_the_configmap_part_by_part(tmp_path: Path) -> None:
+    flag_ca, cluster_proxy, cluster_client = new_ca("flag"), new_ca("cm-proxy"), new_ca("cm-c")
+    flag_file = pki.write_certificate(tmp_path / "flag.crt", flag_ca.certificate)
+    source = AuthenticationSource(flags=AuthFlags(client_ca_file=str(flag_file)), tls=None)
+    assert source.needs_lookup  # the front-proxy part still comes from the cluster
+    source.apply_configmap(configmap(cluster_proxy.certificate_pem,
+                                     cluster_client.certificate_pem))
+    assert source.config.client_ca_pem == flag_ca.certificate_pem
+    assert source.config.request_header is not None
+    assert source.config.request_header.ca_pem == cluster_proxy.certificate_pem
+
+
+def test_lookup_can_be_skipped_and_is_unneeded_when_flags_give_both(tmp_path: Path) -> None:
+    assert not AuthenticationSource(flags=AuthFlags(authentication_skip_lookup=True),
+                                    tls=None).needs_lookup
+    source, _, _ = proxy_setup(tmp_path)
+    assert not source.needs_lookup
+
+
+def test_ca_files_are_reread_when_they_change(tmp_path: Path) -> None:
+    source, _, _ = proxy_setup(tmp_path)
+    assert source.reload_files() is False
+    replacement = new_ca("proxy-ca-2")
+    pki.write_certificate(tmp_path / "proxy-ca.crt", replacement.certificate)
+    assert source.reload_files() is True
+    assert source.request_header_ca is not None
+    assert source.request_header_ca.certificates == (replacement.certificate,)
+    (tmp_path / "proxy-ca.crt").unlink()
+    assert source.reload_files() is False  # a missing file keeps the last good CA
+
+
+def test_unreadable_ca_flag_file_is_a_config_error(tmp_path: Path) -> None:
+    with pytest.raises(SecurityConfigError, match="--client-ca-file"):
+        AuthenticationSource(flags=AuthFlags(client_ca_file=str(tmp_path / "none.crt")),
+                             tls=None)
+    with pytest.raises(SecurityConfigError, match="empty header name"):
+        proxy = pki.write_certificate(tmp_path / "p.crt", new_ca("p").certificate)
+        AuthenticationSource(flags=AuthFlags(requestheader_client_ca_file=str(proxy),
+                                             requestheader_group_headers=(" ",)), tls=None)
+
+
+# --------------------------------------------------------------------------------------------
+# Wiring, tokens in logs
+
+
+def settings(*args: str) -> Any:
+    return parse_settings(["--config", "c.yaml", "--prometheus-url", "http://127.0.0.1:9",
+                           "--kubeconfig", "k.yaml", *args])
+
+
+def test_insecure_disable_auth_allows_everything_and_says_so_in_readyz() -> None:
+    security = build_security(settings("--insecure-disable-auth"), tls=None)
+    assert security.disabled
+    assert security.authenticator is ALLOW_ALL_AUTHENTICATOR
+    assert security.authorizer is ALLOW_ALL_AUTHORIZER
+    app = Application()
+    app[HEALTH_KEY] = HealthChecks()
+    security.install(app)
+    assert (INSECURE_CHECK, True) in app[HEALTH_KEY].run("readyz")
+    assert not app.cleanup_ctx
+
+
+@pytest.mark.parametrize(("args", "authentication", "authorization"), [
+    ((), "k.yaml", "k.yaml"),
+    (("--authentication-kubeconfig", "a.yaml"), "a.yaml", "a.yaml"),
+    (("--authorization-kubeconfig", "z.yaml"), "k.yaml", "z.yaml"),
+])
+def test_review_clusters_default_to_the_kubeconfig(args: tuple[str, ...], authentication: str,
+                                                   authorization: str) -> None:
+    security = build_security(settings("--authentication-skip-lookup", *args), tls=None)
+    assert (security.authentication_kubeconfig, security.authorization_kubeconfig) == \
+        (authentication, authorization)
+
+
+def test_cache_ttl_flags_reach_the_caches() -> None:
+    flags = settings("--authentication-token-webhook-cache-ttl", "1m",
+                     "--authorization-webhook-cache-authorized-ttl", "0",
+                     "--authorization-webhook-cache-unauthorized-ttl", "1.5s").auth
+    assert (flags.token_cache_ttl, flags.authorized_cache_ttl, flags.unauthorized_cache_ttl) == \
+        (60, 0, 1.5)
+
+
+def test_bad_always_allow_path_is_a_config_error() -> None:
+    with pytest.raises(SecurityConfigError, match="always-allow-paths"):
+        build_security(settings("--authorization-always-allow-paths", "/a*b"), tls=None)
+
+
+def test_token_label_is_a_digest_prefix_never_the_token() -> None:
+    token = "eyJhbGciOiJSUzI1NiJ9.secret-part"
+    label = token_label(token)
+    assert label.startswith("sha256:") and len(label) == len("sha256:") + 12
+    assert "secret" not in label and "eyJ" not in label
+
+
+def test_unparsable_request_bytes_are_withheld_from_aiohttp_log(
+        caplog: pytest.LogCaptureFixture) -> None:
+    logger = logging.getLogger("tests.security.aiohttp-server-stand-in")
+    withhold_unparsed_requests(logger)
+    withhold_unparsed_requests(logger)
+    assert len(logger.filters) == 1
+    secret = "Bearer sekret-token-value"
+    with caplog.at_level(logging.DEBUG, logger=logger.name):
+        try:
+            raise LineTooLong(secret, "8190")
+        except LineTooLong as error:
+            logger.exception("Error handling request from %s", "127.0.0.1", exc_info=error)
+        logger.warning("an unrelated warning about %s", "x")
+    text = caplog.text
+    assert "sekret" not in text
+    (withheld, unrelated) = caplog.records
+    assert withheld.levelno == logging.INFO and withheld.exc_info is None
+    assert withheld.getMessage() == ("Error handling request from 127.0.0.1: 400 LineTooLong "
+                                     "(request bytes withheld: they may hold credentials)")
+    assert unrelated.getMessage() == "an unrelated warning about x"
+
+
+async def test_authenticators_close_their_in_flight_reviews(fake_kube: FakeKubeAPI,
+                                                            api: ApiClient) -> None:
+    fake_kube.add_fault("tokenreviews", Latency(5.0), times=1)
+    chain = authenticator(api, clock=Clock())
+    waiting = asyncio.ensure_future(chain.authenticate(request_with(token="slow")))
+    for _ in range(10_000):  # until the review is on the wire (no clock involved)
+        if fake_kube.requests_to("tokenreviews"):
+            break
+        await asyncio.sleep(0)
+    else:
+        raise AssertionError("the TokenReview never reached the fake")
+    await chain.close()
+    with pytest.raises(asyncio.CancelledError):
+        await waiting
