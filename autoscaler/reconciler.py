@@ -465,13 +465,16 @@ class Reconciler:
         if not events:
             return
         regarding = ObjectReference.from_object(entry.raw)
-        for event in events:
+        for index, event in enumerate(events):
             if event.type == "Warning" and self._stats is not None:
                 self._stats.errors.labels(event.reason).inc()
             self._leader.ensure()
+            # An Event's name comes from its time: one microsecond apart, as the events of
+            # one sync would be, or the second would collide with the first.
             await self._kube.create_event(
                 regarding=regarding, event_type="Warning" if event.type == "Warning"
-                else "Normal", reason=event.reason, note=event.message, now=now)
+                else "Normal", reason=event.reason, note=event.message,
+                now=now + timedelta(microseconds=index))
 
     async def _write_status(self, entry: AutoscalerEntry, autoscaler: Autoscaler,
                             decision: Decision, memory: _Memory, now: datetime) -> bool:
@@ -519,7 +522,9 @@ class Reconciler:
             self._leader.ensure()
             await self._kube.create_event(regarding=ObjectReference.from_object(entry.raw),
                                           event_type="Warning", reason="FailedUpdateStatus",
-                                          note=str(err), now=now)
+                                          note=str(err),
+                                          now=now + timedelta(microseconds=len(
+                                              decision.events)))
             return False
         if persist:
             memory.persisted = decision.history

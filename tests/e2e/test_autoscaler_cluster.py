@@ -1,0 +1,286 @@
+"""The autoscaler controller end to end against the fake API server, with resource and custom
+metrics from a metrics API of the test's own behind the fake's aggregator: scaling by upstream's
+steps, dry run, a deleted target, 409 and 429 from the API server, a watch cut by compaction
+(410), the steady-state request budget, objects the API should have refused, /metrics."""
+
+from __future__ import annotations
+
+from decimal import Decimal
+from pathlib import Path
+
+import aiohttp
+
+from tests.e2e.test_autoscaler_support import (
+    GROUP,
+    NS,
+    PLURAL,
+    VERSION,
+    Workload,
+    autoscaler,
+    condition,
+    controller,
+    cpu_metric,
+    events_of,
+    holds,
+    install_crd,
+    metrics_backend,
+    pods_metric,
+    replicas_of,
+    status_of,
+    until,
+)
+from tests.fakes.kube_api import FakeKubeAPI, Latency, ServerError, TooManyRequests
+
+
+async def test_cpu_load_rises_and_the_deployment_grows_by_upstreams_steps(
+        fake_kube: FakeKubeAPI, tmp_path: Path) -> None:
+    install_crd(fake_kube)
+    async with metrics_backend(fake_kube, tmp_path / "metrics") as backend, \
+            Workload(fake_kube, "web", replicas=2, total=Decimal("0.4"),
+                     publish=backend.publisher("cpu")) as web:
+        fake_kube.create(GROUP, VERSION, PLURAL, autoscaler(
+            "web", target="web", metrics=[cpu_metric(50)], min_replicas=2, max_replicas=10))
+        async with controller(fake_kube):
+            await until(lambda: condition(fake_kube, "web", "ScalingActive") ==
+                        ("True", "ValidMetricFound",
+                         "the HPA was able to successfully calculate a replica count from "
+                         "cpu resource utilization (percentage of request)"),
+                        within=10, what="a first decision")
+            assert replicas_of(fake_kube, "web") == 2
+            # 3 cores over 500m requests at a 50% target: 12 pods' worth, which upstream's
+            # legacy rule reaches in doublings from 2: 4, 8, then 10 (maxReplicas).
+            web.set_load("3")
+
+            def sizes() -> list[int]:
+                return [int(e["note"].split(";")[0].removeprefix("New size: "))
+                        for e in events_of(fake_kube, "web")
+                        if e["reason"] == "SuccessfulRescale"]
+
+            await until(lambda: sizes()[-1:] == [10], within=15,
+                        what="scale-up to maxReplicas")
+    assert sizes() == [4, 8, 10]
+    assert replicas_of(fake_kube, "web") == 10
+    assert condition(fake_kube, "web", "ScalingLimited")[:2] == ("True", "TooManyReplicas")
+    status = status_of(fake_kube, "web")
+    assert status["reference"] == "Deployment/web"
+    assert status["targets"].startswith("cpu: ") and status["targets"].endswith("/50%")
+
+
+async def test_dry_run_annotation_decides_and_reports_but_never_scales(
+        fake_kube: FakeKubeAPI, tmp_path: Path) -> None:
+    install_crd(fake_kube)
+    async with metrics_backend(fake_kube, tmp_path / "metrics") as backend, \
+            Workload(fake_kube, "web", replicas=2, total=Decimal(60),
+                     publish=backend.publisher("http_requests")):
+        fake_kube.create(GROUP, VERSION, PLURAL, autoscaler(
+            "web", target="web", metrics=[pods_metric("http_requests", "10")],
+            annotations={"metricscale.dev/dry-run": "true"}))
+        async with controller(fake_kube):
+            await until(lambda: status_of(fake_kube, "web").get("desiredReplicas") == 4,
+                        within=10, what="a dry-run decision")
+            await holds(lambda: replicas_of(fake_kube, "web") == 2, for_seconds=1,
+                        what="the scale must not be written")
+    assert fake_kube.requests_to("/deployments/web/scale$", method="PUT") == []
+    assert condition(fake_kube, "web", "AbleToScale")[:2] == ("True", "DryRun")
+    reasons = {e["reason"] for e in events_of(fake_kube, "web")}
+    assert reasons == {"DryRunRescale"}
+
+
+async def test_a_deleted_target_is_reported_and_the_other_autoscalers_carry_on(
+        fake_kube: FakeKubeAPI, tmp_path: Path) -> None:
+    install_crd(fake_kube)
+    async with metrics_backend(fake_kube, tmp_path / "metrics") as backend, \
+            Workload(fake_kube, "web", replicas=2, total=Decimal(20),
+                     publish=backend.publisher("http_requests")), \
+            Workload(fake_kube, "api", replicas=2, total=Decimal(20),
+                     publish=backend.publisher("rps")) as api:
+        fake_kube.create(GROUP, VERSION, PLURAL, autoscaler(
+            "web", target="web", metrics=[pods_metric("http_requests", "10")]))
+        fake_kube.create(GROUP, VERSION, PLURAL, autoscaler(
+            "api", target="api", metrics=[pods_metric("rps", "10")]))
+        async with controller(fake_kube):
+            await until(lambda: condition(fake_kube, "web", "ScalingActive") is not None,
+                        within=10, what="a first decision")
+            fake_kube.store.delete("apps", "v1", "deployments", "web", namespace=NS)
+            await until(lambda: condition(fake_kube, "web", "AbleToScale") ==
+                        ("False", "FailedGetScale",
+                         "the HPA controller was unable to get the target's current scale: "
+                         'deployments.apps "web" not found'),
+                        within=10, what="FailedGetScale")
+            api.set_load(60)
+            await until(lambda: replicas_of(fake_kube, "api") == 4, within=10,
+                        what="the other autoscaler still scales")
+    notes = [e["note"] for e in events_of(fake_kube, "web") if e["reason"] == "FailedGetScale"]
+    assert notes and notes[0] == 'deployments.apps "web" not found'
+
+
+async def test_conflicts_on_the_scale_write_are_reread_and_retried(
+        fake_kube: FakeKubeAPI, tmp_path: Path) -> None:
+    install_crd(fake_kube)
+    async with metrics_backend(fake_kube, tmp_path / "metrics") as backend, \
+            Workload(fake_kube, "web", replicas=2, total=Decimal(40),
+                     publish=backend.publisher("http_requests")):
+        scale_path = f"^/apis/apps/v1/namespaces/{NS}/deployments/web/scale$"
+        fake_kube.add_fault(scale_path, ServerError(code=409, message="conflict"),
+                            method="PUT", times=2)
+        fake_kube.create(GROUP, VERSION, PLURAL, autoscaler(
+            "web", target="web", metrics=[pods_metric("http_requests", "10")]))
+        async with controller(fake_kube):
+            await until(lambda: replicas_of(fake_kube, "web") == 4, within=10,
+                        what="the scale-up despite two conflicts")
+    calls = [r.method for r in fake_kube.requests_to(scale_path)]
+    first_put = calls.index("PUT")
+    # update, re-read, update, re-read, update: as retry.RetryOnConflict with a fresh GET
+    assert calls[first_put:first_put + 5] == ["PUT", "GET", "PUT", "GET", "PUT"]
+    assert condition(fake_kube, "web", "AbleToScale")[:2] == ("True", "SucceededRescale")
+    assert [e["reason"] for e in events_of(fake_kube, "web")] == ["SuccessfulRescale"]
+
+
+async def test_too_many_requests_waits_retry_after_then_goes_on(
+        fake_kube: FakeKubeAPI, tmp_path: Path) -> None:
+    install_crd(fake_kube)
+    async with metrics_backend(fake_kube, tmp_path / "metrics") as backend, \
+            Workload(fake_kube, "web", replicas=2, total=Decimal(40),
+                     publish=backend.publisher("http_requests")):
+        scale_path = f"^/apis/apps/v1/namespaces/{NS}/deployments/web/scale$"
+        fake_kube.add_fault(scale_path, TooManyRequests(retry_after=1), method="GET",
+                            times=1)
+        fake_kube.create(GROUP, VERSION, PLURAL, autoscaler(
+            "web", target="web", metrics=[pods_metric("http_requests", "10")]))
+        async with controller(fake_kube):
+            await until(lambda: replicas_of(fake_kube, "web") == 4, within=10,
+                        what="the scale-up after a 429")
+    gets = [r.time for r in fake_kube.requests_to(scale_path, method="GET")]
+    assert (gets[1] - gets[0]).total_seconds() >= 0.95  # Retry-After: 1 was honoured
+    assert not [e for e in events_of(fake_kube, "web") if e["reason"] == "FailedGetScale"]
+
+
+async def test_a_watch_cut_by_compaction_relists_and_a_later_spec_change_acts_at_once(
+        fake_kube: FakeKubeAPI, tmp_path: Path) -> None:
+    install_crd(fake_kube)
+    async with metrics_backend(fake_kube, tmp_path / "metrics") as backend, \
+            Workload(fake_kube, "web", replicas=2, total=Decimal(20),
+                     publish=backend.publisher("http_requests")):
+        fake_kube.create(GROUP, VERSION, PLURAL, autoscaler(
+            "web", target="web", metrics=[pods_metric("http_requests", "10")]))
+        async with controller(fake_kube, sync=30, watch_timeout=1) as server:
+            assert server.watching is not None
+            informer = server.watching.autoscalers
+            await until(lambda: condition(fake_kube, "web", "ScalingActive") is not None,
+                        within=10, what="a first decision")
+            lists = informer.lists
+            # Hold the watch's reconnect while the history is compacted past it: 410.
+            held = fake_kube.add_fault(f"^/apis/{GROUP}/{VERSION}/{PLURAL}$", Latency(0.5),
+                                       method="GET")
+            await until(lambda: held.hits == 1, within=5, what="the watch reconnecting")
+            fake_kube.create(GROUP, VERSION, PLURAL, autoscaler(
+                "late", target="web", metrics=[pods_metric("http_requests", "10")]))
+            fake_kube.compact()
+            await until(lambda: informer.lists == lists + 1, within=10, what="a re-list")
+            # The sync period is 30 s: only an immediate sync can act on this in time.
+            def lower(obj: dict[str, object]) -> None:
+                obj["spec"]["minReplicas"] = 3  # type: ignore[index]
+            fake_kube.store.mutate(GROUP, VERSION, PLURAL, "web", lower, namespace=NS)
+            await until(lambda: replicas_of(fake_kube, "web") == 3, within=5,
+                        what="the new minReplicas")
+    assert status_of(fake_kube, "late")  # seen through the re-list, and reconciled
+
+
+async def test_steady_state_costs_a_scale_get_and_one_metrics_get_per_metric(
+        fake_kube: FakeKubeAPI, tmp_path: Path) -> None:
+    install_crd(fake_kube)
+    async with metrics_backend(fake_kube, tmp_path / "metrics") as backend, \
+            Workload(fake_kube, "web", replicas=2, total=Decimal(20),
+                     publish=backend.publisher("http_requests")) as web:
+        backend.publisher("cpu")({pod: Decimal("0.2") for pod in web.pods()})
+        fake_kube.create(GROUP, VERSION, PLURAL, autoscaler(
+            "web", target="web", metrics=[pods_metric("http_requests", "10"),
+                                          cpu_metric(80)], min_replicas=2))
+        async with controller(fake_kube, sync=0.1) as server:
+            await until(lambda: condition(fake_kube, "web", "ScalingActive") is not None,
+                        within=10, what="a first decision")
+            assert server.controller is not None
+            await until(lambda: server.controller.reconciled >= 3, within=5,
+                        what="settling")
+            fake_kube.requests.clear()
+            start = server.controller.reconciled
+            await until(lambda: server.controller.reconciled >= start + 10, within=10,
+                        what="ten steady reconciles")
+            done = server.controller.reconciled - start
+            seen = list(fake_kube.requests)
+    by_kind = {"scale": 0, "custom": 0, "resource": 0, "other": []}
+    for request in seen:
+        if request.path.endswith("/deployments/web/scale"):
+            by_kind["scale"] += 1  # type: ignore[operator]
+        elif request.path.startswith("/apis/custom.metrics.k8s.io/v1beta2/namespaces/"):
+            by_kind["custom"] += 1  # type: ignore[operator]
+        elif request.path.startswith("/apis/metrics.k8s.io/v1beta1/namespaces/"):
+            by_kind["resource"] += 1  # type: ignore[operator]
+        elif "watch=true" not in str(request.query).lower() and request.path not in (
+                "/apis", "/api") and not request.path.startswith("/apis/coordination"):
+            by_kind["other"].append((request.method, request.path))  # type: ignore[union-attr]
+    assert by_kind["other"] == []  # no status writes, no events, nothing else
+    for kind in ("scale", "custom", "resource"):
+        assert abs(by_kind[kind] - done) <= 1, by_kind  # type: ignore[operator]
+
+
+async def test_objects_the_api_should_have_refused_are_reported_and_others_carry_on(
+        fake_kube: FakeKubeAPI, tmp_path: Path) -> None:
+    install_crd(fake_kube)
+    async with metrics_backend(fake_kube, tmp_path / "metrics") as backend, \
+            Workload(fake_kube, "web", replicas=2, total=Decimal(40),
+                     publish=backend.publisher("http_requests")), \
+            Workload(fake_kube, "other", replicas=2, total=Decimal(40),
+                     publish=backend.publisher("http_requests_other")):
+        # Written straight to storage, as objects made before a schema change would be.
+        unknown = autoscaler("unknown", target="other",
+                             metrics=[{"type": "Prometheus", "pods": {}}])
+        backwards = autoscaler("backwards", target="nothing",
+                               metrics=[pods_metric("http_requests", "10")],
+                               min_replicas=5, max_replicas=3)
+        broken = autoscaler("broken", target="web", metrics=[])
+        broken["spec"]["maxReplicas"] = "plenty"
+        for obj in (unknown, backwards, broken):
+            fake_kube.store.create(GROUP, VERSION, PLURAL, obj)
+        fake_kube.create(GROUP, VERSION, PLURAL, autoscaler(
+            "web", target="web", metrics=[pods_metric("http_requests", "10")]))
+        async with controller(fake_kube):
+            await until(lambda: replicas_of(fake_kube, "web") == 4, within=10,
+                        what="the valid autoscaler scales")
+            await until(lambda: any(e["reason"] == "InvalidMetricSourceType"
+                                    for e in events_of(fake_kube, "unknown")),
+                        within=10, what="the unknown metric type reported")
+            await until(lambda: any(e["reason"] == "InvalidSpec"
+                                    for e in events_of(fake_kube, "broken")),
+                        within=10, what="the unreadable spec reported")
+    # The fake validates a status write against the whole object, as an API server without
+    # validation ratcheting does: the condition cannot be stored, the Events say why.
+    assert {e["reason"] for e in events_of(fake_kube, "unknown")} >= {
+        "InvalidMetricSourceType", "FailedComputeMetricsReplicas"}
+    assert condition(fake_kube, "backwards", "AbleToScale")[:2] == ("False", "FailedGetScale")
+
+
+async def test_metrics_health_and_readiness_endpoints(fake_kube: FakeKubeAPI,
+                                                     tmp_path: Path) -> None:
+    install_crd(fake_kube)
+    async with metrics_backend(fake_kube, tmp_path / "metrics") as backend, \
+            Workload(fake_kube, "web", replicas=2, total=Decimal(40),
+                     publish=backend.publisher("http_requests")):
+        fake_kube.create(GROUP, VERSION, PLURAL, autoscaler(
+            "web", target="web", metrics=[pods_metric("http_requests", "10")]))
+        async with controller(fake_kube) as server, aiohttp.ClientSession() as http:
+            base = f"http://127.0.0.1:{server.port}"
+            await until(lambda: replicas_of(fake_kube, "web") == 4, within=10,
+                        what="a scale-up")
+            async with http.get(f"{base}/healthz") as response:
+                assert response.status == 200
+            async with http.get(f"{base}/readyz") as response:
+                assert response.status == 200
+            async with http.get(f"{base}/metrics") as response:
+                text = await response.text()
+    for name in ('metricscale_autoscaler_reconciles_total{result="ok"}',
+                 "metricscale_autoscaler_reconcile_duration_seconds_count",
+                 'metricscale_autoscaler_decisions_total{outcome="scale_up"} 1.0',
+                 "metricscale_autoscaler_api_request_duration_seconds_count",
+                 "metricscale_autoscaler_leader 1.0"):
+        assert name in text, name

@@ -1,0 +1,378 @@
+"""Shared pieces of the autoscaler's end-to-end tests (no tests of its own).
+
+A fake cluster with the Autoscaler CRD; a stand-in for the Deployment and ReplicaSet
+controllers (pods follow `spec.replicas`, as the fake runs no controllers); load spread over
+those pods, published either through a real Prometheus and the real adapter behind the fake's
+aggregator, or through a small metrics API of the test's own (HTTPS, behind the same
+aggregator); and controller replicas run in-process exactly as `metricscale autoscaler` wires
+them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ssl
+import time
+from collections.abc import AsyncIterator, Callable, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+import yaml
+from aiohttp import web
+
+from autoscaler.leader import LeaderElectionConfig
+from autoscaler.model import parse_selector
+from autoscaler.server import AutoscalerServer, Options
+from autoscaler.settings import Settings
+from metricscale import pki
+from tests.fakes.exporter import Exporter
+from tests.fakes.kube_api import FakeKubeAPI
+
+REPO = Path(__file__).resolve().parents[2]
+NS = "shop"
+GROUP, VERSION, PLURAL = "metricscale.dev", "v1alpha1", "autoscalers"
+BACKEND_NAMESPACE, BACKEND_SERVICE = "metrics", "test-metrics"
+YEAR = timedelta(days=365)
+
+
+def install_crd(fake: FakeKubeAPI) -> None:
+    crd = yaml.safe_load((REPO / "manifests" / "autoscaler" / "crd.yaml").read_text())
+    fake.create("apiextensions.k8s.io", "v1", "customresourcedefinitions", crd)
+
+
+def pods_metric(name: str, average: str) -> dict[str, Any]:
+    return {"type": "Pods", "pods": {"metric": {"name": name},
+                                     "target": {"type": "AverageValue", "averageValue": average}}}
+
+
+def cpu_metric(utilization: int) -> dict[str, Any]:
+    return {"type": "Resource", "resource": {"name": "cpu", "target": {
+        "type": "Utilization", "averageUtilization": utilization}}}
+
+
+def autoscaler(name: str, *, target: str, metrics: list[dict[str, Any]], min_replicas: int = 1,
+               max_replicas: int = 10, behavior: dict[str, Any] | None = None,
+               annotations: Mapping[str, str] | None = None) -> dict[str, Any]:
+    spec: dict[str, Any] = {"scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment",
+                                               "name": target},
+                            "minReplicas": min_replicas, "maxReplicas": max_replicas,
+                            "metrics": metrics}
+    if behavior is not None:
+        spec["behavior"] = behavior
+    return {"apiVersion": f"{GROUP}/{VERSION}", "kind": "Autoscaler",
+            "metadata": {"name": name, "namespace": NS, "annotations": dict(annotations or {})},
+            "spec": spec}
+
+
+def status_of(fake: FakeKubeAPI, name: str) -> dict[str, Any]:
+    obj = fake.store.try_get(GROUP, VERSION, PLURAL, name, namespace=NS)
+    return dict((obj or {}).get("status") or {})
+
+
+def condition(fake: FakeKubeAPI, name: str, kind: str) -> tuple[str, str, str] | None:
+    for item in status_of(fake, name).get("conditions") or []:
+        if item.get("type") == kind:
+            return item.get("status", ""), item.get("reason", ""), item.get("message", "")
+    return None
+
+
+def replicas_of(fake: FakeKubeAPI, deployment: str) -> int:
+    obj = fake.store.get("apps", "v1", "deployments", deployment, namespace=NS)
+    return int(obj["spec"].get("replicas", 0))
+
+
+def events_of(fake: FakeKubeAPI, name: str) -> list[dict[str, Any]]:
+    """events.k8s.io Events about autoscaler `name`, oldest first."""
+    found = [e for e in fake.store.list("events.k8s.io", "v1", "events", namespace=NS)
+             if (e.get("regarding") or {}).get("name") == name]
+    return sorted(found, key=lambda e: e.get("eventTime", ""))
+
+
+def scale_writes(fake: FakeKubeAPI, deployment: str) -> list[str | None]:
+    """Who wrote the scale of `deployment` (the requests' users), in order."""
+    return [r.user for r in fake.requests_to(
+        f"^/apis/apps/v1/namespaces/{NS}/deployments/{deployment}/scale$", method="PUT")]
+
+
+async def until(check: Callable[[], object], *, within: float, what: str) -> float:
+    """Poll `check` (bounded); returns the monotonic time it first held."""
+    deadline = time.monotonic() + within
+    while True:
+        if check():
+            return time.monotonic()
+        if time.monotonic() > deadline:
+            raise AssertionError(f"not within {within}s: {what}")
+        await asyncio.sleep(0.02)
+
+
+async def holds(check: Callable[[], object], *, for_seconds: float, what: str) -> None:
+    """`check` stays true for `for_seconds` (a bounded observation window)."""
+    deadline = time.monotonic() + for_seconds
+    while time.monotonic() < deadline:
+        assert check(), what
+        await asyncio.sleep(0.02)
+
+
+# --------------------------------------------------------------------------------------------
+# The Deployment's pods, and the load on them
+
+
+class Workload:
+    """Plays the Deployment and ReplicaSet controllers: as many ready pods as spec.replicas
+    asks for (web-0, web-1, ...), status.replicas in step, and `total` load spread evenly over
+    the pods, handed to `publish(pod -> value)`."""
+
+    def __init__(self, fake: FakeKubeAPI, name: str, *, replicas: int, total: Decimal,
+                 publish: Callable[[dict[str, Decimal]], None], cpu_request: str = "500m"
+                 ) -> None:
+        self.fake = fake
+        self.name = name
+        self.total = total
+        self.publish = publish
+        self.cpu_request = cpu_request
+        fake.create_deployment(name, namespace=NS, replicas=replicas, labels={"app": name},
+                               cpu_request=cpu_request)
+        self._task: asyncio.Task[None] | None = None
+        self.sync()
+
+    def pods(self) -> list[str]:
+        return sorted(p["metadata"]["name"] for p in
+                      self.fake.store.list("", "v1", "pods", namespace=NS)
+                      if (p["metadata"].get("labels") or {}).get("app") == self.name)
+
+    def set_load(self, total: Decimal | int | str) -> None:
+        self.total = Decimal(total)
+        self._publish(self.pods())
+
+    def _publish(self, pods: list[str]) -> None:
+        share = self.total / len(pods) if pods else Decimal(0)
+        self.publish({pod: share for pod in pods})
+
+    def sync(self) -> None:
+        """One pass of the controllers."""
+        deployment = self.fake.store.try_get("apps", "v1", "deployments", self.name,
+                                             namespace=NS)
+        if deployment is None:
+            return
+        wanted = int(deployment["spec"].get("replicas", 0))
+        pods = self.pods()
+        changed = False
+        for index in range(wanted):
+            pod = f"{self.name}-{index}"
+            if pod not in pods:
+                self.fake.create_pod(pod, namespace=NS, labels={"app": self.name},
+                                     cpu_request=self.cpu_request)
+                changed = True
+        for pod in pods:
+            if int(pod.rsplit("-", 1)[1]) >= wanted:
+                self.fake.store.delete("", "v1", "pods", pod, namespace=NS)
+                changed = True
+        if (deployment.get("status") or {}).get("replicas", 0) != wanted:
+            def settle(obj: dict[str, Any]) -> None:
+                status = obj.setdefault("status", {})
+                for key in ("replicas", "readyReplicas", "availableReplicas", "updatedReplicas"):
+                    status[key] = wanted
+            self.fake.store.mutate("apps", "v1", "deployments", self.name, settle, namespace=NS)
+        if changed:
+            self._publish(self.pods())
+
+    async def _run(self) -> None:
+        while True:
+            self.sync()
+            await asyncio.sleep(0.02)
+
+    async def __aenter__(self) -> Workload:
+        self._publish(self.pods())
+        self._task = asyncio.create_task(self._run(), name=f"workload {self.name}")
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+
+
+def exporter_publisher(exporter: Exporter, metric: str) -> Callable[[dict[str, Decimal]], None]:
+    """Publish per-pod values as a gauge `metric{namespace, pod}`; pods gone lose their series."""
+    shown: set[str] = set()
+
+    def publish(values: dict[str, Decimal]) -> None:
+        for pod in shown - set(values):
+            exporter.remove(metric, {"namespace": NS, "pod": pod})
+        for pod, value in values.items():
+            exporter.set(metric, {"namespace": NS, "pod": pod}, value, type="gauge")
+        shown.clear()
+        shown.update(values)
+
+    return publish
+
+
+# --------------------------------------------------------------------------------------------
+# A metrics API of the test's own, behind the fake's aggregator
+
+
+def _quantity(value: Decimal) -> str:
+    milli = int(value * 1000)
+    return f"{milli // 1000}" if milli % 1000 == 0 else f"{milli}m"
+
+
+@dataclass
+class MetricsBackend:
+    """custom.metrics.k8s.io/v1beta2 pods metrics and metrics.k8s.io/v1beta1 PodMetrics from
+    values the test sets (`values[metric][pod]`, cpu usage under "cpu"), over HTTPS."""
+
+    fake: FakeKubeAPI
+    workdir: Path
+    values: dict[str, dict[str, Decimal]] = field(default_factory=dict)
+    up: bool = True
+    requests: list[str] = field(default_factory=list)
+    _runner: web.AppRunner | None = None
+
+    def publisher(self, metric: str) -> Callable[[dict[str, Decimal]], None]:
+        def publish(values: dict[str, Decimal]) -> None:
+            self.values[metric] = dict(values)
+        return publish
+
+    def _pods(self, request: web.Request, namespace: str) -> list[str]:
+        selector = parse_selector(request.query.get("labelSelector", ""))
+        return sorted(p["metadata"]["name"]
+                      for p in self.fake.store.list("", "v1", "pods", namespace=namespace)
+                      if selector.matches(p["metadata"].get("labels") or {}))
+
+    async def _discovery(self, request: web.Request) -> web.Response:
+        group, version = request.match_info["group"], request.match_info["version"]
+        resources = ([{"name": "pods", "singularName": "", "namespaced": True,
+                       "kind": "PodMetrics", "verbs": ["get", "list"]}]
+                     if group == "metrics.k8s.io" else
+                     [{"name": f"pods/{metric}", "singularName": "", "namespaced": True,
+                       "kind": "MetricValueList", "verbs": ["get"]} for metric in self.values])
+        return web.json_response({"kind": "APIResourceList", "apiVersion": "v1",
+                                  "groupVersion": f"{group}/{version}",
+                                  "resources": resources})
+
+    def _unavailable(self) -> web.Response:
+        return web.json_response({"kind": "Status", "apiVersion": "v1", "status": "Failure",
+                                  "message": "the metrics backend is down", "reason":
+                                  "ServiceUnavailable", "code": 503}, status=503)
+
+    async def _custom(self, request: web.Request) -> web.Response:
+        self.requests.append(request.path_qs)
+        if not self.up:
+            return self._unavailable()
+        namespace, metric = request.match_info["namespace"], request.match_info["metric"]
+        now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        values = self.values.get(metric, {})
+        items = [{"describedObject": {"kind": "Pod", "namespace": namespace, "name": pod,
+                                      "apiVersion": "/v1"},
+                  "metric": {"name": metric}, "timestamp": now, "windowSeconds": 60,
+                  "value": _quantity(values[pod])}
+                 for pod in self._pods(request, namespace) if pod in values]
+        return web.json_response({"kind": "MetricValueList",
+                                  "apiVersion": "custom.metrics.k8s.io/v1beta2",
+                                  "metadata": {}, "items": items})
+
+    async def _resource(self, request: web.Request) -> web.Response:
+        self.requests.append(request.path_qs)
+        if not self.up:
+            return self._unavailable()
+        namespace = request.match_info["namespace"]
+        now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        values = self.values.get("cpu", {})
+        items = [{"metadata": {"name": pod, "namespace": namespace}, "timestamp": now,
+                  "window": "30s",
+                  "containers": [{"name": "app", "usage": {"cpu": _quantity(values[pod])}}]}
+                 for pod in self._pods(request, namespace) if pod in values]
+        return web.json_response({"kind": "PodMetricsList",
+                                  "apiVersion": "metrics.k8s.io/v1beta1", "metadata": {},
+                                  "items": items})
+
+    async def start(self) -> None:
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        now = datetime.now(UTC) - timedelta(minutes=5)
+        ca = pki.generate_ca(common_name="test-metrics-ca", now=now, validity=YEAR)
+        serving = pki.issue_serving_certificate(
+            ca, common_name=BACKEND_SERVICE,
+            dns_names=("localhost", f"{BACKEND_SERVICE}.{BACKEND_NAMESPACE}.svc"),
+            ip_addresses=("127.0.0.1",), now=now, validity=YEAR)
+        cert = pki.write_certificate(self.workdir / "tls.crt", serving.certificate)
+        key = pki.write_private_key(self.workdir / "tls.key", serving.private_key)
+        context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        context.load_cert_chain(str(cert), str(key))
+        app = web.Application()
+        app.router.add_get("/apis/{group}/{version}", self._discovery)
+        app.router.add_get(
+            "/apis/custom.metrics.k8s.io/v1beta2/namespaces/{namespace}/pods/{name}/{metric}",
+            self._custom)
+        app.router.add_get("/apis/metrics.k8s.io/v1beta1/namespaces/{namespace}/pods",
+                           self._resource)
+        self._runner = web.AppRunner(app, access_log=None)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, "127.0.0.1", 0, ssl_context=context)
+        await site.start()
+        port = int(self._runner.addresses[0][1])
+        for group, version in (("custom.metrics.k8s.io", "v1beta2"),
+                               ("metrics.k8s.io", "v1beta1")):
+            self.fake.create_apiservice(group=group, version=version,
+                                        service_namespace=BACKEND_NAMESPACE,
+                                        service_name=BACKEND_SERVICE,
+                                        ca_bundle=ca.certificate_pem)
+        self.fake.set_service_endpoint(BACKEND_NAMESPACE, BACKEND_SERVICE, "127.0.0.1", port)
+        for name in ("v1beta2.custom.metrics.k8s.io", "v1beta1.metrics.k8s.io"):
+            await self.fake.wait_for_apiservice(name, within=15.0)
+
+    async def stop(self) -> None:
+        if self._runner is not None:
+            await self._runner.cleanup()
+
+
+@contextlib.asynccontextmanager
+async def metrics_backend(fake: FakeKubeAPI, workdir: Path) -> AsyncIterator[MetricsBackend]:
+    backend = MetricsBackend(fake, workdir)
+    await backend.start()
+    try:
+        yield backend
+    finally:
+        await backend.stop()
+
+
+# --------------------------------------------------------------------------------------------
+# Controller replicas
+
+
+def election(*, enabled: bool) -> LeaderElectionConfig:
+    # The shortest timings the elector accepts (client-go's rules): a takeover within ~2 s.
+    return LeaderElectionConfig(enabled=enabled, lease_duration=timedelta(seconds=2),
+                                renew_deadline=timedelta(seconds=1.5),
+                                retry_period=timedelta(seconds=1),
+                                resource_name="metricscale-autoscaler",
+                                resource_namespace="metricscale")
+
+
+@contextlib.asynccontextmanager
+async def controller(fake: FakeKubeAPI, *, identity: str = "replica-a",
+                     sync: float = 0.25, leader_election: bool = False,
+                     token: str | None = None, dry_run: bool = False,
+                     downscale_window: float = 300.0, watch_timeout: int = 30,
+                     ) -> AsyncIterator[AutoscalerServer]:
+    """One controller replica against the fake, with short periods."""
+    options = Options(
+        settings=Settings(sync_period=timedelta(seconds=sync),
+                          downscale_stabilization_window=timedelta(seconds=downscale_window)),
+        leader_election=election(enabled=leader_election),
+        concurrent_syncs=3, dry_run=dry_run, identity=identity, lease_namespace="metricscale",
+        reporting_instance=identity, metrics_bind_address="127.0.0.1:0",
+        informer_options={"watch_timeout_seconds": watch_timeout})
+    async with AutoscalerServer(fake.api_client_configuration(token), options) as server:
+        yield server
+        assert server.fatal is None, f"the controller failed: {server.fatal!r}"
+
+
+def new_user(fake: FakeKubeAPI, name: str) -> str:
+    token = f"token-{name}"
+    fake.add_user(token=token, username=name, groups=("system:masters",))
+    return token
