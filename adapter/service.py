@@ -16,6 +16,7 @@ instant query), for custom metrics too, where upstream writes the adapter's cloc
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -140,8 +141,14 @@ def _no_objects_reason(info: ResourceInfo, *, namespace: str | None, selector: S
     return f"no {info.resource}{where} match the label selector {str(selector)!r}"
 
 
+@functools.lru_cache(maxsize=64)
+def _whole_second(seconds: int) -> datetime:
+    return datetime.fromtimestamp(seconds, tz=UTC)
+
+
 def _timestamp(sample_time: Decimal) -> datetime:
-    return datetime.fromtimestamp(int(sample_time), tz=UTC)
+    # Every sample of an instant query carries the same evaluation time: convert it once.
+    return _whole_second(int(sample_time))
 
 
 # --------------------------------------------------------------------------------------------
