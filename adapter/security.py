@@ -389,9 +389,13 @@ class AuthenticationSource:
         self._cluster = cluster
         self._apply(merge_authentication_config(self._flag_config, cluster), what=name)
 
+    @property
+    def has_ca_files(self) -> bool:
+        return bool(self._flags.client_ca_file or self._flags.requestheader_client_ca_file)
+
     def reload_files(self) -> bool:
         """Re-read --client-ca-file / --requestheader-client-ca-file; True if that changed them."""
-        if not (self._flags.client_ca_file or self._flags.requestheader_client_ca_file):
+        if not self.has_ca_files:
             return False
         try:
             flag_config = _flags_config(self._flags)
@@ -508,10 +512,10 @@ class DelegatedAuthorizer:
         cached = self._cache.get(key, now=self._clock()) if cacheable else None
         if cached is None:
             cached = await self._flights.run(
-                key, lambda: self._create_review(body, key, cacheable=cacheable))
+                key, lambda: self._create_review(body=body, key=key, cacheable=cacheable))
         return decide_from_review(cached)
 
-    async def _create_review(self, body: Mapping[str, Any], key: str, *,
+    async def _create_review(self, *, body: Mapping[str, Any], key: str,
                              cacheable: bool) -> ReviewStatus:
         try:
             status = read_subject_access_review(
@@ -613,10 +617,11 @@ class AdapterSecurity:
             if isinstance(self.authorizer, DelegatedAuthorizer):
                 stack.push_async_callback(self.authorizer.close)
             if self.source.needs_lookup:
-                await self._follow_configmap(authn_api, stack, on_fatal)
-            reload = start_guarded_task(self._reload_ca_files(), name="CA file reload",
-                                        on_failure=on_fatal)
-            stack.push_async_callback(_cancel, reload)
+                await self._follow_configmap(authn_api, stack=stack, on_fatal=on_fatal)
+            if self.source.has_ca_files:
+                reload = start_guarded_task(self._reload_ca_files(), name="CA file reload",
+                                            on_failure=on_fatal)
+                stack.push_async_callback(_cancel, reload)
             yield
 
     def _forget_clients(self) -> None:
@@ -624,7 +629,7 @@ class AdapterSecurity:
         self.token_reviews.api = None
         self.access_reviews.api = None
 
-    async def _follow_configmap(self, api: ApiClient, stack: contextlib.AsyncExitStack,
+    async def _follow_configmap(self, api: ApiClient, *, stack: contextlib.AsyncExitStack,
                                 on_fatal: Callable[[BaseException], None]) -> None:
         assert self.source is not None
         informer = kube.authentication_config_informer(

@@ -260,3 +260,41 @@ async def test_serving_certificate_reload_swaps_new_connections_and_keeps_open_o
         assert adapter.tls.current.minimum_version is ssl.TLSVersion.TLSv1_2
     finally:
         await kept_alive.close()
+
+
+async def test_flags_give_the_cas_and_names_without_reading_the_configmap(
+        rotation: Rotation) -> None:
+    flags_dir = rotation.workdir / "flags"
+    flags_dir.mkdir()
+    proxy_ca_file = pki.write_certificate(flags_dir / "proxy-ca.crt", rotation.ca_a.certificate)
+    client_ca_file = pki.write_certificate(flags_dir / "client-ca.crt",
+                                           rotation.ca_b.certificate)
+    configmap_reads = len(rotation.fake.requests_to("/namespaces/kube-system/configmaps"))
+    async with secured_adapter(
+            workdir=flags_dir, test_pki=rotation.pki,
+            kubeconfig=rotation.fake.write_kubeconfig(flags_dir / "kubeconfig"),
+            prometheus_url=rotation.prometheus_url, config_text=EMPTY_RULES,
+            clock=ShiftedClock(), args=[
+                "--requestheader-client-ca-file", str(proxy_ca_file),
+                "--requestheader-allowed-names", "aggregator-a",
+                "--requestheader-username-headers", "X-Who",
+                "--requestheader-group-headers", "X-Teams",
+                "--client-ca-file", str(client_ca_file)]) as flagged:
+        proxy = rotation.pki.client_pair("flag-proxy", rotation.ca_a, user="aggregator-a")
+        reply = await flagged.request(DISCOVERY, cert=proxy, headers=[
+            ("X-Who", "system:kube-aggregator"), ("X-Teams", "system:masters"),
+            ("X-Remote-User", "ignored"), ("X-Remote-Group", "ignored")])
+        assert reply.status == 200, reply
+        user = rotation.pki.client_pair("flag-user", rotation.ca_b, user="dana")
+        reply = await flagged.request(DISCOVERY, cert=user)
+        assert reply.status == 200, reply
+        assert [r["spec"]["user"] for r in rotation.fake.subject_access_reviews][-1] == "dana"
+        # A renewed CA file is picked up (the server checks every 10 s; driven here).
+        source = flagged.security.source
+        assert source is not None and not source.needs_lookup
+        pki.write_certificate(proxy_ca_file, rotation.ca_b.certificate)
+        assert source.reload_files() is True
+        with pytest.raises(HandshakeFailed):
+            await flagged.request(DISCOVERY, cert=proxy)
+    assert len(rotation.fake.requests_to("/namespaces/kube-system/configmaps")) == \
+        configmap_reads
