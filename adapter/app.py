@@ -341,7 +341,8 @@ async def _observe(request: web.Request, handler: Handler) -> web.StreamResponse
         route = request.get(_ROUTE_LABEL, "other")
         metrics.requests.labels(route, request.method, str(code)).inc()
         metrics.duration.labels(route).observe(time.perf_counter() - started)
-        if code >= 500:
+        # A failing /readyz is expected while starting and stopping; it has its own log line.
+        if code >= 500 and route != "health":
             logger.warning("%s %s -> %d", request.method, request.rel_url.raw_path, code)
         else:
             logger.debug("%s %s -> %d", request.method, request.rel_url.raw_path, code)

@@ -84,6 +84,13 @@ rules:
       namespace: {{resource: namespace}}
       pod: {{resource: pod}}
   metricsQuery: 'sum(<<.Series>>{{<<.LabelMatchers>>}})'
+# Two labels name nodes: the lexically smallest one ("instance") is queried, every time.
+- seriesQuery: '{{__name__="capi_dual",job="{job}"}}'
+  resources:
+    overrides:
+      node: {{resource: node}}
+      instance: {{resource: node}}
+  metricsQuery: 'sum(<<.Series>>{{<<.LabelMatchers>>}}) by (<<.GroupBy>>)'
 # A namespace's own metric.
 - seriesQuery: '{{__name__="capi_queue_length",job="{job}"}}'
   resources:
@@ -127,6 +134,7 @@ def _seed_series(exporter: Exporter) -> None:
     exporter.set("capi_fields", {"namespace": "shop", "pod": "web-0"}, 1.5)
     exporter.set("capi_fields", {"namespace": "shop", "pod": "web-1"}, 1200000)
     exporter.set("capi_dropped", {"namespace": "shop", "pod": "web-0"}, 9)
+    exporter.set("capi_dual", {"instance": "node-1", "node": "node-2"}, 5)
     exporter.set("capi_queue_length", {"namespace": "shop", "queue": "a"}, 40)
     exporter.set("capi_queue_length", {"namespace": "shop", "queue": "b"}, 2)
     for index in range(BIG):
@@ -277,6 +285,18 @@ async def test_namespace_own_metric_describes_the_namespace(world: World) -> Non
         assert item["describedObject"] == {"kind": "Namespace", "name": "shop",
                                            "apiVersion": "v1"}
         assert item["value"] == "42"
+
+
+async def test_namespaces_wildcard_selects_namespaces_by_their_labels(world: World) -> None:
+    reply = await world.adapter.get(
+        f"{CUSTOM}/v1beta1/namespaces/*/metrics/capi_queue_length?labelSelector=team%3Dshop")
+    assert values_by_name(reply.json()) == {"shop": "42"}
+
+
+async def test_two_labels_for_one_resource_query_the_smallest_label(world: World) -> None:
+    found = await world.adapter.get(f"{CUSTOM}/v1beta2/nodes/node-1/capi_dual")
+    assert items(found.json())[0]["value"] == "5"
+    assert (await world.adapter.get(f"{CUSTOM}/v1beta2/nodes/node-2/capi_dual")).status == 404
 
 
 async def test_group_qualified_resource_through_a_group_template(world: World) -> None:
