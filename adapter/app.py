@@ -632,8 +632,9 @@ async def _discovery_context(app: web.Application) -> AsyncIterator[None]:
 def _register_health(app: web.Application) -> HealthChecks:
     health = HealthChecks()
     health.add(("healthz", "livez", "readyz"), "ping", lambda: True)
-    health.add(("readyz",), "kube-discovery",
-               lambda: KUBE_DISCOVERY_KEY in app and app[KUBE_DISCOVERY_KEY].discovered)
+    # Not gated on the cluster's resource discovery: through kube-apiserver that discovery
+    # includes this adapter's own APIServices, which stay unavailable until it is ready, and
+    # the built-in resource list answers meanwhile.
     health.add(("readyz",), "metric-discovery",
                lambda: DISCOVERY_KEY in app and app[DISCOVERY_KEY].has_succeeded)
     health.add(("readyz",), "shutdown", lambda: not app[SHUTTING_DOWN_KEY].is_set())
