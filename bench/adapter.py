@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
+from yarl import URL
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -225,7 +226,7 @@ async def _measure(adapter_session: aiohttp.ClientSession,
                    seconds: float) -> dict[str, Any]:
     path = ("/apis/custom.metrics.k8s.io/v1beta2/namespaces/bench/pods/%2A/bench_requests"
             "?labelSelector=app%3Dbench")
-    target = aiohttp.client.URL(adapter_url + path, encoded=True)
+    target = URL(adapter_url + path, encoded=True)
     headers = {"Accept": "application/vnd.kubernetes.protobuf, */*"}
 
     async def via_adapter() -> None:

@@ -20,6 +20,7 @@ from typing import Any
 
 import aiohttp
 from aiohttp import web
+from yarl import URL
 
 from adapter.app import (
     DISCOVERY_KEY,
@@ -115,7 +116,7 @@ class RunningAdapter:
         sent = dict(headers or {})
         if accept is not None:
             sent["Accept"] = accept
-        url = aiohttp.client.URL(self.url + path, encoded=True)
+        url = URL(self.url + path, encoded=True)
         if params:
             url = url.extend_query(params)
         async with self.session.request(method, url, headers=sent) as response:
