@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import logging
 import sys
@@ -44,8 +45,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="a decision snapshot (JSON or YAML, see docs); - reads standard input")
     parser.add_argument("-o", "--output", choices=("json", "text"), default="json",
                         help="one JSON document (default) or a readable report")
-    # `--live NAMESPACE/NAME` (issue 6) adds a second source of the same snapshot document:
-    # its argument goes here, and `_load_snapshot` picks the source.
+    live = parser.add_argument_group("a snapshot captured from a cluster (instead of FILE)")
+    live.add_argument("--live", metavar="NAMESPACE/NAME",
+                      help="capture the snapshot of this Autoscaler from the cluster, with the "
+                           "history the controller persisted, and explain it")
+    live.add_argument("--hpa", action="store_true",
+                      help="--live names a native autoscaling/v2 HorizontalPodAutoscaler")
+    live.add_argument("--kubeconfig", metavar="PATH",
+                      help="kubeconfig for --live (default: in-cluster configuration)")
+    live.add_argument("--context", help="kubeconfig context for --live")
+    live.add_argument("--save-snapshot", metavar="FILE",
+                      help="also write the captured snapshot to FILE, to replay it later")
 
 
 def load_document(text: str) -> Any:
@@ -79,7 +89,12 @@ def _snapshot_from_file(path: str, stdin: TextIO) -> Snapshot:
 
 
 def _load_snapshot(args: argparse.Namespace) -> Snapshot:
-    """The snapshot to explain, from where the arguments say (a file or standard input)."""
+    """The snapshot to explain, from where the arguments say (a file, standard input, or
+    the cluster)."""
+    if getattr(args, "live", None):
+        # Imported by name so that explaining a file never loads the cluster client.
+        capture = importlib.import_module("autoscaler.capture")
+        return parse_snapshot(capture.capture_document(args))
     if not args.snapshot:
         raise SnapshotError("", "a snapshot FILE (or - for standard input) is required")
     return _snapshot_from_file(args.snapshot, sys.stdin)
