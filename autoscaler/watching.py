@@ -84,11 +84,15 @@ class AutoscalerEntry:
         return status if isinstance(status, Mapping) else {}
 
 
-def project_autoscaler(raw: Mapping[str, Any]) -> AutoscalerEntry:
-    """The cache entry of an Autoscaler or HPA; never raises (a bad object is kept, with why)."""
+def project_autoscaler(raw: Mapping[str, Any], *, kind: str = "") -> AutoscalerEntry:
+    """The cache entry of an Autoscaler or HPA; never raises (a bad object is kept, with why).
+
+    `kind` is the collection's kind, for list items that do not carry their own."""
     metadata = raw.get("metadata") if isinstance(raw.get("metadata"), Mapping) else {}
     assert isinstance(metadata, Mapping)
-    kind = HPA_KIND if raw.get("kind") == HPA_KIND else AUTOSCALER_KIND
+    kind = str(raw.get("kind") or kind or AUTOSCALER_KIND)
+    if kind not in (HPA_KIND, AUTOSCALER_KIND):
+        kind = AUTOSCALER_KIND
     raw = dict(raw)
     # Lists and watch events of a typed collection may leave apiVersion/kind to the list.
     raw.setdefault("apiVersion", HPA_API_VERSION if kind == HPA_KIND else AUTOSCALER_API_VERSION)
@@ -124,6 +128,10 @@ def project_pod(raw: Mapping[str, Any]) -> Pod:
                    namespace=str(metadata.get("namespace") or ""),
                    labels={str(k): str(v) for k, v in labels.items()}
                    if isinstance(labels, Mapping) else {})
+
+
+def _project_hpa(raw: Mapping[str, Any]) -> AutoscalerEntry:
+    return project_autoscaler(raw, kind=HPA_KIND)
 
 
 # --------------------------------------------------------------------------------------------
@@ -344,7 +352,7 @@ class Watching:
             self.hpas = Informer(
                 sources(collection_path(group=group, version=version, plural=plural,
                                         namespace=namespace)),
-                project=project_autoscaler, name="horizontalpodautoscalers", **options)
+                project=_project_hpa, name="horizontalpodautoscalers", **options)
         self.pod_informer: Informer[Pod] = Informer(
             sources(collection_path(group="", version="v1", plural="pods", namespace=namespace)),
             project=project_pod, name="pods", **options)

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from autoscaler.model import Pod, pods_matching
+from autoscaler.model import Pod
 from autoscaler.watching import (
     AutoscalerEntry,
     AutoscalerKey,
@@ -71,7 +71,9 @@ def test_pod_index_selects_exactly_what_a_lister_would(
             index.remove(pods[i])
     kept = [pod for i, pod in enumerate(pods) if i not in removed]
     parsed = SelectorCache().parse(selector)
-    expected = sorted(pods_matching(kept, parsed, namespace), key=lambda p: p.name)
+    # A lister: every pod of the namespace whose labels satisfy every requirement.
+    expected = sorted((p for p in kept if p.namespace == namespace and parsed.matches(p.labels)),
+                      key=lambda p: p.name)
     assert index.select(namespace, parsed) == expected
 
 
@@ -155,10 +157,13 @@ def test_an_autoscaler_that_does_not_parse_is_cached_with_the_reason() -> None:
 
 
 def test_list_items_without_kind_are_read_as_the_collection_kind() -> None:
-    entry = project_autoscaler({"metadata": {"name": "a", "namespace": "n"},
-                                "spec": {"scaleTargetRef": {"kind": "Deployment", "name": "d"},
-                                         "maxReplicas": 2}})
+    raw = {"metadata": {"name": "a", "namespace": "n"},
+           "spec": {"scaleTargetRef": {"kind": "Deployment", "name": "d"}, "maxReplicas": 2}}
+    entry = project_autoscaler(raw)
     assert entry.autoscaler is not None and entry.autoscaler.kind == "Autoscaler"
+    hpa = project_autoscaler(raw, kind="HorizontalPodAutoscaler")
+    assert hpa.key == AutoscalerKey("HorizontalPodAutoscaler", "n", "a")
+    assert hpa.autoscaler is not None and hpa.autoscaler.api_version == "autoscaling/v2"
 
 
 # ---------------------------------------------------------------------- against the fake API

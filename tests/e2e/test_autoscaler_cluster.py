@@ -284,3 +284,31 @@ async def test_metrics_health_and_readiness_endpoints(fake_kube: FakeKubeAPI,
                  "metricscale_autoscaler_api_request_duration_seconds_count",
                  "metricscale_autoscaler_leader 1.0"):
         assert name in text, name
+
+
+async def test_native_hpas_are_reconciled_with_the_flag_and_their_status_written(
+        fake_kube: FakeKubeAPI, tmp_path: Path) -> None:
+    install_crd(fake_kube)
+    async with metrics_backend(fake_kube, tmp_path / "metrics") as backend, \
+            Workload(fake_kube, "web", replicas=2, total=Decimal(40),
+                     publish=backend.publisher("http_requests")):
+        hpa = autoscaler("web", target="web", metrics=[pods_metric("http_requests", "10")])
+        hpa["apiVersion"], hpa["kind"] = "autoscaling/v2", "HorizontalPodAutoscaler"
+        fake_kube.create("autoscaling", "v2", "horizontalpodautoscalers", hpa)
+        async with controller(fake_kube, native_hpa=True):
+            await until(lambda: replicas_of(fake_kube, "web") == 4, within=10,
+                        what="the HPA's target scaled")
+
+            def hpa_status() -> dict[str, object]:
+                obj = fake_kube.store.get("autoscaling", "v2", "horizontalpodautoscalers",
+                                          "web", namespace=NS)
+                return dict(obj.get("status") or {})
+
+            await until(lambda: hpa_status().get("desiredReplicas") == 4, within=10,
+                        what="the HPA's status")
+    status = hpa_status()
+    assert {c["type"] for c in status["conditions"]} == {  # type: ignore[attr-defined]
+        "AbleToScale", "ScalingActive", "ScalingLimited"}
+    assert "history" not in status and "targets" not in status
+    assert [e["reason"] for e in events_of(fake_kube, "web")] == ["SuccessfulRescale"]
+    assert events_of(fake_kube, "web")[0]["regarding"]["kind"] == "HorizontalPodAutoscaler"

@@ -358,13 +358,14 @@ async def controller(fake: FakeKubeAPI, *, identity: str = "replica-a",
                      sync: float = 0.25, leader_election: bool = False,
                      token: str | None = None, dry_run: bool = False,
                      downscale_window: float = 300.0, watch_timeout: int = 30,
-                     ) -> AsyncIterator[AutoscalerServer]:
+                     native_hpa: bool = False) -> AsyncIterator[AutoscalerServer]:
     """One controller replica against the fake, with short periods."""
     options = Options(
         settings=Settings(sync_period=timedelta(seconds=sync),
                           downscale_stabilization_window=timedelta(seconds=downscale_window)),
         leader_election=election(enabled=leader_election),
-        concurrent_syncs=3, dry_run=dry_run, identity=identity, lease_namespace="metricscale",
+        concurrent_syncs=3, dry_run=dry_run, native_hpa=native_hpa, identity=identity,
+        lease_namespace="metricscale",
         reporting_instance=identity, metrics_bind_address="127.0.0.1:0",
         informer_options={"watch_timeout_seconds": watch_timeout})
     async with AutoscalerServer(fake.api_client_configuration(token), options) as server:
