@@ -244,11 +244,12 @@ _ROUTE_LABEL = web.RequestKey("route", str)
 # Responses
 
 
-def _json(body: Mapping[str, Any], *, status: int = 200,
+def _json(body: Mapping[str, Any] | bytes, *, status: int = 200,
           headers: Mapping[str, str] | None = None,
           content_type: str = JSON_CONTENT_TYPE) -> web.Response:
-    response = web.Response(body=json.dumps(body, separators=(",", ":")).encode(),
-                            status=status, headers=headers)
+    """A JSON response; `body` as a value, or already encoded (the metric value lists)."""
+    encoded = body if isinstance(body, bytes) else json.dumps(body, separators=(",", ":")).encode()
+    response = web.Response(body=encoded, status=status, headers=headers)
     # Set after construction so aiohttp does not append its own charset parameter.
     response.headers["Content-Type"] = content_type
     return response

@@ -11,6 +11,7 @@ Prometheus label names; anything else is a `UnsupportedSelectorError` (a 400 for
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Generic, TypeVar
@@ -54,12 +55,23 @@ class RuleQueryError(QueryError):
     """The rule cannot build a query for this request (a configuration problem: 500)."""
 
 
-_REGEX_META = frozenset("\\.+*?()|[]{}^$")
+_REGEX_META = re.compile(r"[\\.+*?()|\[\]{}^$]")
 
 
 def escape_regex(text: str) -> str:
     """Go's `regexp.QuoteMeta`: every RE2 metacharacter backslash-escaped."""
-    return "".join("\\" + char if char in _REGEX_META else char for char in text)
+    if _REGEX_META.search(text) is None:
+        return text
+    return _REGEX_META.sub(r"\\\g<0>", text)
+
+
+def _alternation(values: Sequence[str]) -> str:
+    """Values as a regex that matches exactly one of them, literally."""
+    # Object names seldom hold a metacharacter: one search over all of them is much cheaper
+    # than one substitution per name (a 2,000-pod request).
+    if _REGEX_META.search("".join(values)) is None:
+        return "|".join(values)
+    return "|".join(map(escape_regex, values))
 
 
 def _string_body(text: str) -> str:
@@ -79,12 +91,6 @@ class Matcher:
         return f"{self.label}{self.operator}{quote_go_string(self.value)}"
 
 
-def _values_matcher(label: str, values: Sequence[str], *, negate: bool) -> Matcher:
-    if len(values) == 1 and not negate:
-        return Matcher(label, "=", values[0])
-    if len(values) == 1:
-        return Matcher(label, "!=", values[0])
-    return Matcher(label, "!~" if negate else "=~", "|".join(escape_regex(v) for v in values))
 
 
 def _requirement_matcher(requirement: Requirement) -> Matcher:
@@ -110,7 +116,7 @@ def _requirement_matcher(requirement: Requirement) -> Matcher:
     # `in`/`notin`, even with one value, are regex matchers upstream: keep the operator, but
     # escape the values so they match literally.
     negate = op in (Operator.NOT_EQUALS, Operator.NOT_IN)
-    return Matcher(key, "!~" if negate else "=~", "|".join(escape_regex(v) for v in values))
+    return Matcher(key, "!~" if negate else "=~", _alternation(values))
 
 
 def _values_by_name(values: Sequence[str]) -> str:
@@ -121,7 +127,7 @@ def _values_by_name(values: Sequence[str]) -> str:
     """
     if len(values) == 1:
         return _string_body(values[0])
-    return _string_body("|".join(escape_regex(v) for v in values))
+    return _string_body(_alternation(values))
 
 
 def selector_matchers(selector: Selector) -> tuple[tuple[Matcher, str], ...]:
@@ -183,8 +189,14 @@ def _build(*, template: Template, mapper: ResourceMapper, series: str, resource:
     resource_label = _label_for(mapper, resource)
     matchers = [matcher for matcher, _ in parts]
     values_by_name = {matcher.label: value for matcher, value in parts}
-    matchers.append(_values_matcher(resource_label, names, negate=False))
-    values_by_name[resource_label] = _values_by_name(names)
+    # One name is an `=` matcher; several are one alternation, escaped once and used twice.
+    if len(names) == 1:
+        matchers.append(Matcher(resource_label, "=", names[0]))
+        values_by_name[resource_label] = _string_body(names[0])
+    else:
+        alternation = _alternation(names)
+        matchers.append(Matcher(resource_label, "=~", alternation))
+        values_by_name[resource_label] = _string_body(alternation)
     group_by = [resource_label, *extra_group_by]
     promql = _render(template, series=series, matchers=matchers,
                      values_by_name=values_by_name, group_by=group_by)

@@ -53,15 +53,13 @@ from adapter.registry import MetricRegistry
 from adapter.resources import NAMESPACES, GroupResource, ResourceInfo
 from adapter.routes import CustomMetricRoute, ExternalMetricRoute
 from adapter.wire import (
-    CustomMetricValue,
     ExternalMetricValue,
     NonFiniteSampleError,
     bad_request,
-    described_object,
+    encode_object_metric_values,
     internal_error,
     metric_not_found,
     render_external_metric_value_list,
-    render_metric_value_list,
     sample_to_quantity,
     service_unavailable,
     status_body,
@@ -97,9 +95,9 @@ class ApiError(Exception):
 
 @dataclass(frozen=True)
 class Answer:
-    """A successful answer: the JSON body, and warnings for the `Warning` header."""
+    """A successful answer: the JSON body (or its encoded bytes), and `Warning` header texts."""
 
-    body: Mapping[str, Any]
+    body: Mapping[str, Any] | bytes
     warnings: tuple[str, ...] = field(default=())
 
 
@@ -243,10 +241,11 @@ class MetricsService:
         matched = match_samples(((s.labels, s) for s in samples),
                                 resource_label=built.resource_label)
         selector_json = _selector_json(route.metric_selector)
-        items: list[CustomMetricValue] = []
+        values: list[tuple[str, datetime, str]] = []
         non_finite = 0
+        by_name = matched.by_name
         for name in names:
-            sample = matched.by_name.get(name)
+            sample = by_name.get(name)
             if sample is None:
                 continue
             try:
@@ -254,28 +253,27 @@ class MetricsService:
             except NonFiniteSampleError:
                 non_finite += 1
                 continue
-            items.append(CustomMetricValue(
-                described_object=described_object(info, name=name, namespace=namespace),
-                metric=route.metric, timestamp=_timestamp(sample.timestamp), value=value,
-                selector=selector_json))
-        wanted = set(names)
-        other = sum(1 for name in matched.by_name if name not in wanted)
-        missing = len(names) - len(items)
+            values.append((name, _timestamp(sample.timestamp), value))
+        body = encode_object_metric_values(version=route.version, info=info,
+                                           namespace=namespace, metric=route.metric,
+                                           selector=selector_json, values=values)
+        missing = len(names) - len(values)
         if missing == 0:
-            return Answer(render_metric_value_list(version=route.version, items=items))
+            return Answer(body)
+        wanted = set(names)
+        other = sum(1 for name in by_name if name not in wanted)
         why = explain_missing(rule=rule, resource_label=built.resource_label,
                               samples=matched.total, unlabelled=matched.unlabelled,
                               matched_other_names=other, non_finite=non_finite)
         logger.info("%s/%s: %d of %d objects without a value (%s); query: %s",
                     route.resource, route.metric, missing, len(names), why, built.promql)
-        if not items:
+        if not values:
             raise ApiError(metric_not_found(
                 metric=route.metric, resource=str(route.resource), object_name=route.name,
                 selector=_selector_text(route.metric_selector), why=why))
         warning = (f"{missing} of {len(names)} selected {info.resource} have no value for "
                    f"{route.metric}: {why}")
-        return Answer(render_metric_value_list(version=route.version, items=items),
-                      warnings=(warning,))
+        return Answer(body, warnings=(warning,))
 
     # -- external metrics ----------------------------------------------------------------
 

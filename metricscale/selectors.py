@@ -63,11 +63,19 @@ _GO_ESCAPES = {
 }
 
 
+# Printable ASCII without `"` or `\\`: Go quotes it verbatim. Most label values, object names and
+# whole `.LabelMatchers` strings are like this, and the per-character loop below costs ~40 µs on a
+# 100-pod matcher (several per request).
+_GO_VERBATIM = re.compile(r'[ !#-\[\]-~]*')
+
+
 def quote_go_string(text: str) -> str:
     """Go's `strconv.Quote` (`%q`): also a valid PromQL double-quoted string for any text.
 
     Shared here because selector error texts and PromQL label matchers both need it.
     """
+    if _GO_VERBATIM.fullmatch(text) is not None:
+        return f'"{text}"'
     out = ['"']
     for char in text:
         escaped = _GO_ESCAPES.get(char)

@@ -19,6 +19,7 @@ from aiohttp import web
 from hypothesis import given
 from hypothesis import strategies as st
 from prometheus_client import CollectorRegistry
+from yarl import URL
 
 from adapter.prometheus import (
     PrometheusClient,
@@ -34,6 +35,7 @@ from adapter.prometheus import (
     format_time,
     parse_header,
     parse_query_response,
+    proxy_for,
 )
 from metricscale import pki
 
@@ -328,6 +330,76 @@ async def test_basic_auth_sends_the_password_file(backend: Backend, tmp_path: Pa
     async with client_for(settings) as client:
         await client.query("up", at=1)
     assert backend.seen[0].headers["authorization"] == ["Basic YWxpY2U6czNjcmV0"]
+
+
+# ---------------------------------------------------------------------------------------------
+# Proxies from the environment: decided once, at start
+
+
+@pytest.mark.parametrize(("target", "proxies", "url", "headers"), [
+    ("http://prom:9090", {}, None, ()),
+    ("http://prom:9090", {"http": "http://proxy:3128"}, "http://proxy:3128", ()),
+    ("http://prom:9090", {"https": "http://proxy:3128"}, None, ()),
+    ("https://prom:9090", {"https": "http://proxy:3128"}, "http://proxy:3128", ()),
+    ("http://prom:9090", {"http": "proxy:3128"}, "http://proxy:3128", ()),
+    ("http://prom:9090", {"http": "http://proxy:3128", "no": "other,prom"}, None, ()),
+    ("http://prom.monitoring.svc:9090", {"http": "http://proxy:3128", "no": ".svc"}, None, ()),
+    ("http://prom:9090", {"http": "http://proxy:3128", "no": "*"}, None, ()),
+    ("http://prom:9090", {"http": "http://proxy:3128", "no": "prometheus"},
+     "http://proxy:3128", ()),
+    ("http://prom:9090", {"http": "http://al%40ice:p%3Ass@proxy:3128"}, "http://proxy:3128",
+     (("Proxy-Authorization", "Basic YWxAaWNlOnA6c3M="),)),
+])
+def test_proxy_follows_the_scheme_and_no_proxy(target: str, proxies: dict[str, str],
+                                               url: str | None,
+                                               headers: tuple[tuple[str, str], ...]) -> None:
+    choice = proxy_for(URL(target), proxies)
+    assert (None if choice.url is None else str(choice.url)) == url
+    assert choice.headers == headers and choice.ignored is None
+
+
+def test_an_https_proxy_is_ignored_with_the_reason() -> None:
+    choice = proxy_for(URL("http://prom:9090"), {"http": "https://proxy:3128"})
+    assert choice.url is None and choice.ignored == "https:// proxies are not supported"
+
+
+@pytest.fixture
+def clean_proxy_environment(monkeypatch: pytest.MonkeyPatch) -> pytest.MonkeyPatch:
+    for name in ("http_proxy", "https_proxy", "no_proxy", "all_proxy", "REQUEST_METHOD"):
+        monkeypatch.delenv(name, raising=False)
+        monkeypatch.delenv(name.upper(), raising=False)
+    return monkeypatch
+
+
+async def test_queries_go_through_the_proxy_named_in_the_environment(
+        aiohttp_server: Any, backend: Backend,
+        clean_proxy_environment: pytest.MonkeyPatch) -> None:
+    proxied: list[tuple[str, str | None]] = []
+
+    async def forward_proxy(request: web.Request) -> web.StreamResponse:
+        # A forward proxy sees the absolute URL; this one answers itself.
+        proxied.append((str(request.url), request.headers.get("Proxy-Authorization")))
+        return web.Response(body=ok("vector", []), content_type="application/json")
+
+    app = web.Application()
+    app.router.add_route("*", "/{tail:.*}", forward_proxy)
+    proxy = await aiohttp_server(app)
+    clean_proxy_environment.setenv("HTTP_PROXY", f"http://bob:pw@127.0.0.1:{proxy.port}")
+    async with client_for(PrometheusSettings(url=backend.url)) as client:
+        assert await client.query("up", at=1) == Vector(samples=())
+        assert await client.query("up", at=5) == Vector(samples=())
+    assert [url for url, _ in proxied] == [backend.url + "/api/v1/query"] * 2
+    assert {auth for _, auth in proxied} == {"Basic Ym9iOnB3"}
+    assert backend.seen == []
+
+
+async def test_no_proxy_sends_queries_straight_to_the_backend(
+        backend: Backend, clean_proxy_environment: pytest.MonkeyPatch) -> None:
+    clean_proxy_environment.setenv("HTTP_PROXY", "http://127.0.0.1:9")  # nothing listens
+    clean_proxy_environment.setenv("NO_PROXY", "localhost,127.0.0.1")
+    async with client_for(PrometheusSettings(url=backend.url)) as client:
+        await client.query("up", at=1)
+    assert len(backend.seen) == 1
 
 
 async def test_identical_queries_in_flight_share_one_backend_request(backend: Backend) -> None:

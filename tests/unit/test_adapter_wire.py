@@ -17,8 +17,10 @@ from adapter.wire import (
     ExternalMetricValue,
     NonFiniteSampleError,
     ObjectReference,
+    _exact_sample_to_quantity,
     bad_request,
     described_object,
+    encode_object_metric_values,
     format_timestamp,
     internal_error,
     method_not_allowed,
@@ -427,3 +429,45 @@ def test_sample_quantities_parse_back_to_the_value_truncated_to_milli(value: Dec
         context.prec = 60
         expected = clamped.quantize(Decimal("0.001"), rounding=ROUND_DOWN)
     assert parse_quantity(sample_to_quantity(str(value))) == expected
+
+
+@given(st.decimals(allow_nan=False, allow_infinity=False))
+def test_plain_decimal_samples_take_the_fast_path_to_the_same_quantity(value: Decimal) -> None:
+    # Prometheus writes values with Go's FormatFloat 'f' (never an exponent): the fast path
+    # reads that text as integer milli-units and must agree with the exact Decimal path.
+    text = format(value, "f")
+    assert sample_to_quantity(text) == _exact_sample_to_quantity(text)
+
+
+@pytest.mark.parametrize("text", ["-0.0009", "0.999", "999999999999999999.9999",
+                                  "1000000000000000000", "100000000000000000", "12.", "-0",
+                                  "+1.5", " 1.5", "1500.000"])
+def test_plain_decimal_edges_agree_with_the_exact_path(text: str) -> None:
+    assert sample_to_quantity(text) == _exact_sample_to_quantity(text)
+
+
+_OBJECT_NAMES = st.text(st.characters(blacklist_categories=("Cs",)), max_size=12)
+
+
+@given(names=st.lists(_OBJECT_NAMES, max_size=4), namespace=st.one_of(st.none(), _OBJECT_NAMES),
+       metric=_OBJECT_NAMES, version=st.sampled_from(["v1beta1", "v1beta2"]),
+       info=st.sampled_from([POD, DEPLOYMENT, NAMESPACE, NODE]),
+       selector=st.sampled_from([None, "", "verb=GET", "a in (x,y),!b"]),
+       seconds=st.lists(st.integers(0, 2**33), min_size=1, max_size=2),
+       quantities=st.lists(st.sampled_from(["0", "1500m", "-2k", "\u00e9"]), min_size=1))
+def test_encoded_metric_value_lists_are_the_bytes_json_dumps_makes(
+        names: list[str], namespace: str | None, metric: str, version: str, info: ResourceInfo,
+        selector: str | None, seconds: list[int], quantities: list[str]) -> None:
+    selector_json = None if selector is None else label_selector_json(parse_selector(selector))
+    values = [(name, datetime.fromtimestamp(seconds[i % len(seconds)], tz=UTC),
+               quantities[i % len(quantities)]) for i, name in enumerate(names)]
+    items = [CustomMetricValue(described_object=described_object(info, name=name,
+                                                                 namespace=namespace),
+                               metric=metric, timestamp=moment, value=value,
+                               selector=selector_json)
+             for name, moment, value in values]
+    expected = json.dumps(render_metric_value_list(version=version, items=items),
+                          separators=(",", ":")).encode()
+    assert encode_object_metric_values(version=version, info=info, namespace=namespace,
+                                       metric=metric, selector=selector_json,
+                                       values=values) == expected

@@ -217,6 +217,13 @@ def test_quote_go_string_matches_strconv_quote(text: str, quoted: str) -> None:
     assert quote_go_string(text) == quoted
 
 
+@given(st.one_of(st.text(), st.text(st.characters(min_codepoint=0x20, max_codepoint=0x7F))))
+def test_quote_go_string_fast_path_writes_what_the_escaping_loop_writes(text: str) -> None:
+    # A trailing NUL sends the whole text through the per-character loop; without it, plain
+    # printable ASCII takes the verbatim fast path. Both must quote `text` identically.
+    assert quote_go_string(text) == quote_go_string(text + "\x00")[:-5] + '"'
+
+
 # --- properties -----------------------------------------------------------------------------------
 
 _NAME = st.from_regex(r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,10}[A-Za-z0-9])?", fullmatch=True)
