@@ -15,6 +15,11 @@ Decisions worth knowing (the README's differences section quotes them):
   or the same error. Times are never rounded: rounding down would hide samples scraped in the
   last second, rounding up would stamp answers in the future. A waiter that is cancelled
   leaves the shared request running for the others.
+* Result cache (off by default: `cache_ttl` 0): with a TTL, a successful answer is reused for
+  the same PromQL asked at most `cache_ttl` seconds (by the callers' evaluation times) from
+  the time it was evaluated at, e.g. several HPAs, or both adapter replicas' callers, reading
+  one metric within a scrape interval. The answer keeps its own evaluation time (item
+  timestamps say how old it is). Errors are never cached; at most 4,096 entries are kept.
 * Bearer token file: re-read when its inode, size or mtime changes (a rotated projected token);
   one trailing line break (LF or CRLF) is removed, because editors and `echo` add one and an
   HTTP header cannot carry it. prometheus-adapter sends the contents verbatim, so a token file
@@ -154,6 +159,7 @@ class PrometheusSettings:
     method: Method = "POST"
     coalesce_window: float = 1.0
     max_connections: int = 100
+    cache_ttl: float = 0.0
 
     def __post_init__(self) -> None:
         url = URL(self.url)
@@ -165,6 +171,8 @@ class PrometheusSettings:
             raise PrometheusConfigError("--prometheus-timeout must be a positive duration")
         if not (self.coalesce_window >= 0 and math.isfinite(self.coalesce_window)):
             raise PrometheusConfigError("the coalesce window must be a non-negative duration")
+        if not (self.cache_ttl >= 0 and math.isfinite(self.cache_ttl)):
+            raise PrometheusConfigError("--prometheus-cache-ttl must not be negative")
         if self.bearer_token_file and (self.basic_auth_username or self.basic_auth_password_file):
             raise PrometheusConfigError("use either a bearer token file or basic auth, not both")
         if bool(self.basic_auth_username) != bool(self.basic_auth_password_file):
@@ -398,6 +406,7 @@ class _Metrics:
     duration: Histogram
     errors: Counter
     shared: Counter
+    cached: Counter
 
     @classmethod
     def register(cls, registry: CollectorRegistry) -> _Metrics:
@@ -415,6 +424,10 @@ class _Metrics:
                 "metricscale_prometheus_requests_shared_total",
                 "Queries answered by joining an identical request already in flight.",
                 ["endpoint"], registry=registry),
+            cached=Counter(
+                "metricscale_prometheus_cache_hits_total",
+                "Queries answered from the result cache (--prometheus-cache-ttl).",
+                ["endpoint"], registry=registry),
         )
 
 
@@ -426,6 +439,15 @@ class _Metrics:
 class _Flight:
     task: asyncio.Task[QueryResult]
     at: Decimal
+
+
+@dataclass(frozen=True)
+class _Cached:
+    at: Decimal  # the evaluation time the answer was asked for
+    result: QueryResult
+
+
+_CACHE_LIMIT = 4096
 
 
 class PrometheusClient:
@@ -451,6 +473,9 @@ class PrometheusClient:
         self._metrics = _Metrics.register(registry or CollectorRegistry(auto_describe=True))
         self._session: aiohttp.ClientSession | None = None
         self._flights: dict[tuple[str, str], list[_Flight]] = {}
+        self._window = Decimal(repr(settings.coalesce_window))
+        self._cache_ttl = Decimal(repr(settings.cache_ttl))
+        self._cache: dict[str, _Cached] = {}  # by PromQL, oldest evaluation time first
         self.backend_requests = 0
 
     # -- lifecycle -----------------------------------------------------------------------
@@ -502,6 +527,7 @@ class PrometheusClient:
         """Cancel shared requests still in flight and close the session."""
         flights = [f for group in self._flights.values() for f in group]
         self._flights = {}
+        self._cache = {}
         for flight in flights:
             flight.task.cancel()
         for flight in flights:
@@ -523,12 +549,18 @@ class PrometheusClient:
     async def query(self, promql: str, *, at: float | Decimal) -> QueryResult:
         """Instant query evaluated at Unix time `at` (sent with milliseconds).
 
-        Joins an identical query already in flight whose time is within `coalesce_window`;
-        raises PrometheusUnavailable, PrometheusQueryError or UnexpectedResultType.
+        Answers from the cache when enabled and fresh; else joins an identical query already in
+        flight whose time is within `coalesce_window`; raises PrometheusUnavailable,
+        PrometheusQueryError or UnexpectedResultType.
         """
         when = Decimal(format_time(at))
+        if self._cache_ttl:
+            cached = self._cache.get(promql)
+            if cached is not None and abs(when - cached.at) <= self._cache_ttl:
+                self._metrics.cached.labels("query").inc()
+                return cached.result
         flights = self._flights.setdefault(("query", promql), [])
-        window = Decimal(repr(self.settings.coalesce_window))
+        window = self._window
         flight = next((f for f in flights if abs(f.at - when) <= window), None)
         if flight is None:
             task = asyncio.create_task(self._query_now(promql, str(when)),
@@ -548,8 +580,25 @@ class PrometheusClient:
                 flights.remove(flight)
             if not flights:
                 del self._flights[key]
-        if not flight.task.cancelled():
-            flight.task.exception()  # retrieved here: an error nobody awaited is not "lost"
+        if flight.task.cancelled():
+            return
+        # retrieved here: an error nobody awaited is not "lost"
+        if flight.task.exception() is None and self._cache_ttl and key[0] == "query":
+            self._remember(key[1], _Cached(flight.at, flight.task.result()))
+
+    def _remember(self, promql: str, entry: _Cached) -> None:
+        cache = self._cache
+        current = cache.get(promql)
+        if current is not None and current.at > entry.at:
+            return  # a later answer is already kept
+        cache.pop(promql, None)
+        cache[promql] = entry  # insertion order follows evaluation time, near enough
+        horizon = entry.at - self._cache_ttl
+        while cache:
+            oldest = next(iter(cache))
+            if cache[oldest].at >= horizon and len(cache) <= _CACHE_LIMIT:
+                break
+            del cache[oldest]
 
     async def _query_now(self, promql: str, time_param: str) -> QueryResult:
         status, body = await self._request(

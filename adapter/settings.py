@@ -222,6 +222,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     prom.add_argument("--prometheus-verb", default="POST", type=str.upper,
                       choices=["POST", "GET"],
                       help="HTTP method of queries (default POST: no URL length limit)")
+    prom.add_argument("--prometheus-cache-ttl", default="0",
+                      help="reuse a query's answer for this long (default 0: off; e.g. 5s when "
+                           "several HPAs read one metric within a scrape interval)")
 
     auth = parser.add_argument_group("authentication and authorization")
     auth.add_argument("--client-ca-file")
@@ -291,6 +294,7 @@ def _prometheus_settings(args: argparse.Namespace) -> PrometheusSettings | None:
             insecure_skip_verify=bool(args.prometheus_insecure_skip_tls_verify),
             timeout=float(_duration_flag("--prometheus-timeout", args.prometheus_timeout)),
             method=method,
+            cache_ttl=float(_ttl_flag("--prometheus-cache-ttl", args.prometheus_cache_ttl)),
         )
     except PrometheusConfigError as error:
         raise SettingsError(str(error)) from None

@@ -460,6 +460,57 @@ async def test_waiters_share_the_error_too(backend: Backend) -> None:
                                      {"endpoint": "query", "reason": "bad_data"}) == 1
 
 
+# ---------------------------------------------------------------------------------------------
+# The optional result cache
+
+
+async def test_without_a_cache_ttl_every_query_reaches_the_backend(backend: Backend) -> None:
+    async with client_for(PrometheusSettings(url=backend.url)) as client:
+        await client.query("up", at=100)
+        await client.query("up", at=100)
+    assert len(backend.seen) == 2
+
+
+async def test_a_cached_answer_serves_the_same_promql_within_the_ttl_only(
+        backend: Backend) -> None:
+    registry = CollectorRegistry()
+    settings = PrometheusSettings(url=backend.url, cache_ttl=5.0)
+    async with client_for(settings, registry) as client:
+        first = await client.query("up", at=100)
+        again = await client.query("up", at=105)  # 5 s later: still fresh
+        other = await client.query("sum(up)", at=105)  # another query is not served
+        later = await client.query("up", at=105.001)  # just past the TTL: asked again
+    assert again is first and other != first and later is not first
+    assert [(s.form["query"], s.form["time"]) for s in backend.seen] == [
+        (["up"], ["100.000"]), (["sum(up)"], ["105.000"]), (["up"], ["105.001"])]
+    assert registry.get_sample_value("metricscale_prometheus_cache_hits_total",
+                                     {"endpoint": "query"}) == 1
+
+
+async def test_errors_are_never_cached(backend: Backend) -> None:
+    answers = iter([web.json_response({"status": "error", "errorType": "timeout",
+                                       "error": "x"}, status=503)])
+
+    async def fail_once(request: web.Request, b: Backend) -> web.StreamResponse:
+        return next(answers, None) or await vector_of_query(request, b)
+
+    backend.handler = fail_once
+    async with client_for(PrometheusSettings(url=backend.url, cache_ttl=60.0)) as client:
+        with pytest.raises(PrometheusUnavailable):
+            await client.query("up", at=1)
+        assert isinstance(await client.query("up", at=2), Vector)
+        await client.query("up", at=3)
+    assert len(backend.seen) == 2
+
+
+async def test_the_cache_forgets_answers_older_than_the_ttl(backend: Backend) -> None:
+    async with client_for(PrometheusSettings(url=backend.url, cache_ttl=1.0)) as client:
+        for index in range(50):
+            await client.query(f"q{index}", at=index)
+        kept = list(client._cache)  # memory: only answers that could still be served
+    assert kept == ["q48", "q49"]
+
+
 async def test_a_slow_backend_hits_the_query_timeout(backend: Backend) -> None:
     async def hang(request: web.Request, b: Backend) -> web.StreamResponse:
         await b.gate.wait()

@@ -46,6 +46,7 @@ def test_defaults_follow_the_readme() -> None:
     assert settings.prometheus is not None
     assert settings.prometheus.method == "POST"
     assert settings.prometheus.timeout == 10.0
+    assert settings.prometheus.cache_ttl == 0  # the result cache is off unless asked for
     assert settings.serving.cert_dir == "apiserver.local.config/certificates"
 
 
@@ -72,7 +73,8 @@ def test_prometheus_options_reach_the_client_settings() -> None:
         *REQUIRED, "--prometheus-header", "X-Scope-OrgID=team-a", "--prometheus-header",
         "X-Extra=a=b", "--prometheus-verb", "get", "--prometheus-timeout", "2500ms",
         "--prometheus-ca-file", "ca.pem", "--prometheus-insecure-skip-tls-verify",
-        "--prometheus-username", "u", "--prometheus-password-file", "p"])
+        "--prometheus-username", "u", "--prometheus-password-file", "p",
+        "--prometheus-cache-ttl", "5s"])
     prometheus = settings.prometheus
     assert prometheus is not None
     assert prometheus.headers == (("X-Scope-OrgID", "team-a"), ("X-Extra", "a=b"))
@@ -80,6 +82,7 @@ def test_prometheus_options_reach_the_client_settings() -> None:
     assert prometheus.timeout == 2.5
     assert prometheus.ca_file == "ca.pem" and prometheus.insecure_skip_verify
     assert prometheus.basic_auth_username == "u"
+    assert prometheus.cache_ttl == 5.0
 
 
 @pytest.mark.parametrize(("extra", "message"), [
@@ -89,6 +92,7 @@ def test_prometheus_options_reach_the_client_settings() -> None:
     (["--prometheus-client-tls-cert-file", "c"], "client certificate"),
     (["--prometheus-header", "=x"], "header"),
     (["--prometheus-timeout", "0s"], "--prometheus-timeout"),
+    (["--prometheus-cache-ttl=-1s"], "--prometheus-cache-ttl"),
     (["--tls-cert-file", "c"], "--tls-private-key-file"),
     (["--secure-port", "0"], "--secure-port"),
 ])
