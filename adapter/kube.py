@@ -33,6 +33,7 @@ from metricscale.informer import (
     project_metadata,
     start_guarded_task,
 )
+from metricscale.selectors import Selector
 
 __all__ = [
     "AUTHENTICATION_CONFIGMAP",
@@ -391,10 +392,17 @@ class Discovery:
 # Object caches
 
 
+# How many (namespace, selector) answers one object cache keeps between changes.
+_SELECTIONS_KEPT = 256
+
+
 @dataclass
 class _Cache:
     informer: Informer[ObjectMeta]
     info: ResourceInfo
+    # Answers by (namespace bucket, selector), all dropped on any change to the cache: an HPA
+    # asks the same question every sync, and the objects seldom change in between.
+    selections: dict[tuple[str, Selector], list[str]] = field(default_factory=dict)
 
 
 @dataclass
@@ -413,9 +421,9 @@ class ObjectCaches:
     _closed: bool = field(default=False, init=False)
 
     async def select(self, group_resource: GroupResource, *, namespace: str | None,
-                     selector: Callable[[Mapping[str, str]], bool]) -> list[str]:
+                     selector: Selector) -> list[str]:
         """Names of the objects in `namespace` (None for cluster-scoped resources) whose labels
-        satisfy `selector` (e.g. `Selector.matches`), sorted.
+        `selector` matches, sorted (a new list: the caller may keep or change it).
 
         Raises UnknownResource, ResourceNotListable, KubeUnavailable (not synced in
         `sync_timeout`), KubeCacheFailed.
@@ -423,9 +431,17 @@ class ObjectCaches:
         cache = await self._cache_for(group_resource)
         if cache.info.namespaced and not namespace:
             raise ValueError(f"{cache.info.group_resource} is namespaced: give a namespace")
-        bucket = namespace if cache.info.namespaced else ""
-        return sorted(meta.name for meta in cache.informer.values(bucket or "")
-                      if selector(meta.labels))
+        bucket = (namespace or "") if cache.info.namespaced else ""
+        key = (bucket, selector)
+        names = cache.selections.get(key)
+        if names is None:
+            matches = selector.matches
+            names = sorted(meta.name for meta in cache.informer.values(bucket)
+                           if matches(meta.labels))
+            if len(cache.selections) >= _SELECTIONS_KEPT:
+                cache.selections.clear()
+            cache.selections[key] = names
+        return list(names)
 
     async def labels(self, group_resource: GroupResource, *, namespace: str | None,
                      name: str) -> Mapping[str, str] | None:
@@ -455,6 +471,7 @@ class ObjectCaches:
                                 project=project_metadata, name=str(key),
                                 **dict(self.informer_options))
             cache = self._caches[key] = _Cache(informer, info)
+            informer.subscribe(lambda event: cache.selections.clear(), replay=False)
             informer.start(on_failure=self.on_failure)
             logger.info("started the object cache of %s", key)
         try:

@@ -105,7 +105,7 @@ class ObjectSelector(Protocol):
     """Object names from the watch-fed caches (adapter.kube.ObjectCaches has this shape)."""
 
     async def select(self, group_resource: GroupResource, *, namespace: str | None,
-                     selector: Callable[[Mapping[str, str]], bool]) -> list[str]: ...
+                     selector: Selector) -> list[str]: ...
 
 
 class QueryBackend(Protocol):
@@ -219,7 +219,7 @@ class MetricsService:
                       selector: Selector) -> list[str]:
         try:
             return await self._objects.select(info.group_resource, namespace=namespace,
-                                              selector=selector.matches)
+                                              selector=selector)
         except UnknownResource as error:
             raise ApiError(status_body(code=404, reason="NotFound", message=str(error))) \
                 from None

@@ -8,6 +8,7 @@ requirements sorted by key (stable), values sorted.
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -264,7 +265,11 @@ class Selector:
     def matches(self, labels: Mapping[str, str]) -> bool:
         if self.nothing:
             return False
-        return all(requirement.matches(labels) for requirement in self.requirements)
+        # A loop, not all(genexpr): this runs once per cached object on every `*` request.
+        for requirement in self.requirements:
+            if not requirement.matches(labels):
+                return False
+        return True
 
     def __str__(self) -> str:
         return ",".join(str(requirement) for requirement in self.requirements)
@@ -518,8 +523,12 @@ class _Parser:
         raise SelectorError(f"found '{literal}', expected: identifier")
 
 
+@functools.lru_cache(maxsize=256)
 def parse_selector(text: str) -> Selector:
-    """`labels.Parse`: the empty string selects everything."""
+    """`labels.Parse`: the empty string selects everything.
+
+    Cached (the value is immutable): an HPA sends the same selector on every sync.
+    """
     return Selector.of(_Parser(text).parse())
 
 

@@ -26,7 +26,7 @@ from tests.fakes.kube_api import DropConnection, FakeKubeAPI, Latency, StallWatc
 
 PODS = GroupResource("pods")
 PODS_PATH = r"^/api/v1/pods$"
-EVERYTHING = parse_selector("").matches
+EVERYTHING = parse_selector("")
 
 # Fast recovery for tests: tiny backoff, short inactivity timeout, no jitter.
 FAST = {"backoff": Backoff(initial=0.02, cap=0.05), "inactivity_timeout": 5.0,
@@ -103,7 +103,7 @@ async def test_cache_fills_from_one_list_and_selects_in_name_order(
     kube.create_pod("web-other-ns", namespace="shop", labels={"app": "web"})
     caches = make_caches(api)
     try:
-        web = parse_selector("app=web").matches
+        web = parse_selector("app=web")
         assert await caches.select(PODS, namespace="default", selector=web) == ["web-a", "web-b"]
         assert await caches.select(PODS, namespace="shop", selector=web) == ["web-other-ns"]
         assert await caches.select(PODS, namespace="default", selector=EVERYTHING) == [
@@ -129,13 +129,36 @@ async def test_cache_follows_added_modified_deleted(kube: FakeKubeAPI, api: ApiC
         kube.store.delete("", "v1", "pods", "b", namespace="default")
         await changes.wait_for(lambda seen: ("DELETED", "b") in seen)
         assert changes.seen() == [("ADDED", "b"), ("MODIFIED", "a"), ("DELETED", "b")]
-        web = parse_selector("app=web").matches
+        web = parse_selector("app=web")
         assert await caches.select(PODS, namespace="default", selector=web) == []
         assert await caches.select(PODS, namespace="default",
-                                   selector=parse_selector("app=db").matches) == ["a"]
+                                   selector=parse_selector("app=db")) == ["a"]
     finally:
         await caches.close()
     assert len(lists(kube)) == 1
+
+
+async def test_a_remembered_selection_is_dropped_when_the_objects_change(
+        kube: FakeKubeAPI, api: ApiClient) -> None:
+    kube.create_pod("a", labels={"app": "web"})
+    caches = make_caches(api)
+    try:
+        changes = await subscribed(caches, PODS)
+        web = parse_selector("app=web")
+        first = await caches.select(PODS, namespace="default", selector=web)
+        first.append("changed by the caller")
+        assert await caches.select(PODS, namespace="default", selector=web) == ["a"]
+        kube.store.mutate("", "v1", "pods", "a",
+                          lambda obj: obj["metadata"]["labels"].update(app="db"),
+                          namespace="default")
+        await changes.wait_for(lambda seen: ("MODIFIED", "a") in seen)
+        assert await caches.select(PODS, namespace="default", selector=web) == []
+        kube.create_pod("b", labels={"app": "web"})
+        await changes.wait_for(lambda seen: ("ADDED", "b") in seen)
+        assert await caches.select(PODS, namespace="default",
+                                   selector=parse_selector("app=web")) == ["b"]
+    finally:
+        await caches.close()
 
 
 async def test_cache_relists_after_410_and_catches_up(kube: FakeKubeAPI, api: ApiClient) -> None:
@@ -236,7 +259,7 @@ async def test_cluster_scoped_custom_objects_are_selected(kube: FakeKubeAPI,
                     {"metadata": {"name": name, "labels": {"tier": tier}}})
     caches = make_caches(api)
     try:
-        gold = parse_selector("tier=gold").matches
+        gold = parse_selector("tier=gold")
         assert await caches.select(GroupResource("widgets", "example.com"), namespace=None,
                                    selector=gold) == ["w1", "w2"]
     finally:
@@ -266,7 +289,7 @@ async def test_connect_from_a_kubeconfig_over_tls_serves_selections(kube: FakeKu
         caches = make_caches(client)
         try:
             assert await caches.select(PODS, namespace="default",
-                                       selector=parse_selector("app").matches) == ["p"]
+                                       selector=parse_selector("app")) == ["p"]
             assert caches.discovery.catalog.find(GroupResource("pods")) is not None
         finally:
             await caches.close()

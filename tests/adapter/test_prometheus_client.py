@@ -7,6 +7,7 @@ import contextlib
 import json
 import os
 import ssl
+import urllib.parse
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -32,6 +33,7 @@ from adapter.prometheus import (
     Vector,
     VectorSample,
     _SeriesReader,
+    encode_form,
     format_time,
     parse_header,
     parse_query_response,
@@ -121,6 +123,11 @@ def test_malformed_success_answers_are_query_errors(body: bytes) -> None:
 def test_evaluation_time_is_sent_with_milliseconds(seconds: float | Decimal,
                                                   expected: str) -> None:
     assert format_time(seconds) == expected
+
+
+@given(st.lists(st.tuples(st.text(), st.text()), max_size=3))
+def test_form_bodies_are_the_bytes_urlencode_makes(params: list[tuple[str, str]]) -> None:
+    assert encode_form(params) == urllib.parse.urlencode(params).encode()
 
 
 @pytest.mark.parametrize(("text", "expected"), [
