@@ -206,15 +206,25 @@ def parse_aggregated_discovery(documents: Iterable[Mapping[str, Any]]) -> list[d
     """`APIGroupDiscoveryList` documents (v2/v2beta1) as legacy `APIResourceList` dicts.
 
     Versions come in the server's preference order (first is preferred); subresources and
-    resources without a kind are left out, as in legacy discovery.
+    resources without a kind are left out, as in legacy discovery. A version marked `Stale`
+    (its aggregated server did not answer the aggregator) is left out too, as client-go does.
     """
-    out: list[dict[str, Any]] = []
+    return [document for _, document in _aggregated_versions(documents) if document is not None]
+
+
+def _aggregated_versions(documents: Iterable[Mapping[str, Any]],
+                         ) -> list[tuple[str, dict[str, Any] | None]]:
+    """(group version, its APIResourceList, or None when the aggregator marks it Stale)."""
+    out: list[tuple[str, dict[str, Any] | None]] = []
     for document in documents:
         for group in document.get("items") or ():
             group_name = str((group.get("metadata") or {}).get("name", ""))
             for version in group.get("versions") or ():
                 version_name = str(version.get("version", ""))
                 group_version = f"{group_name}/{version_name}" if group_name else version_name
+                if version.get("freshness") == "Stale":
+                    out.append((group_version, None))
+                    continue
                 resources = []
                 for resource in version.get("resources") or ():
                     kind = (resource.get("responseKind") or {}).get("kind", "")
@@ -225,8 +235,13 @@ def parse_aggregated_discovery(documents: Iterable[Mapping[str, Any]]) -> list[d
                         "namespaced": resource.get("scope") == "Namespaced",
                         "verbs": list(resource.get("verbs") or ()),
                     })
-                out.append({"groupVersion": group_version, "resources": resources})
+                out.append((group_version,
+                            {"groupVersion": group_version, "resources": resources}))
     return out
+
+
+# The core group: a pass that cannot read it (nor keep it from the last pass) fails whole.
+_CORE_GROUP_VERSION = "v1"
 
 
 class Discovery:
@@ -235,6 +250,13 @@ class Discovery:
     Until the first successful pass the built-in catalog answers. A failed pass keeps the last
     good value. On-demand refreshes (an unknown resource was asked for) are rate-limited to one
     per `min_refresh_interval` seconds and shared by concurrent callers.
+
+    One group version that fails (a 503 from an unavailable APIService, a timeout, a version
+    aggregated discovery marks `Stale`) does not fail the pass: as client-go's partial
+    `ErrGroupDiscoveryFailed`, the rest is used. Its resources are kept from the last good pass
+    if that pass had them (a flapping APIService does not drop them for an interval), else it
+    is left out until a pass reads it. The failed versions are logged and exported as
+    `metricscale_kube_discovery_failed_group_versions`. Only the core `v1` is required.
     """
 
     def __init__(self, api: ApiClient, *, refresh_interval: float = 600.0,
@@ -257,7 +279,10 @@ class Discovery:
         self._refreshing: asyncio.Task[DiscoveredResources] | None = None
         self._task: asyncio.Task[Any] | None = None
         self.passes = 0
+        self.failed_group_versions: tuple[str, ...] = ()  # of the last pass that succeeded
+        self._documents: dict[str, Mapping[str, Any]] = {}  # last good, by group version
         self._gauges: tuple[Gauge, Gauge] | None = None
+        self._failed_gauge: Gauge | None = None
         if registry is not None:
             self._gauges = (
                 Gauge("metricscale_kube_discovery_resources",
@@ -265,6 +290,11 @@ class Discovery:
                 Gauge("metricscale_kube_discovery_last_success_timestamp_seconds",
                       "When the cluster's resources were last discovered (Unix time).",
                       registry=registry))
+            self._failed_gauge = Gauge(
+                "metricscale_kube_discovery_failed_group_versions",
+                "Group versions the last discovery pass could not read (1 each); their "
+                "resources are kept from an earlier pass when one had them.",
+                ["group_version"], registry=registry)
 
     @property
     def resources(self) -> DiscoveredResources:
@@ -301,10 +331,22 @@ class Discovery:
     async def _refresh(self) -> DiscoveredResources:
         self._last_attempt = self._clock()
         self.passes += 1
-        documents = await self._fetch()
-        fresh = DiscoveredResources.from_resource_lists(documents)
+        fetched = await self._fetch()
+        documents: dict[str, Mapping[str, Any]] = {}  # in preference order
+        failed: list[str] = []
+        for group_version, document in fetched:
+            if document is None:
+                failed.append(group_version)
+                document = self._documents.get(group_version)
+            if document is not None:
+                documents.setdefault(group_version, document)
+        if failed and _CORE_GROUP_VERSION in failed and _CORE_GROUP_VERSION not in documents:
+            raise KubeUnavailable("the core group version v1 could not be discovered")
+        fresh = DiscoveredResources.from_resource_lists(documents.values())
         if not fresh.catalog.entries:
             raise KubeUnavailable("the cluster's discovery listed no resources")
+        self._report_failures(failed, kept=[gv for gv in failed if gv in documents])
+        self._documents = documents
         self._current = fresh
         self._discovered = True
         self._last_success = self._clock()
@@ -315,7 +357,20 @@ class Discovery:
                     len(fresh.listable))
         return fresh
 
-    async def _fetch(self) -> list[Mapping[str, Any]]:
+    def _report_failures(self, failed: list[str], *, kept: list[str]) -> None:
+        self.failed_group_versions = tuple(failed)
+        if self._failed_gauge is not None:
+            self._failed_gauge.clear()
+            for group_version in failed:
+                self._failed_gauge.labels(group_version).set(1)
+        if failed:
+            logger.warning("discovery could not read %d group versions (%s); the rest is used%s",
+                           len(failed), ", ".join(failed),
+                           f", and {', '.join(kept)} kept from the last pass" if kept else "")
+
+    async def _fetch(self) -> list[tuple[str, Mapping[str, Any] | None]]:
+        """(group version, its APIResourceList or None when it could not be read), in
+        preference order; group versions that are gone (404) are left out."""
         timeout = self._request_timeout
         core = await _get_json(self._api, "/api", accept=_AGGREGATED_ACCEPT,
                                 request_timeout=timeout)
@@ -323,25 +378,30 @@ class Discovery:
                                 request_timeout=timeout)
         aggregated = [d.get("kind") == "APIGroupDiscoveryList" for d in (core, groups)]
         if all(aggregated):
-            return list(parse_aggregated_discovery([core, groups]))
+            return list(_aggregated_versions([core, groups]))
         if any(aggregated):  # a proxy that mixes the two: ask both in the legacy form
             core = await _get_json(self._api, "/api", request_timeout=timeout)
             groups = await _get_json(self._api, "/apis", request_timeout=timeout)
-        paths = [f"/api/{v}" for v in core.get("versions") or () if isinstance(v, str)]
+        group_versions = [v for v in core.get("versions") or () if isinstance(v, str)]
         for group in groups.get("groups") or ():
             if isinstance(group, Mapping):
-                paths += [f"/apis/{gv}" for gv in _preferred_first(group)]
+                group_versions += _preferred_first(group)
         limit = asyncio.Semaphore(_DISCOVERY_CONCURRENCY)
 
-        async def one(path: str) -> Mapping[str, Any] | None:
+        async def one(group_version: str) -> tuple[str, Mapping[str, Any] | None] | None:
+            path = f"/apis/{group_version}" if "/" in group_version else f"/api/{group_version}"
             async with limit:
                 try:
-                    return await _get_json(self._api, path, request_timeout=timeout)
+                    return group_version, await _get_json(self._api, path,
+                                                          request_timeout=timeout)
                 except UnknownResource:  # a group version that went away mid-pass
                     return None
+                except KubeUnavailable as error:
+                    logger.debug("discovery of %s failed: %s", group_version, error)
+                    return group_version, None
 
-        documents = await asyncio.gather(*(one(p) for p in paths))
-        return [d for d in documents if d is not None]
+        fetched = await asyncio.gather(*(one(gv) for gv in group_versions))
+        return [entry for entry in fetched if entry is not None]
 
     async def find(self, requested: GroupResource) -> ResourceInfo:
         """The catalog entry for `pods`, `Pod`, `deployments.apps`...; refreshes (rate-limited)

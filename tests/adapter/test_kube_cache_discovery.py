@@ -13,6 +13,7 @@ import pytest
 import yaml
 from aiohttp import web
 from kubernetes_asyncio.client import ApiClient, Configuration
+from prometheus_client import CollectorRegistry
 
 from adapter.kube import (
     DiscoveredResources,
@@ -100,12 +101,13 @@ class Scripted:
     documents: dict[str, dict[str, Any]]
     aggregated: dict[str, dict[str, Any]] = field(default_factory=dict)
     failing: bool = False
+    failing_paths: set[str] = field(default_factory=set)  # 503, as an unavailable APIService
     seen: list[tuple[str, str, str | None]] = field(default_factory=list)
 
     async def handle(self, request: web.Request) -> web.StreamResponse:
         accept = request.headers.get("Accept", "")
         self.seen.append((request.path, accept, request.headers.get("Authorization")))
-        if self.failing:
+        if self.failing or request.path in self.failing_paths:
             return web.json_response({"kind": "Status", "code": 503}, status=503)
         if "as=APIGroupDiscoveryList" in accept and request.path in self.aggregated:
             return web.json_response(self.aggregated[request.path])
@@ -213,6 +215,71 @@ async def test_a_failed_pass_keeps_the_last_good_catalog(aiohttp_server: Any) ->
             await discovery.refresh()
     assert discovery.resources is good
     assert discovery.age() == 5
+
+
+def failed_gauge(registry: CollectorRegistry) -> dict[str, float]:
+    return {sample.labels["group_version"]: sample.value
+            for metric in registry.collect() for sample in metric.samples
+            if sample.name == "metricscale_kube_discovery_failed_group_versions"}
+
+
+async def test_an_unavailable_group_version_is_skipped_and_the_rest_used(
+        aiohttp_server: Any) -> None:
+    script = Scripted(dict(LEGACY), failing_paths={"/apis/example.com/v1beta1"})
+    registry = CollectorRegistry()
+    async with scripted_api(aiohttp_server, script) as api:
+        discovery = Discovery(api, registry=registry)
+        await discovery.refresh()
+    assert discovery.discovered
+    assert discovery.catalog.find(GroupResource("deployments", "apps")) is not None
+    assert discovery.catalog.find(GroupResource("widgets", "example.com")) is not None
+    assert discovery.catalog.find(GroupResource("gadgets")) is None  # never read
+    assert discovery.failed_group_versions == ("example.com/v1beta1",)
+    assert failed_gauge(registry) == {"example.com/v1beta1": 1.0}
+
+
+async def test_a_group_version_that_fails_later_keeps_its_resources_from_the_last_pass(
+        aiohttp_server: Any) -> None:
+    script = Scripted(dict(LEGACY))
+    registry = CollectorRegistry()
+    async with scripted_api(aiohttp_server, script) as api:
+        discovery = Discovery(api, registry=registry)
+        await discovery.refresh()
+        script.failing_paths = {"/apis/example.com/v1beta1"}
+        await discovery.refresh()
+        gadgets = discovery.catalog.find(GroupResource("gadgets"))
+        assert gadgets is not None and gadgets.version == "v1beta1"
+        widgets = discovery.catalog.find(GroupResource("widgets"))
+        assert widgets is not None and widgets.version == "v1"  # preference order kept
+        assert failed_gauge(registry) == {"example.com/v1beta1": 1.0}
+        script.failing_paths = set()
+        await discovery.refresh()
+    assert discovery.failed_group_versions == ()
+    assert failed_gauge(registry) == {}
+
+
+async def test_without_the_core_group_version_the_pass_fails(aiohttp_server: Any) -> None:
+    script = Scripted(dict(LEGACY), failing_paths={"/api/v1"})
+    async with scripted_api(aiohttp_server, script) as api:
+        discovery = Discovery(api)
+        with pytest.raises(KubeUnavailable, match="core group version"):
+            await discovery.refresh()
+    assert not discovery.discovered  # the built-in catalog still answers
+
+
+async def test_a_stale_aggregated_group_version_is_skipped_as_failed(
+        aiohttp_server: Any) -> None:
+    aggregated = {path: dict(document) for path, document in AGGREGATED.items()}
+    (example,) = aggregated["/apis"]["items"]
+    aggregated["/apis"]["items"] = [{**example, "versions": [
+        {**example["versions"][0], "freshness": "Stale"}, example["versions"][1]]}]
+    script = Scripted(dict(LEGACY), aggregated=aggregated)
+    async with scripted_api(aiohttp_server, script) as api:
+        discovery = Discovery(api)
+        await discovery.refresh()
+    widgets = discovery.catalog.find(GroupResource("widgets"))
+    assert widgets is not None and (widgets.version, widgets.namespaced) == ("v1beta1", True)
+    assert discovery.failed_group_versions == ("example.com/v1",)
 
 
 async def test_builtin_catalog_answers_before_the_first_pass(aiohttp_server: Any) -> None:

@@ -320,6 +320,7 @@ class FakeKubeAPI:
                      "selfsubjectreviews": self._self_subject_review})
         self._unsubscribe_crds = self.store.subscribe(self._on_store_event)
         self._pending: set[asyncio.Handle] = set()
+        self._pods_created = 0  # create_pod's IP counter (listing every pod made it O(n^2))
 
     # --- files and URLs ---------------------------------------------------------------------
 
@@ -665,7 +666,8 @@ class FakeKubeAPI:
         startTime, containers with resource requests)."""
         if containers is None:
             containers = (Container(cpu_request=cpu_request, memory_request=memory_request),)
-        count = len(self.store.list("", "v1", "pods"))
+        count = self._pods_created
+        self._pods_created += 1
         obj = kube_objects.pod(name, namespace=namespace, now=self.clock(), labels=labels,
                                containers=containers, phase=phase, ready=ready,
                                node_name=node_name,
