@@ -1,12 +1,21 @@
 """Benchmark of `metricscale adapter`: latency and throughput against direct PromQL, and discovery.
 
-Run with `.venv/bin/python bench/adapter.py` (needs prometheus and promtool; about a minute).
+Run with `.venv/bin/python bench/adapter.py` (needs prometheus and promtool; about two minutes).
 
 1. Latency: a real Prometheus scrapes one gauge for 100 pods; the fake kube-apiserver holds the
-   100 pods; the adapter runs as its own process (`metricscale adapter`, auth disabled, HTTPS).
-   The same `pods/*` request goes to the adapter, and the PromQL the adapter sends for it goes
-   straight to Prometheus (POST /api/v1/query), alternately, one at a time: p50/p99 of each.
-   Then 32 concurrent clients hit each for a few seconds: requests per second.
+   100 pods; the adapter runs as its own process (`metricscale adapter`, auth disabled, HTTPS,
+   no result cache). The same `pods/*` request goes to the adapter, and the PromQL the adapter
+   sends for it goes straight to Prometheus (POST /api/v1/query), in turn, one at a time,
+   after 50 warm-up requests each: p50/p99 of each. Every target is reached through an
+   aiohttp session with the same settings (keep-alive, `limit` = clients, no proxy lookups).
+   The floor, measured in the same turns: a minimal aiohttp HTTPS server (its own process, the
+   adapter's certificate) that answers a fixed body of the adapter's answer size, with and
+   without first sending the same PromQL to Prometheus: what any adapter built on aiohttp
+   costs before it does any work of its own. Then 32 concurrent clients hit the adapter,
+   Prometheus and the floor for a few seconds each: requests per second.
+   With `--cache-ttl` (default 5s; 0 skips it) a second adapter process started with
+   `--prometheus-cache-ttl` is measured the same way and reported apart, labelled: those
+   answers can be up to the TTL old, so they are never the headline.
 2. Discovery: a second Prometheus is backfilled with promtool with 10^6 series in 1,000 metric
    names; one discovery pass with the shipped default rules runs in a child process, which
    reports the pass's duration and its peak RSS (the whole process: interpreter included).
@@ -171,14 +180,38 @@ def _direct_promql(pods: list[str]) -> str:
                               names=sorted(pods), metric_selector=Selector()).promql
 
 
+async def _start_adapter(*, config: Path, prometheus_url: str, kubeconfig: Path, port: int,
+                         cert_dir: Path, extra: tuple[str, ...] = ()) -> Any:
+    return await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "metricscale", "adapter", "--config", str(config),
+        "--prometheus-url", prometheus_url, "--kubeconfig", str(kubeconfig),
+        "--secure-port", str(port), "--bind-address", "127.0.0.1",
+        "--cert-dir", str(cert_dir), "--insecure-disable-auth", "--log-level", "error", *extra,
+        cwd=str(ROOT), stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL)
+
+
+async def _stop(process: Any) -> None:
+    if process.returncode is None:
+        process.send_signal(signal.SIGTERM)
+        await process.wait()
+
+
+def _client_session(clients: int, context: ssl.SSLContext | None) -> aiohttp.ClientSession:
+    """The one client configuration every target is measured with (keep-alive, no env)."""
+    connector = aiohttp.TCPConnector(ssl=context if context is not None else True,
+                                     limit=clients)
+    return aiohttp.ClientSession(connector=connector, trust_env=False)
+
+
 async def latency_part(*, pods: int, requests: int, clients: int, seconds: float,
-                       workdir: Path) -> dict[str, Any]:
+                       cache_ttl: str, workdir: Path) -> dict[str, Any]:
     from tests.fakes import kube_objects
     from tests.fakes.exporter import Exporter
     from tests.fakes.kube_api import FakeKubeAPI
     from tests.fakes.prometheus import PrometheusServer
 
     names = [f"pod-{index:03d}" for index in range(pods)]
+    promql = _direct_promql(names)
     with PrometheusServer() as prometheus, Exporter(job="bench") as exporter:
         for index, name in enumerate(names):
             exporter.set("bench_requests", {"namespace": "bench", "pod": name}, index + 0.5)
@@ -191,50 +224,125 @@ async def latency_part(*, pods: int, requests: int, clients: int, seconds: float
                     name, namespace="bench", now=now, labels={"app": "bench"}))
             config = workdir / "pods.yaml"
             config.write_text(PODS_CONFIG)
-            port = _free_port()
+            kubeconfig = kube.write_kubeconfig(workdir / "kubeconfig")
             cert_dir = workdir / "certs"
-            process = await asyncio.create_subprocess_exec(
-                sys.executable, "-m", "metricscale", "adapter", "--config", str(config),
-                "--prometheus-url", prometheus.url,
-                "--kubeconfig", str(kube.write_kubeconfig(workdir / "kubeconfig")),
-                "--secure-port", str(port), "--bind-address", "127.0.0.1",
-                "--cert-dir", str(cert_dir), "--insecure-disable-auth", "--log-level", "error",
-                cwd=str(ROOT), stdout=asyncio.subprocess.DEVNULL,
-                stderr=asyncio.subprocess.DEVNULL)
+            port = _free_port()
+            process = await _start_adapter(config=config, prometheus_url=prometheus.url,
+                                           kubeconfig=kubeconfig, port=port, cert_dir=cert_dir)
+            floor = None
             try:
                 await _wait_for_file(cert_dir / "apiserver.crt")
                 context = ssl.create_default_context(cafile=str(cert_dir / "apiserver.crt"))
-                connector = aiohttp.TCPConnector(ssl=context, limit=clients)
-                async with aiohttp.ClientSession(connector=connector) as adapter_session, \
-                        aiohttp.ClientSession(
-                            connector=aiohttp.TCPConnector(limit=clients)) as direct_session:
-                    adapter_url = f"https://127.0.0.1:{port}"
-                    await _wait_ready(adapter_session, adapter_url, process)
-                    return await _measure(
-                        adapter_session, direct_session, adapter_url=adapter_url,
-                        prometheus_url=prometheus.url, promql=_direct_promql(names),
-                        pods=pods, requests=requests, clients=clients, seconds=seconds)
+                async with _client_session(clients, context) as adapter_session, \
+                        _client_session(clients, None) as direct_session, \
+                        _client_session(clients, context) as floor_session:
+                    adapter = _Target(adapter_session, f"https://127.0.0.1:{port}")
+                    await _wait_ready(adapter_session, adapter.url, process)
+                    body_bytes = await _check_answer(adapter, pods=pods)
+                    floor_port = _free_port()
+                    floor = await asyncio.create_subprocess_exec(
+                        sys.executable, __file__, "--floor-child", str(floor_port),
+                        str(cert_dir / "apiserver.crt"), str(cert_dir / "apiserver.key"),
+                        prometheus.url, str(body_bytes), cwd=str(ROOT),
+                        stdin=asyncio.subprocess.PIPE)
+                    assert floor.stdin is not None
+                    floor.stdin.write(promql.encode())
+                    floor.stdin.close()
+                    floor_url = f"https://127.0.0.1:{floor_port}"
+                    await _wait_ok(floor_session, floor_url + "/fixed", floor)
+                    result = await _measure(
+                        adapter, direct_session, floor_session, floor_url=floor_url,
+                        prometheus_url=prometheus.url, promql=promql, requests=requests,
+                        clients=clients, seconds=seconds)
             finally:
-                if process.returncode is None:
-                    process.send_signal(signal.SIGTERM)
-                    await process.wait()
+                await _stop(process)
+                if floor is not None:
+                    await _stop(floor)
+            result.update(pods=pods, requests=requests, clients=clients, body_bytes=body_bytes)
+            if cache_ttl not in ("", "0"):
+                result["cached"] = await _measure_cached(
+                    config=config, prometheus_url=prometheus.url, kubeconfig=kubeconfig,
+                    cert_dir=cert_dir, cache_ttl=cache_ttl, pods=pods, requests=requests,
+                    clients=clients, seconds=seconds)
+            return result
 
 
-async def _measure(adapter_session: aiohttp.ClientSession,
-                   direct_session: aiohttp.ClientSession, *, adapter_url: str,
-                   prometheus_url: str, promql: str, pods: int, requests: int, clients: int,
-                   seconds: float) -> dict[str, Any]:
-    path = ("/apis/custom.metrics.k8s.io/v1beta2/namespaces/bench/pods/%2A/bench_requests"
-            "?labelSelector=app%3Dbench")
-    target = URL(adapter_url + path, encoded=True)
-    headers = {"Accept": "application/vnd.kubernetes.protobuf, */*"}
+ADAPTER_PATH = ("/apis/custom.metrics.k8s.io/v1beta2/namespaces/bench/pods/%2A/bench_requests"
+                "?labelSelector=app%3Dbench")
+# What the HPA controller sends.
+ADAPTER_HEADERS = {"Accept": "application/vnd.kubernetes.protobuf, */*"}
 
-    async def via_adapter() -> None:
-        async with adapter_session.get(target, headers=headers) as response:
+
+@dataclass(frozen=True)
+class _Target:
+    session: aiohttp.ClientSession
+    url: str
+
+    async def get(self) -> None:
+        async with self.session.get(URL(self.url + ADAPTER_PATH, encoded=True),
+                                    headers=ADAPTER_HEADERS) as response:
             body = await response.read()
             if response.status != 200:
                 raise RuntimeError(f"adapter answered {response.status}: {body[:200]!r}")
 
+
+async def _check_answer(adapter: _Target, *, pods: int) -> int:
+    async with adapter.session.get(URL(adapter.url + ADAPTER_PATH, encoded=True),
+                                   headers=ADAPTER_HEADERS) as response:
+        body = await response.read()
+    answer = json.loads(body)
+    if len(answer["items"]) != pods:
+        raise RuntimeError(f"expected {pods} items, the adapter sent {len(answer['items'])}")
+    return len(body)
+
+
+async def _wait_ok(session: aiohttp.ClientSession, url: str, process: Any) -> None:
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        if process.returncode is not None:
+            raise RuntimeError(f"the server behind {url} exited")
+        try:
+            async with session.get(url) as response:
+                if response.status == 200:
+                    return
+        except (aiohttp.ClientError, OSError):
+            pass
+        await asyncio.sleep(0.1)
+    raise RuntimeError(f"{url} did not answer in 60 s")
+
+
+async def _alternate(calls: dict[str, Callable[[], Awaitable[None]]], *,
+                     requests: int) -> dict[str, dict[str, float]]:
+    """Warm up each call 50 times, then time them in turn, one request at a time, so that
+    all of them see the same background noise."""
+    for _ in range(50):
+        for call in calls.values():
+            await call()
+    times: dict[str, list[float]] = {name: [] for name in calls}
+    for _ in range(requests):
+        for name, call in calls.items():
+            started = time.perf_counter()
+            await call()
+            times[name].append(time.perf_counter() - started)
+    return {name: _latency(samples).__dict__ for name, samples in times.items()}
+
+
+async def _shared_and_cached(adapter: _Target) -> tuple[float, float]:
+    async with adapter.session.get(adapter.url + "/metrics") as response:
+        text = await response.text()
+
+    def total(prefix: str) -> float:
+        return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+                   if line.startswith(prefix + "{"))
+
+    return (total("metricscale_prometheus_requests_shared_total"),
+            total("metricscale_prometheus_cache_hits_total"))
+
+
+async def _measure(adapter: _Target, direct_session: aiohttp.ClientSession,
+                   floor_session: aiohttp.ClientSession, *, floor_url: str,
+                   prometheus_url: str, promql: str, requests: int, clients: int,
+                   seconds: float) -> dict[str, Any]:
     async def direct() -> None:
         form = {"query": promql, "time": f"{time.time():.3f}"}
         async with direct_session.post(f"{prometheus_url}/api/v1/query", data=form) as response:
@@ -242,31 +350,83 @@ async def _measure(adapter_session: aiohttp.ClientSession,
             if response.status != 200:
                 raise RuntimeError(f"Prometheus answered {response.status}: {body[:200]!r}")
 
-    async with adapter_session.get(target, headers=headers) as response:
-        answer = await response.json()
-    if len(answer["items"]) != pods:
-        raise RuntimeError(f"expected {pods} items, the adapter sent {len(answer['items'])}")
-    for _ in range(50):  # warm up both paths (connections, caches)
-        await via_adapter()
-        await direct()
-    adapter_times: list[float] = []
-    direct_times: list[float] = []
-    for _ in range(requests):  # alternate, so both see the same background noise
-        started = time.perf_counter()
-        await via_adapter()
-        adapter_times.append(time.perf_counter() - started)
-        started = time.perf_counter()
-        await direct()
-        direct_times.append(time.perf_counter() - started)
-    adapter_rps = await _throughput(via_adapter, clients=clients, seconds=seconds)
-    direct_rps = await _throughput(direct, clients=clients, seconds=seconds)
-    async with adapter_session.get(adapter_url + "/metrics") as response:
-        metrics_text = await response.text()
-    shared = sum(float(line.rsplit(" ", 1)[1]) for line in metrics_text.splitlines()
-                 if line.startswith("metricscale_prometheus_requests_shared_total{"))
-    return {"pods": pods, "requests": requests, "clients": clients,
-            "adapter": _latency(adapter_times).__dict__, "direct": _latency(direct_times).__dict__,
-            "adapter_rps": adapter_rps, "direct_rps": direct_rps, "shared_queries": shared}
+    def floor(path: str) -> Callable[[], Awaitable[None]]:
+        async def call() -> None:
+            async with floor_session.get(floor_url + path, headers=ADAPTER_HEADERS) as response:
+                await response.read()
+                if response.status != 200:
+                    raise RuntimeError(f"the floor server answered {response.status}")
+        return call
+
+    latency = await _alternate({"adapter": adapter.get, "direct": direct,
+                                "floor_forward": floor("/forward"),
+                                "floor_fixed": floor("/fixed")}, requests=requests)
+    throughput = {name: await _throughput(call, clients=clients, seconds=seconds)
+                  for name, call in (("adapter", adapter.get), ("direct", direct),
+                                     ("floor_forward", floor("/forward")))}
+    shared, _ = await _shared_and_cached(adapter)
+    return {**latency, "rps": throughput, "shared_queries": shared}
+
+
+async def _measure_cached(*, config: Path, prometheus_url: str, kubeconfig: Path,
+                          cert_dir: Path, cache_ttl: str, pods: int, requests: int,
+                          clients: int, seconds: float) -> dict[str, Any]:
+    """The same request to an adapter started with --prometheus-cache-ttl (a separate run:
+    never mixed into the figures above)."""
+    port = _free_port()
+    process = await _start_adapter(config=config, prometheus_url=prometheus_url,
+                                   kubeconfig=kubeconfig, port=port, cert_dir=cert_dir,
+                                   extra=("--prometheus-cache-ttl", cache_ttl))
+    try:
+        context = ssl.create_default_context(cafile=str(cert_dir / "apiserver.crt"))
+        async with _client_session(clients, context) as session:
+            adapter = _Target(session, f"https://127.0.0.1:{port}")
+            await _wait_ready(session, adapter.url, process)
+            await _check_answer(adapter, pods=pods)
+            latency = await _alternate({"adapter": adapter.get}, requests=requests)
+            rps = await _throughput(adapter.get, clients=clients, seconds=seconds)
+            _, hits = await _shared_and_cached(adapter)
+    finally:
+        await _stop(process)
+    return {"ttl": cache_ttl, "adapter": latency["adapter"], "rps": rps, "cache_hits": hits}
+
+
+def floor_child(port: str, cert: str, key: str, prometheus_url: str, body_bytes: str) -> None:
+    """Runs in its own process: the least any Python adapter must do, on the same stack.
+
+    `/fixed` answers a fixed body of the adapter's answer size over HTTPS; `/forward` first
+    sends the request's PromQL (read from stdin) to Prometheus with one keep-alive aiohttp
+    session, reads the answer, and then sends the fixed body: no parsing, no rendering.
+    """
+    from aiohttp import web
+
+    promql = sys.stdin.read()
+    body = b"{" + b" " * (int(body_bytes) - 2) + b"}"
+    session_key = web.AppKey("session", aiohttp.ClientSession)
+
+    async def fixed(request: web.Request) -> web.StreamResponse:
+        return web.Response(body=body, content_type="application/json")
+
+    async def forward(request: web.Request) -> web.StreamResponse:
+        form = {"query": promql, "time": f"{time.time():.3f}"}
+        async with request.app[session_key].post(f"{prometheus_url}/api/v1/query",
+                                                 data=form) as response:
+            await response.read()
+        return web.Response(body=body, content_type="application/json")
+
+    async def client(app: web.Application) -> AsyncIterator[None]:
+        async with aiohttp.ClientSession(trust_env=False) as session:
+            app[session_key] = session
+            yield
+
+    app = web.Application()
+    app.cleanup_ctx.append(client)
+    app.router.add_get("/fixed", fixed)
+    app.router.add_get("/forward", forward)
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.load_cert_chain(cert, key)
+    web.run_app(app, host="127.0.0.1", port=int(port), ssl_context=context, access_log=None,
+                print=None, handle_signals=True)
 
 
 # --------------------------------------------------------------------------------------------
@@ -351,20 +511,39 @@ def _report(latency: dict[str, Any] | None, discovery: dict[str, Any] | None) ->
     lines = []
     if latency is not None:
         a, d = latency["adapter"], latency["direct"]
-        ratio = a["p50_ms"] / d["p50_ms"]
+
+        def row(label: str, figures: dict[str, float]) -> str:
+            return (f"  {label:<46}{figures['p50_ms']:>8.2f}{figures['p99_ms']:>8.2f}"
+                    f"{figures['mean_ms']:>8.2f}")
+
+        rps = latency["rps"]
         lines += [
-            f"pods/* request for {latency['pods']} pods, {latency['requests']} requests each, "
-            "one at a time:",
-            f"  {'':<26}{'p50 ms':>10}{'p99 ms':>10}{'mean ms':>10}",
-            f"  {'adapter (HTTPS)':<26}{a['p50_ms']:>10.2f}{a['p99_ms']:>10.2f}"
-            f"{a['mean_ms']:>10.2f}",
-            f"  {'PromQL straight to Prom.':<26}{d['p50_ms']:>10.2f}{d['p99_ms']:>10.2f}"
-            f"{d['mean_ms']:>10.2f}",
-            f"  adapter p50 / direct p50 = {ratio:.2f}x (goal <= 1.2x)",
+            f"pods/* request for {latency['pods']} pods ({latency['body_bytes']:,} bytes), "
+            f"{latency['requests']} requests each, one at a time, in turn:",
+            f"  {'':<46}{'p50 ms':>8}{'p99 ms':>8}{'mean ms':>8}",
+            row("adapter (HTTPS, no cache)", a),
+            row("the same PromQL straight to Prometheus (POST)", d),
+            f"  adapter p50 / direct p50 = {a['p50_ms'] / d['p50_ms']:.2f}x (goal <= 1.2x)",
+            "  the floor for any adapter on aiohttp + HTTPS (same client, same certificate):",
+            row("  HTTPS handler: the same PromQL, fixed body", latency["floor_forward"]),
+            row("  HTTPS handler: fixed body only", latency["floor_fixed"]),
+            f"  floor p50 / direct p50 = "
+            f"{latency['floor_forward']['p50_ms'] / d['p50_ms']:.2f}x",
             f"{latency['clients']} concurrent clients:",
-            f"  adapter {latency['adapter_rps']:.0f} req/s, direct {latency['direct_rps']:.0f} "
-            f"req/s ({latency['shared_queries']:.0f} adapter requests joined a query in flight)",
+            f"  adapter {rps['adapter']:.0f} req/s, direct {rps['direct']:.0f} req/s, floor "
+            f"(same PromQL, fixed body) {rps['floor_forward']:.0f} req/s "
+            f"({latency['shared_queries']:.0f} adapter requests joined a query in flight)",
         ]
+        cached = latency.get("cached")
+        if cached is not None:
+            lines += [
+                f"SEPARATE RUN, not the figures above: adapter with --prometheus-cache-ttl="
+                f"{cached['ttl']} (answers up to {cached['ttl']} old):",
+                row("adapter (HTTPS, result cache)", cached["adapter"]),
+                f"  cached p50 / direct p50 above = "
+                f"{cached['adapter']['p50_ms'] / d['p50_ms']:.2f}x; {latency['clients']} "
+                f"clients: {cached['rps']:.0f} req/s ({cached['cache_hits']:.0f} cache hits)",
+            ]
     if discovery is not None:
         lines += [
             f"discovery pass over {discovery['series']:,} series in {discovery['families']:,} "
@@ -388,14 +567,21 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seconds", type=float, default=5.0)
     parser.add_argument("--metrics", type=int, default=1000)
     parser.add_argument("--series-per-metric", type=int, default=1000)
+    parser.add_argument("--cache-ttl", default="5s",
+                        help="also measure, separately, an adapter with this "
+                             "--prometheus-cache-ttl (0: skip)")
     parser.add_argument("--skip-latency", action="store_true")
     parser.add_argument("--skip-discovery", action="store_true")
     parser.add_argument("--json", help="also write the figures to this file")
     parser.add_argument("--discovery-child", nargs=3, metavar=("URL", "CONFIG", "MAX_AGE"),
                         help=argparse.SUPPRESS)
+    parser.add_argument("--floor-child", nargs=5, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.discovery_child:
         discovery_child(*args.discovery_child)
+        return 0
+    if args.floor_child:
+        floor_child(*args.floor_child)
         return 0
     os.environ.setdefault("PYTHONHASHSEED", "0")
     latency = discovery = None
@@ -404,7 +590,7 @@ def main(argv: list[str] | None = None) -> int:
         if not args.skip_latency:
             latency = asyncio.run(latency_part(pods=args.pods, requests=args.requests,
                                                clients=args.clients, seconds=args.seconds,
-                                               workdir=workdir))
+                                               cache_ttl=args.cache_ttl, workdir=workdir))
         if not args.skip_discovery:
             discovery = discovery_part(metrics=args.metrics,
                                        series_per_metric=args.series_per_metric,
