@@ -118,7 +118,7 @@ async def capture_snapshot(kube: CaptureAPI, metrics: MetricsAPI, *, namespace: 
                                        operation="explain", resource="pods")
         except KubeError as err:
             raise SnapshotError("live", f"cannot list the pods of {where}: {err}") from None
-        if needs_metrics(autoscaler, scale, settings):
+        if needs_metrics(autoscaler, scale, settings=settings):
             raw_spec = document.get("spec") if isinstance(document.get("spec"), Mapping) else {}
             raw_metrics = raw_spec.get("metrics") if isinstance(raw_spec, Mapping) else None
             if not isinstance(raw_metrics, list) or len(raw_metrics) != len(answers):

@@ -300,7 +300,8 @@ class Controller:
 
     # -- scheduling --
 
-    def _after(self, key: AutoscalerKey, result: ReconcileResult | None, started: float) -> None:
+    def _after(self, key: AutoscalerKey, result: ReconcileResult | None, *,
+               started: float) -> None:
         if not self._exists(key):
             self.forget(key)
             return
@@ -363,7 +364,7 @@ class Controller:
                 if label in {"timeout", "failed"} and result is None:
                     self._metrics.errors.labels(f"reconcile_{label}").inc()
         if label != "not_leader":
-            self._after(key, result, started)
+            self._after(key, result, started=started)
         return result
 
     async def _worker(self) -> None:

@@ -87,21 +87,19 @@ logger = logging.getLogger(__name__)
 
 DRY_RUN_EVENT_REASON = "DryRunRescale"
 DRY_RUN_CONDITION_REASON = "DryRun"
-_PREFIXES = {
+_PREFIXES: Mapping[str, str] = {
     "Resource": "unable to fetch metrics from resource metrics API: ",
     "ContainerResource": "unable to fetch metrics from resource metrics API: ",
     "Pods": "unable to fetch metrics from custom metrics API: ",
     "Object": "unable to fetch metrics from custom metrics API: ",
     "External": "unable to fetch metrics from external metrics API: ",
 }
-_EMPTY_LISTS = {
-    "Resource": {"kind": "PodMetricsList", "apiVersion": "metrics.k8s.io/v1beta1", "items": []},
-    "ContainerResource": {"kind": "PodMetricsList", "apiVersion": "metrics.k8s.io/v1beta1",
-                          "items": []},
-    "Pods": {"kind": "MetricValueList", "apiVersion": f"{CUSTOM_METRICS_GROUP}/v1beta2",
-             "items": []},
-    "External": {"kind": "ExternalMetricValueList",
-                 "apiVersion": f"{EXTERNAL_METRICS_GROUP}/v1beta1", "items": []},
+# The list kind each metric type reads, for an empty answer.
+_LIST_KINDS: Mapping[str, tuple[str, str]] = {
+    "Resource": ("PodMetricsList", "metrics.k8s.io/v1beta1"),
+    "ContainerResource": ("PodMetricsList", "metrics.k8s.io/v1beta1"),
+    "Pods": ("MetricValueList", f"{CUSTOM_METRICS_GROUP}/v1beta2"),
+    "External": ("ExternalMetricValueList", f"{EXTERNAL_METRICS_GROUP}/v1beta1"),
 }
 _TRANSIENT = (TooManyRequests, ServerError, ConnectionFailed)
 
@@ -180,8 +178,9 @@ def metric_input_from_error(metric_type: str, error: MetricsError) -> Any:
     API answered an empty list, else `{"error": ...}` without the client's prefix (the
     decision adds upstream's prefix itself)."""
     text = error.message
-    if text.startswith("no metrics returned from") and metric_type in _EMPTY_LISTS:
-        return dict(_EMPTY_LISTS[metric_type])
+    if text.startswith("no metrics returned from") and metric_type in _LIST_KINDS:
+        kind, api_version = _LIST_KINDS[metric_type]
+        return {"kind": kind, "apiVersion": api_version, "items": []}
     prefix = _PREFIXES.get(metric_type, "")
     if prefix and text.startswith(prefix):
         text = text[len(prefix):]
@@ -238,7 +237,7 @@ def _metric_inputs(specs: Sequence[MetricSpec], answers: Sequence[Any]) -> list[
     return inputs
 
 
-def needs_metrics(autoscaler: Autoscaler, scale: Scale, settings: Settings) -> bool:
+def needs_metrics(autoscaler: Autoscaler, scale: Scale, *, settings: Settings) -> bool:
     """Whether the decision will look at metrics (upstream asks for none otherwise)."""
     spec = autoscaler.spec
     minimum = spec.min_replicas if spec.min_replicas is not None else 1
@@ -385,8 +384,9 @@ class Reconciler:
             self._watching.registry.update(key, scale.selector)
             pods = self._watching.select_pods(namespace, scale.selector)
             others = self._watching.registry.others_for(key, pods)
-            if needs_metrics(autoscaler, scale, self._settings):
-                inputs = await self._fetch_metrics(autoscaler, entry, scale.selector)
+            if needs_metrics(autoscaler, scale, settings=self._settings):
+                inputs = await self._fetch_metrics(autoscaler, entry=entry,
+                                                   selector=scale.selector)
 
         decision = decide(autoscaler=autoscaler, scale=scale, pods=pods, metrics=inputs,
                           history=memory.history, now=now, settings=self._settings,
@@ -414,14 +414,15 @@ class Reconciler:
         memory.history = decision.history
         self._log(decision, autoscaler, dry_run=dry_run)
 
-        await self._post_events(entry, decision.events, now)
-        if not await self._write_status(entry, autoscaler, decision, memory, now):
+        await self._post_events(entry, decision.events, now=now)
+        if not await self._write_status(entry, autoscaler=autoscaler, decision=decision,
+                                        memory=memory, now=now):
             failed = True
         if self._stats is not None:
             self._stats.decisions.labels(outcome).inc()
         return ReconcileResult(outcome, failed=failed, retry_after=retry_after)
 
-    async def _fetch_metrics(self, autoscaler: Autoscaler, entry: AutoscalerEntry,
+    async def _fetch_metrics(self, autoscaler: Autoscaler, *, entry: AutoscalerEntry,
                              selector: str) -> list[MetricInput]:
         raw_spec = entry.raw.get("spec")
         raw_metrics = raw_spec.get("metrics") if isinstance(raw_spec, Mapping) else None
@@ -460,7 +461,7 @@ class Reconciler:
 
     # -- writes --
 
-    async def _post_events(self, entry: AutoscalerEntry, events: Sequence[Event],
+    async def _post_events(self, entry: AutoscalerEntry, events: Sequence[Event], *,
                            now: datetime) -> None:
         if not events:
             return
@@ -476,7 +477,7 @@ class Reconciler:
                 else "Normal", reason=event.reason, note=event.message,
                 now=now + timedelta(microseconds=index))
 
-    async def _write_status(self, entry: AutoscalerEntry, autoscaler: Autoscaler,
+    async def _write_status(self, entry: AutoscalerEntry, *, autoscaler: Autoscaler,
                             decision: Decision, memory: _Memory, now: datetime) -> bool:
         """Write the status if it changed (and the history if it must); False on failure."""
         key = entry.key
