@@ -430,12 +430,14 @@ class Selector:
                 return False
         return True
 
-    def exact_labels(self) -> dict[str, str] | None:
-        """The labels to compare when every requirement is `key=value` (the common case)."""
+    def exact_labels(self) -> tuple[tuple[str, str], ...] | None:
+        """The (key, value) pairs a pod must all carry when every requirement is `key=value`
+        (the common case). Pairs, not a dict: `app=b,app=a` is two requirements that no pod
+        meets, where a dict would keep only the last."""
         if self.nothing or any(r.operator not in {"=", "==", "in"} or len(r.values) != 1
                                for r in self.requirements):
             return None
-        return {r.key: r.values[0] for r in self.requirements}
+        return tuple((r.key, r.values[0]) for r in self.requirements)
 
     @property
     def empty(self) -> bool:
@@ -1775,7 +1777,7 @@ def pods_matching(pods: Iterable[Pod], selector: Selector, namespace: str) -> li
             continue
         labels = pod.labels
         if exact is not None:
-            for key, value in exact.items():
+            for key, value in exact:
                 if labels.get(key) != value:
                     break
             else:

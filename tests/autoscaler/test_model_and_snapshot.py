@@ -14,6 +14,7 @@ from autoscaler.model import (
     LabelSelectorRequirement,
     MetricValueList,
     ModelError,
+    Pod,
     Quantity,
     Scale,
     ScaleError,
@@ -26,6 +27,7 @@ from autoscaler.model import (
     parse_scale,
     parse_selector,
     parse_time,
+    pods_matching,
     render_autoscaler,
     render_spec,
 )
@@ -297,6 +299,22 @@ def test_label_selector_as_selector() -> None:
         label_selector_as_selector(LabelSelector(match_expressions=(
             LabelSelectorRequirement("a", "In", ()),)))
     assert "values set can't be empty" in str(caught.value)
+
+
+@pytest.mark.parametrize(("text", "labels", "listed"), [
+    # Two requirements on one key: labels.Parse keeps both, and no pod meets both.
+    ("app=b,app=a", {"app": "a"}, False),
+    ("app=a,app=b", {"app": "a"}, False),
+    ("app=a,app=a", {"app": "a"}, True),
+    ("app=a,tier=web", {"app": "a", "tier": "web"}, True),
+    ("app=a,tier=web", {"app": "a"}, False),
+])
+def test_pods_matching_requires_every_requirement_even_on_a_repeated_key(
+        text: str, labels: dict[str, str], listed: bool) -> None:
+    pod = Pod(name="p", namespace="ns", labels=labels)
+    selector = parse_selector(text)
+    assert (pods_matching([pod], selector, "ns") == [pod]) is listed
+    assert selector.matches(labels) is listed
 
 
 def test_snapshot_pods_outside_the_selector_are_not_counted() -> None:
