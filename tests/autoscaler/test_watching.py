@@ -224,6 +224,27 @@ async def test_caches_fill_from_lists_and_follow_watches(fake_kube: FakeKubeAPI,
     assert {e.kind for e in events} == {"ADDED"}
 
 
+async def test_a_paged_list_across_namespaces_sharing_a_prefix_fills_every_pod(
+        fake_kube: FakeKubeAPI, kube_api_client: Any) -> None:
+    # "a" and "a-b": in key order (etcd's, `namespace/name`) "a-b/..." sorts before "a/...".
+    # A page boundary inside "a" must not lose the pods of "a-b".
+    install_crd(fake_kube)
+    for namespace in ("a", "a-b", "b"):
+        for index in range(3):
+            fake_kube.create_pod(f"p{index}", namespace=namespace, labels={"app": "web"})
+    watch = Watching(lambda path: PathSource(kube_api_client, path),
+                     informer_options={"page_size": 2, "watch_timeout_seconds": 30})
+    watch.start()
+    try:
+        assert await watch.wait_synced(10)
+        assert {ns: len(watch.select_pods(ns, "app=web")) for ns in ("a", "a-b", "b")} == {
+            "a": 3, "a-b": 3, "b": 3}
+        pages = fake_kube.requests_to("^/api/v1/pods$")
+        assert len([r for r in pages if r.param("watch") is None]) == 5
+    finally:
+        await watch.stop()
+
+
 async def test_a_watch_cut_by_compaction_relists_and_keeps_following(
         fake_kube: FakeKubeAPI, kube_api_client: Any) -> None:
     watch = Watching(lambda path: PathSource(kube_api_client, path),

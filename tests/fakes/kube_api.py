@@ -901,13 +901,27 @@ class FakeKubeAPI:
 
     # --- request pipeline -------------------------------------------------------------------
 
-    def _record(self, request: web.Request) -> RecordedRequest:
+    def _record(self, request: web.Request) -> tuple[RecordedRequest, int]:
+        """Log the request; returns it and its position, for `_record_user`."""
         headers = tuple((k, "<redacted>" if k.lower() == "authorization" else v)
                         for k, v in request.headers.items())
         recorded = RecordedRequest(request.method, request.path, tuple(request.query.items()),
                                    headers, self.clock())
         self.requests.append(recorded)
-        return recorded
+        return recorded, len(self.requests) - 1
+
+    def _record_user(self, recorded: RecordedRequest, position: int, user: str) -> None:
+        """Add the authenticated user to a logged request, found by identity at the position it
+        was logged at (searched backwards if a test trimmed the log since): never a scan of
+        the whole log per request."""
+        log = self.requests
+        if not (position < len(log) and log[position] is recorded):
+            position = next((i for i in range(min(position, len(log) - 1), -1, -1)
+                             if log[i] is recorded), -1)
+            if position < 0:
+                return  # cleared by the test meanwhile
+        log[position] = RecordedRequest(recorded.method, recorded.path, recorded.query,
+                                        recorded.headers, recorded.time, user)
 
     def _fault_for(self, request: web.Request) -> Fault | None:
         for fault in self.faults:
@@ -1004,7 +1018,7 @@ class FakeKubeAPI:
         raise errors.forbidden_error(message)
 
     async def _handle(self, request: web.Request) -> web.StreamResponse:
-        recorded = self._record(request)
+        recorded, position = self._record(request)
         audit_id = request.headers.get("Audit-Id") or str(uuid.uuid4())
         stall = False
         fault = self._fault_for(request)
@@ -1024,10 +1038,7 @@ class FakeKubeAPI:
                 stall = True
         try:
             identity = self._authenticate(request)
-            index = self.requests.index(recorded)
-            self.requests[index] = RecordedRequest(recorded.method, recorded.path,
-                                                   recorded.query, recorded.headers,
-                                                   recorded.time, identity.user)
+            self._record_user(recorded, position, identity.user)
             attributes = self._request_attributes(request, identity)
             self._authorize(attributes)
             response = await self._dispatch(request, identity, stall)

@@ -583,9 +583,8 @@ class RestHandlers:
                 raise errors.bad_request("the fake kube-apiserver serves "
                                          "resourceVersionMatch=Exact only at the current "
                                          "resourceVersion")
-        items = [obj for obj in self.store.items(resource_type, path.namespace)
-                 if matches(resource_type, obj, labels, fields)]
         list_rv = current
+        start = ""
         token = query.get("continue", "")
         if token:
             try:
@@ -597,30 +596,33 @@ class RestHandlers:
                                          "resourceVersion (version meta.k8s.io/v1)") from None
             if list_rv < self.store.compacted_resource_version:
                 raise errors.expired(CONTINUE_TOO_OLD)
-            items = [obj for obj in items if self._sort_key(obj) >= start]
-        metadata: JSONDict = {"resourceVersion": str(list_rv)}
         limit_text = query.get("limit", "")
         limit = int(limit_text) if limit_text.isdigit() else 0
-        if limit and len(items) > limit:
-            following = items[limit]
-            items = items[:limit]
-            cont = json.dumps({"v": "meta.k8s.io/v1", "rv": list_rv,
-                               "start": self._sort_key(following)}, separators=(",", ":"))
+        # Read the stored objects in place and copy only the page: a paged LIST of a large
+        # collection would otherwise copy all of it for every page.
+        page: list[JSONDict] = []
+        following: str | None = None
+        for key, obj in self.store.entries(resource_type, path.namespace, start=start):
+            if not matches(resource_type, obj, labels, fields):
+                continue
+            if limit and len(page) == limit:
+                following = key
+                break
+            page.append(obj)
+        items = [copy.deepcopy(obj) for obj in page]
+        metadata: JSONDict = {"resourceVersion": str(list_rv)}
+        if following is not None:
+            cont = json.dumps({"v": "meta.k8s.io/v1", "rv": list_rv, "start": following},
+                              separators=(",", ":"))
             metadata["continue"] = base64.urlsafe_b64encode(cont.encode()).decode().rstrip("=")
             if not labels and not fields:
-                metadata["remainingItemCount"] = len(
-                    [o for o in self.store.items(resource_type, path.namespace)
-                     if self._sort_key(o) >= self._sort_key(following)])
+                metadata["remainingItemCount"] = sum(
+                    1 for _ in self.store.entries(resource_type, path.namespace,
+                                                  start=following))
         if self._wants_table(accept):
             return self._table(resource_type, path.version, items, metadata,
                                query.get("includeObject", "Metadata"))
         return self._list_body(resource_type, path.version, items, metadata)
-
-    @staticmethod
-    def _sort_key(obj: JSONDict) -> str:
-        metadata = obj.get("metadata") or {}
-        namespace = metadata.get("namespace", "")
-        return f"{namespace}/{metadata.get('name', '')}" if namespace else metadata["name"]
 
     @staticmethod
     def _wants_table(accept: str) -> bool:

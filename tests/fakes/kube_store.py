@@ -29,7 +29,7 @@ from tests.fakes.kube_selectors import (
 
 JSONDict = dict[str, Any]
 
-__all__ = ["ObjectStore", "StoreEvent", "object_fields"]
+__all__ = ["ObjectStore", "StoreEvent", "object_fields", "sort_key"]
 
 # names.SimpleNameGenerator: five characters from an alphabet without vowels or look-alikes.
 _NAME_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"
@@ -47,6 +47,11 @@ class StoreEvent:
     object: JSONDict
     previous: JSONDict | None
     resource_version: int
+
+
+def sort_key(namespace: str, name: str) -> str:
+    """Where an object sits in a LIST (etcd's key order): `namespace/name`, or `name`."""
+    return f"{namespace}/{name}" if namespace else name
 
 
 def _namespace(resource_type: ResourceType, namespace: str | None) -> str:
@@ -135,6 +140,8 @@ class ObjectStore:
         self._resource_version = first_resource_version
         self._compacted = 0
         self._objects: dict[GroupResource, dict[tuple[str, str], JSONDict]] = {}
+        # Sorted keys per bucket for LISTs; dropped whenever a key is added or removed.
+        self._order: dict[GroupResource, list[tuple[str, tuple[str, str]]]] = {}
         self._history: list[StoreEvent] = []
         self._history_versions: list[int] = []
         self._subscribers: list[Callable[[StoreEvent], None]] = []
@@ -201,11 +208,42 @@ class ObjectStore:
             raise errors.not_found(gr or resource_type.group_resource, name)
         return found
 
+    def _ordered(self, key: GroupResource) -> list[tuple[str, tuple[str, str]]]:
+        """The bucket's keys by sort key, kept until an object is added or removed."""
+        order = self._order.get(key)
+        if order is None:
+            order = sorted((sort_key(namespace, name), (namespace, name))
+                           for namespace, name in self.bucket(key))
+            self._order[key] = order
+        return order
+
+    def entries(self, resource_type: ResourceType, namespace: str | None, *,
+                start: str = "") -> Iterator[tuple[str, JSONDict]]:
+        """(sort key, stored object) in etcd's key order (`namespace/name`), from `start` on.
+
+        The objects are the stored ones, not copies: callers read them and copy what they hand
+        out. A paged LIST thereby costs its page, not the whole collection.
+        """
+        key = resource_type.storage_key
+        bucket = self.bucket(key)
+        order = self._ordered(key)
+        prefix = f"{namespace}/" if namespace else ""
+        begin = max(start, prefix)
+        index = bisect.bisect_left(order, (begin,)) if begin else 0
+        for position in range(index, len(order)):
+            item_key, stored_key = order[position]
+            if prefix and not item_key.startswith(prefix):
+                return  # a namespace's keys are contiguous: past them, nothing more of it
+            if namespace is not None and stored_key[0] != namespace:
+                continue
+            obj = bucket.get(stored_key)
+            if obj is not None:  # None: removed while the caller was iterating
+                yield item_key, obj
+
     def items(self, resource_type: ResourceType, namespace: str | None) -> Iterator[JSONDict]:
-        bucket = self.bucket(resource_type.storage_key)
-        for (item_namespace, _), obj in sorted(bucket.items()):
-            if namespace is None or item_namespace == namespace:
-                yield copy.deepcopy(obj)
+        """Copies of the objects (of one namespace, or all), in key order."""
+        for _, obj in self.entries(resource_type, namespace):
+            yield copy.deepcopy(obj)
 
     def generate_name(self, prefix: str) -> str:
         suffix = "".join(self._random.choice(_NAME_ALPHABET) for _ in range(5))
@@ -240,6 +278,7 @@ class ObjectStore:
         else:
             metadata.pop("generation", None)
         bucket[(namespace, name)] = obj
+        self._order.pop(resource_type.storage_key, None)
         self._record(StoreEvent("ADDED", resource_type.storage_key, namespace, name,
                                 copy.deepcopy(obj), None, resource_version))
         return copy.deepcopy(obj)
@@ -284,6 +323,7 @@ class ObjectStore:
         metadata["resourceVersion"] = str(resource_version)
         if metadata.get("deletionTimestamp") and not metadata.get("finalizers"):
             del bucket[(namespace, name)]
+            self._order.pop(resource_type.storage_key, None)
             self._record(StoreEvent("DELETED", resource_type.storage_key, namespace, name,
                                     copy.deepcopy(obj), copy.deepcopy(old), resource_version))
             return copy.deepcopy(obj)
@@ -336,6 +376,7 @@ class ObjectStore:
             return copy.deepcopy(bucket[(namespace, name)]), False
         obj["metadata"]["resourceVersion"] = str(resource_version)
         del bucket[(namespace, name)]
+        self._order.pop(resource_type.storage_key, None)
         self._record(StoreEvent("DELETED", resource_type.storage_key, namespace, name,
                                 copy.deepcopy(obj), copy.deepcopy(old), resource_version))
         return obj, True
