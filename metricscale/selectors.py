@@ -265,11 +265,7 @@ class Selector:
     def matches(self, labels: Mapping[str, str]) -> bool:
         if self.nothing:
             return False
-        # A loop, not all(genexpr): this runs once per cached object on every `*` request.
-        for requirement in self.requirements:
-            if not requirement.matches(labels):
-                return False
-        return True
+        return all(requirement.matches(labels) for requirement in self.requirements)
 
     def __str__(self) -> str:
         return ",".join(str(requirement) for requirement in self.requirements)
