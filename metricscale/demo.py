@@ -33,6 +33,7 @@ from decimal import ROUND_CEILING, ROUND_HALF_UP, Decimal
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import aiohttp
 import yaml
 
 from metricscale import pki
@@ -385,9 +386,7 @@ async def _until(check: Callable[[], Awaitable[bool]], *, within: float, what: s
 
 async def _wait_ready(program: Program, *, url: str, ssl_context: ssl.SSLContext | bool,
                       within: float = 30.0) -> None:
-    import aiohttp
-
-    async with aiohttp.ClientSession() as http:
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=5)) as http:
         async def ready() -> bool:
             program.check_running()
             with contextlib.suppress(aiohttp.ClientError, OSError):
