@@ -313,11 +313,14 @@ class Kubectl:
     cache_dir: Path
 
     async def __call__(self, *arguments: str) -> str:
-        process = await asyncio.create_subprocess_exec(
-            self.binary, "--kubeconfig", str(self.kubeconfig), *arguments,
-            stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE,
-            env={**os.environ, "KUBECACHEDIR": str(self.cache_dir)})
+        try:
+            process = await asyncio.create_subprocess_exec(
+                self.binary, "--kubeconfig", str(self.kubeconfig), *arguments,
+                stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.PIPE,
+                env={**os.environ, "KUBECACHEDIR": str(self.cache_dir)})
+        except OSError as error:
+            raise DemoError(f"cannot run kubectl {self.binary}: {error}") from None
         try:
             async with asyncio.timeout(30):
                 out, err = await process.communicate()
