@@ -1,30 +1,37 @@
 """The autoscaler's only Kubernetes I/O: discovery, scale, status, events, leases, raw metric GETs.
 
-Everything goes through `ApiClient.call_api` with raw JSON dicts in and out: one request path, so
-`ApiException` is mapped to `autoscaler.errors` in exactly one place, every request is timed in
-one histogram, and no generated model meets a half-filled object (client-side validation) or a
-MicroTime (the models drop the fraction when it is zero, which the API server rejects).
+Every request goes through `KubeHTTP.request` (an aiohttp session of our own, built from the
+kubernetes_asyncio Configuration) with raw JSON dicts in and out: one request path, so failures
+are mapped to `autoscaler.errors` in exactly one place, every request is timed in one histogram,
+and no generated model meets a half-filled object (client-side validation) or a MicroTime (the
+models drop the fraction when it is zero, which the API server rejects). kubernetes_asyncio
+itself is used for loading the configuration and, through `open_watch_client`, by the informers.
 """
 
 from __future__ import annotations
 
 import asyncio
+import base64
 import copy
 import json
 import logging
 import random
+import ssl
 import time
+import urllib.request
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any, Literal, Protocol, cast
+from urllib.parse import urlencode
 
 import aiohttp
 from kubernetes_asyncio import config as kube_config
 from kubernetes_asyncio.client import ApiClient, Configuration
 from kubernetes_asyncio.client.exceptions import ApiException
 from prometheus_client import CollectorRegistry, Histogram
+from yarl import URL
 
 from autoscaler.errors import (
     AlreadyExists,
@@ -56,23 +63,31 @@ __all__ = [
     "AUTOSCALER_PLURAL",
     "AUTOSCALER_VERSION",
     "REPORTING_CONTROLLER",
+    "Configuration",
     "ErrorContext",
     "EventType",
     "KubeAPI",
     "KubeClient",
+    "KubeHTTP",
     "ObjectReference",
+    "ProxyChoice",
     "ResourceMapping",
+    "Response",
     "RetryPolicy",
     "Scale",
     "ScaleTargetRef",
     "error_from_api_exception",
+    "error_from_response",
     "format_micro_time",
     "load_configuration",
     "merge_patch",
     "open_kube_client",
+    "open_kube_http",
+    "open_watch_client",
     "parse_group_version",
     "parse_lease",
     "parse_micro_time",
+    "proxy_for",
     "render_event",
     "render_lease_spec",
 ]
@@ -90,7 +105,6 @@ _MAX_UNSTRUCTURED_BODY = 2048
 _CONFLICT_RETRY_STEPS = 5
 _CONFLICT_RETRY_DELAY = 0.010
 _CONFLICT_RETRY_JITTER = 0.1
-_RESPONSE_TYPES = {200: "object", 201: "object"}
 _MERGE_PATCH = "application/merge-patch+json"
 _JSON = "application/json"
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
@@ -316,14 +330,11 @@ def _retry_after_header(headers: Mapping[str, str]) -> float | None:
     return seconds if seconds >= 0 else None
 
 
-def error_from_api_exception(
-    exc: ApiException, *, verb: str, context: ErrorContext | None = None
+def error_from_response(
+    status: int, *, headers: Mapping[str, str], body: str | bytes | None, verb: str,
+    context: ErrorContext | None = None,
 ) -> KubeError:
-    """Map one ApiException to the typed hierarchy, keeping the server's Status message."""
-    status = exc.status if isinstance(exc.status, int) else 0
-    raw_headers = exc.headers
-    headers: Mapping[str, str] = raw_headers if isinstance(raw_headers, Mapping) else {}
-    body: object = exc.body
+    """Map one failed response to the typed hierarchy, keeping the server's Status message."""
     if isinstance(body, bytes):
         body = body.decode("utf-8", "replace")
     text = body if isinstance(body, str) else ""
@@ -357,6 +368,17 @@ def error_from_api_exception(
             reason = "AlreadyExists"
         message += (context or ErrorContext()).suffix(verb)
     return _typed_error(status, reason=reason, message=message, retry_after=retry_after)
+
+
+def error_from_api_exception(
+    exc: ApiException, *, verb: str, context: ErrorContext | None = None
+) -> KubeError:
+    """Map an ApiException (kubernetes_asyncio's, e.g. from a watch) like a failed response."""
+    raw_headers = exc.headers
+    return error_from_response(
+        exc.status if isinstance(exc.status, int) else 0,
+        headers=raw_headers if isinstance(raw_headers, Mapping) else {},
+        body=exc.body if isinstance(exc.body, str | bytes) else None, verb=verb, context=context)
 
 
 def _typed_error(status: int, *, reason: str, message: str,
@@ -509,6 +531,209 @@ def parse_group_version(api_version: str) -> tuple[str, str]:
     raise InvalidTargetReference(f"unexpected GroupVersion string: {api_version}")
 
 
+# --- The HTTP path: one aiohttp session of our own ----------------------------------------------
+
+# urllib's NO_PROXY matching over a given mapping (missing from typeshed's stubs).
+_proxy_bypass: Callable[[str, dict[str, str]], bool] = (
+    urllib.request.proxy_bypass_environment)  # type: ignore[attr-defined]
+
+
+@dataclass(frozen=True)
+class ProxyChoice:
+    """Where requests to the API server go: straight (`url` None) or through an HTTP proxy."""
+
+    url: URL | None = None
+    headers: tuple[tuple[str, str], ...] = ()  # Proxy-Authorization
+    ignored: str | None = None  # why a configured proxy is not used (for the log)
+
+
+def proxy_for(target: URL, proxies: Mapping[str, str], *, configured: str | None = None,
+              configured_headers: Mapping[str, str] | None = None) -> ProxyChoice:
+    """The proxy for requests to `target`.
+
+    `configured` is the kubeconfig's `proxy-url` (Configuration.proxy): it wins, as in
+    client-go. Otherwise `proxies` are `urllib.request.getproxies()`-style settings
+    (HTTP_PROXY/HTTPS_PROXY/NO_PROXY, either case) with aiohttp's `trust_env` rules: NO_PROXY
+    (urllib's matching) first, then the proxy for the target's scheme; `https://` proxies are
+    not supported by aiohttp and are ignored, as `trust_env` ignores them; a proxy written
+    without a scheme is `http://`; credentials in its URL become Proxy-Authorization.
+    """
+    if configured:
+        return ProxyChoice(url=URL(configured),
+                           headers=tuple((configured_headers or {}).items()))
+    host = target.host
+    if host is None or _proxy_bypass(host, dict(proxies)):
+        return ProxyChoice()
+    raw = proxies.get(target.scheme)
+    if not raw:
+        return ProxyChoice()
+    proxy = URL(raw if "://" in raw else f"http://{raw}")
+    if proxy.scheme != "http" or not proxy.host:
+        return ProxyChoice(ignored=f"{proxy.scheme}:// proxies are not supported")
+    headers: tuple[tuple[str, str], ...] = ()
+    if proxy.user is not None:
+        pair = f"{proxy.user}:{proxy.password or ''}".encode()
+        headers = (("Proxy-Authorization", "Basic " + base64.b64encode(pair).decode("ascii")),)
+        proxy = proxy.with_user(None)
+    return ProxyChoice(url=proxy, headers=headers)
+
+
+def _ssl_context(configuration: Configuration) -> ssl.SSLContext:
+    """The TLS client context kubernetes_asyncio's RESTClientObject builds, option for option."""
+    context = ssl.create_default_context(cafile=configuration.ssl_ca_cert)
+    if configuration.cert_file:
+        context.load_cert_chain(configuration.cert_file, keyfile=configuration.key_file)
+    if not configuration.verify_ssl:
+        context.check_hostname = False
+        context.verify_mode = ssl.CERT_NONE
+    if configuration.disable_strict_ssl_verification:
+        context.verify_flags &= ~ssl.VERIFY_X509_STRICT
+    return context
+
+
+@dataclass(frozen=True)
+class Response:
+    """An API server's answer as the client reads it: status, headers, body bytes."""
+
+    status: int
+    headers: Mapping[str, str]
+    body: bytes
+
+
+class KubeHTTP:
+    """Requests to the API server over one aiohttp session, built from a Configuration.
+
+    Why not kubernetes_asyncio's ApiClient: its session has `trust_env=True`, so aiohttp asks a
+    worker thread for the proxy and another for ~/.netrc on every request, and `call_api`
+    rebuilds headers, auth and parameters through its serializer each time; together about
+    three times the cost of the request itself. Here the proxy (kubeconfig `proxy-url`, else
+    HTTP(S)_PROXY/NO_PROXY) is resolved once at start, the headers are rebuilt only when the
+    token changes (the Configuration's refresh hook is still asked every request, so rotating
+    service-account tokens and exec credentials keep working), and connections are kept alive
+    and pooled (at least `connection_pool_maxsize`, default 100) across reconciles. TLS is
+    exactly what RESTClientObject configures.
+    """
+
+    def __init__(self, configuration: Configuration, *, user_agent: str,
+                 proxies: Mapping[str, str] | None = None,
+                 request_timeout: float = 30.0) -> None:
+        self._configuration = configuration
+        self._timeout = aiohttp.ClientTimeout(total=request_timeout)
+        self._host = str(configuration.host).rstrip("/")
+        self._user_agent = user_agent
+        self._server_hostname: str | None = configuration.tls_server_name or None
+        proxy = proxy_for(URL(self._host), urllib.request.getproxies() if proxies is None
+                          else proxies, configured=configuration.proxy,
+                          configured_headers=configuration.proxy_headers)
+        if proxy.ignored:
+            logger.warning("not using the proxy set in the environment for %s: %s",
+                           self._host, proxy.ignored)
+        elif proxy.url is not None:
+            logger.info("Kubernetes API requests go through the proxy %s", proxy.url)
+        self.proxy = proxy
+        self._proxy_options: dict[str, Any] = {}
+        self._extra_headers: dict[str, str] = {}
+        if proxy.url is not None:
+            self._proxy_options["proxy"] = proxy.url
+            # Proxy-Authorization goes on the CONNECT for https, on each request for http.
+            if proxy.headers and URL(self._host).scheme == "https":
+                self._proxy_options["proxy_headers"] = dict(proxy.headers)
+            else:
+                self._extra_headers.update(proxy.headers)
+        if self._server_hostname:
+            self._proxy_options["server_hostname"] = self._server_hostname
+        self._session: aiohttp.ClientSession | None = None
+        self._token: str | None = None
+        self._headers: dict[str, dict[str, str]] = {}
+
+    async def __aenter__(self) -> KubeHTTP:
+        self.start()
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.close()
+
+    def start(self) -> None:
+        """Open the session (inside the running loop)."""
+        if self._session is not None:
+            return
+        limit = max(int(self._configuration.connection_pool_maxsize or 0), 100)
+        connector = aiohttp.TCPConnector(
+            limit=limit, ssl=_ssl_context(self._configuration),
+            # Longer than the default sync period, so a steady state reuses its connections.
+            keepalive_timeout=60.0)
+        self._session = aiohttp.ClientSession(connector=connector, trust_env=False,
+                                              timeout=self._timeout, read_bufsize=2**21)
+
+    async def close(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+
+    async def _token_value(self) -> str | None:
+        configuration = self._configuration
+        if "BearerToken" not in configuration.api_key:
+            return None
+        # get_api_key_with_prefix runs the refresh hook (in-cluster: re-reads the projected
+        # token once a minute), as kubernetes_asyncio does before every request.
+        value = await configuration.get_api_key_with_prefix("BearerToken")
+        return str(value) if value else None
+
+    def _headers_for(self, content_type: str | None) -> dict[str, str]:
+        headers = self._headers.get(content_type or "")
+        if headers is None:
+            headers = {"Accept": _JSON, "User-Agent": self._user_agent, **self._extra_headers}
+            if self._token:
+                headers["Authorization"] = self._token
+            if content_type:
+                headers["Content-Type"] = content_type
+            self._headers[content_type or ""] = headers
+        return headers
+
+    async def request(self, verb: str, path: str, *, query: Sequence[tuple[str, str]] = (),
+                      body: Any = None, content_type: str | None = None) -> Response:
+        """One request; `path` is already escaped. Raises aiohttp.ClientError, TimeoutError or
+        OSError when no response arrives; any status is returned, not raised."""
+        if self._session is None:
+            raise RuntimeError("KubeHTTP used before start() or after close()")
+        token = await self._token_value()
+        if token != self._token:
+            self._token, self._headers = token, {}
+        url = self._host + path
+        if query:
+            url += "?" + urlencode(query)  # url.Values.Encode's escaping (QueryEscape)
+        data = None if body is None else json.dumps(body, separators=(",", ":")).encode()
+        async with self._session.request(
+                verb, URL(url, encoded=True), data=data,
+                headers=self._headers_for(content_type if data is not None else None),
+                **self._proxy_options) as response:
+            payload = await response.read()
+            return Response(response.status, response.headers, payload)
+
+
+@asynccontextmanager
+async def open_kube_http(configuration: Configuration, *, user_agent: str | None = None,
+                         proxies: Mapping[str, str] | None = None,
+                         request_timeout: float = 30.0) -> AsyncIterator[KubeHTTP]:
+    """A KubeHTTP whose session lives exactly as long as the `async with`."""
+    async with KubeHTTP(configuration, proxies=proxies, request_timeout=request_timeout,
+                        user_agent=user_agent or _default_user_agent()) as http:
+        yield http
+
+
+def _default_user_agent() -> str:
+    return f"metricscale-autoscaler/{__version__}"
+
+
+@asynccontextmanager
+async def open_watch_client(configuration: Configuration) -> AsyncIterator[ApiClient]:
+    """kubernetes_asyncio's ApiClient for the informers (metricscale.informer), which list and
+    watch through it: a few long-lived requests, where its per-request costs do not matter."""
+    async with ApiClient(configuration=configuration) as api:
+        api.user_agent = _default_user_agent()
+        yield api
+
+
 # --- The protocol the controller sees ----------------------------------------------------------
 
 
@@ -566,32 +791,27 @@ class _Discovery:
 
 
 class KubeClient:
-    """KubeAPI over a kubernetes_asyncio ApiClient built from an explicit Configuration."""
+    """KubeAPI over a KubeHTTP (one session to the API server)."""
 
     def __init__(
         self,
-        api: ApiClient,
+        http: KubeHTTP,
         *,
         registry: CollectorRegistry,
         reporting_instance: str,
         retry: RetryPolicy | None = None,
         metrics_retry: RetryPolicy | None = None,
-        request_timeout: float = 30.0,
         discovery_ttl: float = 30.0,
-        user_agent: str | None = None,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
         jitter: Callable[[], float] = random.random,
         monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
-        self._api = api
+        self._http = http
         self._reporting_instance = reporting_instance
         self._retry = retry or RetryPolicy()
         # Metrics reads are not retried by default, as upstream's HPA does not: the next sync
         # period is the retry, and a down adapter must not keep every worker busy sleeping.
         self._metrics_retry = metrics_retry or RetryPolicy(attempts=1)
-        if user_agent:
-            api.user_agent = user_agent
-        self._timeout = aiohttp.ClientTimeout(total=request_timeout)
         self._sleep = sleep
         self._jitter = jitter
         self._discovery_ttl = discovery_ttl
@@ -635,25 +855,17 @@ class KubeClient:
             started = time.perf_counter()
             code = "<error>"
             try:
-                data, status, _ = await self._api.call_api(
-                    path, verb,
-                    query_params=list(query),
-                    header_params={"Accept": _JSON, "Content-Type": content_type},
-                    body=body,
-                    response_types_map=_RESPONSE_TYPES,
-                    auth_settings=["BearerToken"],
-                    _return_http_data_only=False,
-                    _preload_content=True,
-                    _request_timeout=self._timeout,
-                )
-                code = str(status)
-                return data
-            except ApiException as exc:
-                code = str(exc.status)
-                error = error_from_api_exception(exc, verb=verb, context=context)
+                response = await self._http.request(verb, path, query=query, body=body,
+                                                    content_type=content_type)
             except (aiohttp.ClientError, TimeoutError, OSError) as exc:
-                error = ConnectionFailed(
+                error: KubeError = ConnectionFailed(
                     f"{verb} {path}: {type(exc).__name__}: {exc}".rstrip(": "), status=0)
+            else:
+                code = str(response.status)
+                if 200 <= response.status < 300:
+                    return _decode(response.body)
+                error = error_from_response(response.status, headers=response.headers,
+                                            body=response.body, verb=verb, context=context)
             finally:
                 self._latency.labels(operation, verb, resource, code).observe(
                     time.perf_counter() - started)
@@ -962,6 +1174,16 @@ class KubeClient:
         return parse_lease(_object(data, "Lease"))
 
 
+def _decode(body: bytes) -> Any:
+    """A success body: its JSON, or the text when it is not JSON (callers then refuse it)."""
+    if not body:
+        return None
+    try:
+        return json.loads(body)
+    except ValueError:
+        return body.decode("utf-8", "replace")
+
+
 def _object(data: object, kind: str) -> Mapping[str, Any]:
     if not isinstance(data, Mapping):
         raise UnexpectedResponse(f"expected a {kind} object, got {type(data).__name__}")
@@ -999,11 +1221,6 @@ async def open_kube_client(
     request_timeout: float = 30.0,
 ) -> AsyncIterator[KubeClient]:
     """A KubeClient whose aiohttp session lives exactly as long as the `async with`."""
-    api = ApiClient(configuration=configuration)
-    try:
-        yield KubeClient(api, registry=registry, reporting_instance=reporting_instance,
-                         retry=retry, metrics_retry=metrics_retry,
-                         request_timeout=request_timeout,
-                         user_agent=f"metricscale-autoscaler/{__version__}")
-    finally:
-        await api.close()
+    async with open_kube_http(configuration, request_timeout=request_timeout) as http:
+        yield KubeClient(http, registry=registry, reporting_instance=reporting_instance,
+                         retry=retry, metrics_retry=metrics_retry)

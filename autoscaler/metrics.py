@@ -49,6 +49,8 @@ _CUSTOM_VERSIONS = ("v1beta2", "v1beta1")
 _V1BETA2 = f"{CUSTOM_METRICS_GROUP}/v1beta2"
 _V1BETA1 = f"{CUSTOM_METRICS_GROUP}/v1beta1"
 
+_SELECTOR_CACHE_LIMIT = 50_000  # distinct selectors; more means churn, so start again
+
 _RESOURCE_PREFIX = "unable to fetch metrics from resource metrics API: "
 _CUSTOM_PREFIX = "unable to fetch metrics from custom metrics API: "
 _EXTERNAL_PREFIX = "unable to fetch metrics from external metrics API: "
@@ -165,6 +167,17 @@ class MetricsClient:
         self._version: str | None = None
         self._version_at = 0.0
         self._version_lock = asyncio.Lock()
+        # labelSelector parameters by scale selector: a selector changes rarely, and parsing
+        # it anew for every metrics request was a visible part of a steady reconcile.
+        self._selectors: dict[str, str] = {}
+
+    def _label_selector(self, pod_selector: str) -> str:
+        found = self._selectors.get(pod_selector)
+        if found is None:
+            if len(self._selectors) >= _SELECTOR_CACHE_LIMIT:
+                self._selectors.clear()
+            found = self._selectors[pod_selector] = _canonical_selector(pod_selector)
+        return found
 
     def invalidate(self) -> None:
         """Forget the custom metrics version (upstream's PeriodicallyInvalidate does this)."""
@@ -190,7 +203,7 @@ class MetricsClient:
         path = f"/apis/{RESOURCE_METRICS_GROUP}/v1beta1/namespaces/{_segment(namespace)}/pods"
         try:
             body = await self._transport.get_json(
-                path, query=_query(labelSelector=_canonical_selector(pod_selector)),
+                path, query=_query(labelSelector=self._label_selector(pod_selector)),
                 operation="resource_metrics", resource=f"pods.{RESOURCE_METRICS_GROUP}",
                 context=ErrorContext(RESOURCE_METRICS_GROUP, "pods"))
         except KubeError as exc:
@@ -218,7 +231,7 @@ class MetricsClient:
         path = (f"/apis/{CUSTOM_METRICS_GROUP}/{version}/namespaces/{_segment(namespace)}"
                 f"/pods/*/{_segment(metric_name)}")
         body = await self._custom_get(
-            path, query=_query(labelSelector=_canonical_selector(pod_selector),
+            path, query=_query(labelSelector=self._label_selector(pod_selector),
                                metricLabelSelector=metric_labels),
             context=ErrorContext(CUSTOM_METRICS_GROUP, "pods", "*"))
         if not body["items"]:

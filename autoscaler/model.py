@@ -278,6 +278,16 @@ class Quantity:
 
     @classmethod
     def parse(cls, text: str) -> Quantity:
+        # Fast paths for the shapes metrics APIs answer most ("12", "1500m"): the same values
+        # parse_quantity and milli_value give, without the regular expression and Decimal
+        # contexts. Short enough that MilliValue cannot saturate.
+        if len(text) <= 15 and text.isascii():
+            if text.isdigit():
+                whole = int(text)
+                return cls(value=Decimal(whole), milli=whole * 1000, text=text)
+            if text[-1:] == "m" and text[:-1].isdigit():
+                milli = int(text[:-1])
+                return cls(value=Decimal(milli).scaleb(-3), milli=milli, text=text)
         value = parse_quantity(text)
         # Go's MilliValue saturates instead of overflowing int64 for absurd values; so do we.
         milli = max(_INT64_MIN, min(_INT64_MAX, milli_value(value)))
@@ -1580,6 +1590,10 @@ MetricInput = PodMetricsList | MetricValueList | ExternalMetricValueList | Metri
 
 
 def _parse_pod_metrics(raw: Mapping[str, Any], path: str) -> PodMetricsList:
+    # Per answer: pods of one answer share timestamps and windows (see _parse_custom_metrics).
+    times: dict[str, datetime] = {}
+    windows: dict[str, timedelta] = {}
+    quantities: dict[str, Quantity] = {}
     items = []
     for i, item in enumerate(_list(raw, "items", path) or []):
         where = f"{path}.items[{i}]"
@@ -1590,17 +1604,22 @@ def _parse_pod_metrics(raw: Mapping[str, Any], path: str) -> PodMetricsList:
         if window_raw is not None:
             if not isinstance(window_raw, str):
                 raise ModelError(f"{where}.window", "must be a duration string such as \"30s\"")
-            try:
-                window = parse_duration(window_raw)
-            except ValueError as err:
-                raise ModelError(f"{where}.window", str(err)) from None
+            cached_window = windows.get(window_raw)
+            if cached_window is None:
+                try:
+                    cached_window = windows[window_raw] = parse_duration(window_raw)
+                except ValueError as err:
+                    raise ModelError(f"{where}.window", str(err)) from None
+            window = cached_window
         containers = []
         for j, c in enumerate(_list(obj, "containers", where) or []):
             cw = f"{where}.containers[{j}]"
             cobj = _object(c, cw)
             containers.append(ContainerUsage(name=_str(cobj, "name", cw),
-                                             usage=_resource_list(cobj, "usage", cw)))
-        timestamp = _opt_time(obj, "timestamp", where)
+                                             usage=_usage(cobj, cw, quantities)))
+        stamp = obj.get("timestamp")
+        timestamp = (_cached_time(times, stamp) if type(stamp) is str else None) \
+            or _opt_time(obj, "timestamp", where)
         items.append(PodMetrics(
             name=_str(meta, "name", f"{where}.metadata", required=True),
             namespace=_str(meta, "namespace", f"{where}.metadata"),
@@ -1611,30 +1630,122 @@ def _parse_pod_metrics(raw: Mapping[str, Any], path: str) -> PodMetricsList:
     return PodMetricsList(items=tuple(items))
 
 
+def _usage(obj: Mapping[str, Any], path: str,
+           quantities: dict[str, Quantity]) -> dict[str, Quantity]:
+    """A container's `usage` (a ResourceList), each distinct quantity string parsed once."""
+    raw = obj.get("usage")
+    if raw is None:
+        return {}
+    where = _join(path, "usage")
+    mapping = _object(raw, where)
+    usage: dict[str, Quantity] = {}
+    for name, value in mapping.items():
+        quantity = _cached_quantity(quantities, value) if type(value) is str else None
+        usage[str(name)] = quantity or _quantity_value(value, f"{where}.{name}")
+    return usage
+
+
+def _cached_time(cache: dict[str, datetime], raw: str) -> datetime | None:
+    """parse_time for a string, once per distinct string of one list (the items of an answer
+    usually share one timestamp); None when it does not parse (the careful path says why)."""
+    found = cache.get(raw)
+    if found is None:
+        try:
+            found = parse_time(raw, "")
+        except ModelError:
+            return None
+        cache[raw] = found
+    return found
+
+
+def _cached_quantity(cache: dict[str, Quantity], raw: str) -> Quantity | None:
+    """Quantity.parse, once per distinct string of one list; None when it does not parse."""
+    found = cache.get(raw)
+    if found is None:
+        try:
+            found = Quantity.parse(raw)
+        except QuantityError:
+            return None
+        cache[raw] = found
+    return found
+
+
+def _fast_str(obj: Mapping[str, Any], key: str) -> str | None:
+    """What `_str` returns for a well-formed field, or None to take the careful path."""
+    raw = obj.get(key)
+    if raw is None:
+        return ""
+    return raw if type(raw) is str else None
+
+
+def _fast_metric_value(item: object, times: dict[str, datetime],
+                       quantities: dict[str, Quantity]) -> MetricValue | None:
+    """A v1beta2 MetricValue of the usual shape, read without building field paths; None for
+    anything else (v1beta1, a missing field, a wrong type), which `_metric_value` then reads
+    or rejects naming the field. Both give equal values for what this one accepts."""
+    if type(item) is not dict:
+        return None
+    described = item.get("describedObject")
+    metric = item.get("metric")
+    stamp = item.get("timestamp")
+    raw_value = item.get("value")
+    window = item.get("windowSeconds")
+    if (type(described) is not dict or type(metric) is not dict or type(stamp) is not str
+            or type(raw_value) is not str):
+        return None
+    if window is not None and (type(window) is not int
+                               or not _INT64_MIN <= window <= _INT64_MAX):
+        return None
+    kind = _fast_str(described, "kind")
+    name = _fast_str(described, "name")
+    namespace = _fast_str(described, "namespace")
+    api_version = _fast_str(described, "apiVersion")
+    metric_name = _fast_str(metric, "name")
+    if kind is None or name is None or namespace is None or api_version is None \
+            or metric_name is None:
+        return None
+    timestamp = _cached_time(times, stamp)
+    value = _cached_quantity(quantities, raw_value)
+    if timestamp is None or value is None:
+        return None
+    return MetricValue(described_kind=kind, described_name=name,
+                       described_namespace=namespace, described_api_version=api_version,
+                       metric_name=metric_name, timestamp=timestamp, window_seconds=window,
+                       value=value)
+
+
+def _metric_value(item: object, where: str) -> MetricValue:
+    obj = _object(item, where)
+    described = _object(obj.get("describedObject") or {}, f"{where}.describedObject")
+    metric = obj.get("metric")
+    if metric is not None:
+        name = _str(_object(metric, f"{where}.metric"), "name", f"{where}.metric")
+    else:
+        name = _str(obj, "metricName", where)
+    value_raw = obj.get("value")
+    if value_raw is None:
+        raise ModelError(f"{where}.value", "is required")
+    return MetricValue(
+        described_kind=_str(described, "kind", f"{where}.describedObject"),
+        described_name=_str(described, "name", f"{where}.describedObject"),
+        described_namespace=_str(described, "namespace", f"{where}.describedObject"),
+        described_api_version=_str(described, "apiVersion", f"{where}.describedObject"),
+        metric_name=name,
+        timestamp=_opt_time(obj, "timestamp", where) or GO_ZERO_TIME,
+        window_seconds=_int(obj, "windowSeconds", where, bits=64),
+        value=_quantity_value(value_raw, f"{where}.value"),
+    )
+
+
 def _parse_custom_metrics(raw: Mapping[str, Any], path: str) -> MetricValueList:
+    # Per answer, not global: the items of one answer repeat their timestamp (and often
+    # values), which is the largest pure cost of a steady reconcile.
+    times: dict[str, datetime] = {}
+    quantities: dict[str, Quantity] = {}
     items = []
     for i, item in enumerate(_list(raw, "items", path) or []):
-        where = f"{path}.items[{i}]"
-        obj = _object(item, where)
-        described = _object(obj.get("describedObject") or {}, f"{where}.describedObject")
-        metric = obj.get("metric")
-        if metric is not None:
-            name = _str(_object(metric, f"{where}.metric"), "name", f"{where}.metric")
-        else:
-            name = _str(obj, "metricName", where)
-        value_raw = obj.get("value")
-        if value_raw is None:
-            raise ModelError(f"{where}.value", "is required")
-        items.append(MetricValue(
-            described_kind=_str(described, "kind", f"{where}.describedObject"),
-            described_name=_str(described, "name", f"{where}.describedObject"),
-            described_namespace=_str(described, "namespace", f"{where}.describedObject"),
-            described_api_version=_str(described, "apiVersion", f"{where}.describedObject"),
-            metric_name=name,
-            timestamp=_opt_time(obj, "timestamp", where) or GO_ZERO_TIME,
-            window_seconds=_int(obj, "windowSeconds", where, bits=64),
-            value=_quantity_value(value_raw, f"{where}.value"),
-        ))
+        value = _fast_metric_value(item, times, quantities)
+        items.append(value if value is not None else _metric_value(item, f"{path}.items[{i}]"))
     return MetricValueList(items=tuple(items))
 
 

@@ -25,12 +25,17 @@ from types import TracebackType
 from typing import Any
 
 from aiohttp import web
-from kubernetes_asyncio.client import ApiClient, Configuration
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
 from autoscaler import settings as settings_flags
 from autoscaler.controller import CURRENT_OBJECT, Controller, ControllerMetrics
-from autoscaler.kube import KubeClient, load_configuration, open_kube_client
+from autoscaler.kube import (
+    Configuration,
+    KubeClient,
+    load_configuration,
+    open_kube_client,
+    open_watch_client,
+)
 from autoscaler.leader import (
     LeaderElectionConfig,
     LeaderElector,
@@ -251,7 +256,7 @@ class AutoscalerServer:
             self.configuration, registry=self.registry,
             reporting_instance=options.reporting_instance or socket.gethostname()))
         watch_api = await self._stack.enter_async_context(
-            ApiClient(configuration=self.configuration))
+            open_watch_client(self.configuration))
         metrics = MetricsClient(self.kube,
                                 version_ttl=options.settings.sync_period.total_seconds())
         self.watching = Watching(lambda path: PathSource(watch_api, path),

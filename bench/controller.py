@@ -272,6 +272,8 @@ async def _run_full(args: argparse.Namespace) -> dict[str, Any]:
             if profile is not None:
                 import pstats
                 profile.disable()
+                if args.profile_out:
+                    profile.dump_stats(args.profile_out)
                 pstats.Stats(profile, stream=sys.stderr).sort_stats("tottime").print_stats(40)
             rss = _rss_mib()
             trimmed = _trimmed_rss_mib()
@@ -382,6 +384,8 @@ def main() -> int:
     parser.add_argument("--mode", choices=("full", "stub", "both"), default="both")
     parser.add_argument("--profile", action="store_true",
                         help="print a profile of the controller's last full-mode pass")
+    parser.add_argument("--profile-out", metavar="FILE",
+                        help="with --profile, also write the raw pstats to FILE")
     parser.add_argument("--serve-fake", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.serve_fake:

@@ -9,11 +9,16 @@ from datetime import UTC, datetime
 from typing import Any
 
 import pytest
-from kubernetes_asyncio.client import ApiClient
 from prometheus_client import CollectorRegistry
 
 from autoscaler import errors
-from autoscaler.kube import KubeClient, ObjectReference, RetryPolicy, ScaleTargetRef
+from autoscaler.kube import (
+    KubeClient,
+    ObjectReference,
+    RetryPolicy,
+    ScaleTargetRef,
+    open_kube_http,
+)
 from tests.fakes.kube_api import DropConnection, FakeKubeAPI, ServerError, TooManyRequests
 
 NOW = datetime(2024, 5, 1, 12, 0, 21, tzinfo=UTC)
@@ -45,8 +50,8 @@ def registry() -> CollectorRegistry:
 @pytest.fixture
 async def kube(fake_kube: FakeKubeAPI, sleeps: Sleeps,
                registry: CollectorRegistry) -> AsyncIterator[KubeClient]:
-    async with ApiClient(configuration=fake_kube.api_client_configuration()) as api:
-        yield KubeClient(api, registry=registry, reporting_instance="autoscaler-0",
+    async with open_kube_http(fake_kube.api_client_configuration()) as http:
+        yield KubeClient(http, registry=registry, reporting_instance="autoscaler-0",
                          sleep=sleeps, jitter=lambda: 0.0)
 
 
@@ -120,8 +125,8 @@ async def test_concurrent_resolutions_share_one_discovery_fetch(
 
 async def test_discovery_expires_after_its_ttl(fake_kube: FakeKubeAPI) -> None:
     now = [0.0]
-    async with ApiClient(configuration=fake_kube.api_client_configuration()) as api:
-        kube = KubeClient(api, registry=CollectorRegistry(), reporting_instance="a",
+    async with open_kube_http(fake_kube.api_client_configuration()) as http:
+        kube = KubeClient(http, registry=CollectorRegistry(), reporting_instance="a",
                           discovery_ttl=30.0, monotonic=lambda: now[0])
         ref = ScaleTargetRef("apps/v1", "Deployment", "web")
         await kube.resolve_scale_target(ref)
@@ -250,8 +255,8 @@ async def test_429_is_retried_after_exactly_retry_after(
 async def test_server_errors_back_off_then_surface(
         fake_kube: FakeKubeAPI, sleeps: Sleeps) -> None:
     fake_kube.create_deployment("web", namespace="shop", replicas=3)
-    async with ApiClient(configuration=fake_kube.api_client_configuration()) as api:
-        kube = KubeClient(api, registry=CollectorRegistry(), reporting_instance="a",
+    async with open_kube_http(fake_kube.api_client_configuration()) as http:
+        kube = KubeClient(http, registry=CollectorRegistry(), reporting_instance="a",
                           retry=RetryPolicy(attempts=3, initial=0.1, cap=1.0), sleep=sleeps,
                           jitter=lambda: 1.0)
         target = await kube.resolve_scale_target(ScaleTargetRef("apps/v1", "Deployment", "web"))
@@ -277,8 +282,8 @@ async def test_forbidden_is_not_retried(fake_kube: FakeKubeAPI, sleeps: Sleeps) 
     fake_kube.add_user(token="autoscaler-token", username="system:serviceaccount:ops:autoscaler")
     fake_kube.authorizer = lambda attributes: (attributes.subresource != "scale", "")
     configuration = fake_kube.api_client_configuration(token="autoscaler-token")
-    async with ApiClient(configuration=configuration) as api:
-        kube = KubeClient(api, registry=CollectorRegistry(), reporting_instance="a",
+    async with open_kube_http(configuration) as http:
+        kube = KubeClient(http, registry=CollectorRegistry(), reporting_instance="a",
                           sleep=sleeps)
         target = await kube.resolve_scale_target(ScaleTargetRef("apps/v1", "Deployment", "web"))
         with pytest.raises(errors.Forbidden) as caught:

@@ -7,11 +7,10 @@ from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 
 import pytest
-from kubernetes_asyncio.client import ApiClient
 from prometheus_client import CollectorRegistry
 
 from autoscaler import errors
-from autoscaler.kube import KubeClient
+from autoscaler.kube import KubeClient, open_kube_http
 from autoscaler.leader import LeaderElectionConfig, LeaderElector, LeaseSpec
 from tests.fakes.kube_api import FakeKubeAPI
 
@@ -38,9 +37,9 @@ def clock() -> Clock:
 
 @pytest.fixture
 async def clients(fake_kube: FakeKubeAPI) -> AsyncIterator[tuple[KubeClient, KubeClient]]:
-    """Two replicas: each its own ApiClient (own connection pool), one fake API server."""
-    async with ApiClient(configuration=fake_kube.api_client_configuration()) as first, \
-            ApiClient(configuration=fake_kube.api_client_configuration()) as second:
+    """Two replicas: each its own HTTP session (own connection pool), one fake API server."""
+    async with open_kube_http(fake_kube.api_client_configuration()) as first, \
+            open_kube_http(fake_kube.api_client_configuration()) as second:
         yield (KubeClient(first, registry=CollectorRegistry(), reporting_instance="a"),
                KubeClient(second, registry=CollectorRegistry(), reporting_instance="b"))
 

@@ -10,11 +10,10 @@ from typing import Any
 
 import pytest
 from aiohttp import web
-from kubernetes_asyncio.client import ApiClient
 from prometheus_client import CollectorRegistry
 
 from autoscaler.errors import MetricsError
-from autoscaler.kube import KubeClient
+from autoscaler.kube import KubeClient, open_kube_http
 from autoscaler.metrics import MetricsClient
 from metricscale import pki
 from tests.fakes.kube_api import FakeKubeAPI
@@ -91,8 +90,8 @@ class Sleeps:
 
 @pytest.fixture
 async def metrics(fake_kube: FakeKubeAPI) -> AsyncIterator[MetricsClient]:
-    async with ApiClient(configuration=fake_kube.api_client_configuration()) as api:
-        kube = KubeClient(api, registry=CollectorRegistry(), reporting_instance="a",
+    async with open_kube_http(fake_kube.api_client_configuration()) as http:
+        kube = KubeClient(http, registry=CollectorRegistry(), reporting_instance="a",
                           sleep=Sleeps())
         yield MetricsClient(kube)
 
