@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import gc
 import json
 import logging
 import signal
@@ -158,6 +159,10 @@ async def serve(settings: AdapterSettings, config: AdapterConfig, *,
             logger.error("cannot listen on %s:%d: %s", serving.bind_address, serving.port,
                          error)
             return 1
+        # Everything built so far (modules, config, catalog, app) lives as long as the process;
+        # moving it out of the collector's generations keeps full collections from walking it,
+        # which measured as rare multi-millisecond pauses at p99 under load.
+        gc.freeze()
         reload_task = start_guarded_task(_reload_certificates(tls),
                                          name="serving certificate reload", on_failure=on_fatal)
         logger.info("serving custom.metrics.k8s.io and external.metrics.k8s.io on https://%s:%d",
@@ -174,6 +179,9 @@ async def serve(settings: AdapterSettings, config: AdapterConfig, *,
         for signum in (signal.SIGTERM, signal.SIGINT):
             loop.remove_signal_handler(signum)
         await runner.cleanup()
+        # A process that serves more than once (tests, the benchmark) must not pin each
+        # server's objects forever.
+        gc.unfreeze()
     return 1 if failures else 0
 
 
