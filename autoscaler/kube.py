@@ -78,6 +78,7 @@ __all__ = [
     "ScaleTargetRef",
     "error_from_api_exception",
     "error_from_response",
+    "event_name",
     "format_micro_time",
     "load_configuration",
     "merge_patch",
@@ -470,12 +471,14 @@ def render_event(
     action: str,
     now: datetime,
     reporting_instance: str,
+    name: str | None = None,
 ) -> dict[str, Any]:
-    """An events.k8s.io/v1 Event, named like client-go's events library names them."""
+    """An events.k8s.io/v1 Event, named like client-go's events library names them
+    (`<object>.<unix nanoseconds in hex>`) unless `name` is given."""
     return {
         "apiVersion": "events.k8s.io/v1",
         "kind": "Event",
-        "metadata": {"name": f"{regarding.name}.{_unix_nanos(now):x}",
+        "metadata": {"name": name or event_name(regarding.name, _unix_nanos(now)),
                      "namespace": regarding.namespace},
         "eventTime": format_micro_time(now),
         "reportingController": REPORTING_CONTROLLER,
@@ -486,6 +489,11 @@ def render_event(
         "note": _truncate_utf8(note, _NOTE_LIMIT_BYTES),
         "regarding": regarding.render(),
     }
+
+
+def event_name(object_name: str, unix_nanos: int) -> str:
+    """client-go's Event name: `fmt.Sprintf("%v.%x", regarding.Name, t.UnixNano())`."""
+    return f"{object_name}.{unix_nanos:x}"
 
 
 def render_lease_spec(spec: LeaseSpec) -> dict[str, Any]:
@@ -759,6 +767,10 @@ class KubeAPI(Protocol):
         previous: Mapping[str, Any] | None, resource_version: str | None = None,
     ) -> Mapping[str, Any]: ...
 
+    async def patch_hpa_annotations(
+        self, *, namespace: str, name: str, annotations: Mapping[str, str | None],
+    ) -> Mapping[str, Any]: ...
+
     async def create_event(
         self, *, regarding: ObjectReference, event_type: EventType, reason: str, note: str,
         now: datetime, action: str = "Scale",
@@ -820,6 +832,9 @@ class KubeClient:
         self._discovery_lock = asyncio.Lock()
         self._fetch_lock = asyncio.Lock()
         self._requests = 0
+        # Event names must be unique: client-go takes the nanoseconds of its own clock, which
+        # two events of one reconcile (one `now`) would share. Strictly increasing per client.
+        self._last_event_nanos = 0
         self._latency = Histogram(
             "metricscale_autoscaler_api_request_duration_seconds",
             "Latency of the autoscaler's Kubernetes API requests, by call site, verb, resource "
@@ -1098,6 +1113,20 @@ class KubeClient:
             status=status, previous=previous, resource_version=resource_version,
             context=ErrorContext("autoscaling", "horizontalpodautoscalers", name))
 
+    async def patch_hpa_annotations(
+        self, *, namespace: str, name: str, annotations: Mapping[str, str | None],
+    ) -> Mapping[str, Any]:
+        """Merge-patch metadata.annotations of an autoscaling/v2 HorizontalPodAutoscaler (a
+        None value removes the annotation); other annotations are left as they are. This is
+        where a native HPA keeps the history an Autoscaler keeps in its status."""
+        path = f"/apis/autoscaling/v2/namespaces/{namespace}/horizontalpodautoscalers/{name}"
+        data = await self._request(
+            "PATCH", path, operation="patch_annotations",
+            resource="horizontalpodautoscalers.autoscaling",
+            body={"metadata": {"annotations": dict(annotations)}}, content_type=_MERGE_PATCH,
+            context=ErrorContext("autoscaling", "horizontalpodautoscalers", name))
+        return _object(data, "HorizontalPodAutoscaler")
+
     # -- events --
 
     async def create_event(
@@ -1115,14 +1144,28 @@ class KubeClient:
         Returns whether the server accepted it. One attempt only: an event is not worth
         holding a reconcile for.
         """
+        nanos = max(_unix_nanos(now), self._last_event_nanos + 1)
+        self._last_event_nanos = nanos
         body = render_event(regarding=regarding, event_type=event_type, reason=reason,
                             note=note, action=action, now=now,
-                            reporting_instance=self._reporting_instance)
+                            reporting_instance=self._reporting_instance,
+                            name=event_name(regarding.name, nanos))
+        path = f"/apis/events.k8s.io/v1/namespaces/{regarding.namespace}/events"
+        context = ErrorContext("events.k8s.io", "events")
         try:
-            await self._request(
-                "POST", f"/apis/events.k8s.io/v1/namespaces/{regarding.namespace}/events",
-                operation="create_event", resource="events.events.k8s.io", body=body,
-                retry=_NO_RETRY, context=ErrorContext("events.k8s.io", "events"))
+            try:
+                await self._request("POST", path, operation="create_event",
+                                    resource="events.events.k8s.io", body=body,
+                                    retry=_NO_RETRY, context=context)
+            except AlreadyExists:
+                # Another process (a restarted replica) named one in the same nanosecond:
+                # let the server pick a free name.
+                metadata = body["metadata"]
+                metadata["generateName"] = f"{regarding.name}."
+                del metadata["name"]
+                await self._request("POST", path, operation="create_event",
+                                    resource="events.events.k8s.io", body=body,
+                                    retry=_NO_RETRY, context=context)
         except Exception as exc:
             logger.warning("%s/%s: event %s not recorded: %s", regarding.namespace,
                            regarding.name, reason, exc)

@@ -125,6 +125,10 @@ class KubeWrites(Protocol):
         previous: Mapping[str, Any] | None, resource_version: str | None = None,
     ) -> Mapping[str, Any]: ...
 
+    async def patch_hpa_annotations(
+        self, *, namespace: str, name: str, annotations: Mapping[str, str | None],
+    ) -> Mapping[str, Any]: ...
+
     async def create_event(
         self, *, regarding: ObjectReference, event_type: EventType, reason: str, note: str,
         now: datetime, action: str = "Scale",
@@ -466,16 +470,14 @@ class Reconciler:
         if not events:
             return
         regarding = ObjectReference.from_object(entry.raw)
-        for index, event in enumerate(events):
+        for event in events:
             if event.type == "Warning" and self._stats is not None:
                 self._stats.errors.labels(event.reason).inc()
             self._leader.ensure()
-            # An Event's name comes from its time: one microsecond apart, as the events of
-            # one sync would be, or the second would collide with the first.
+            # One `now` for every event of a reconcile: the client names them uniquely.
             await self._kube.create_event(
                 regarding=regarding, event_type="Warning" if event.type == "Warning"
-                else "Normal", reason=event.reason, note=event.message,
-                now=now + timedelta(microseconds=index))
+                else "Normal", reason=event.reason, note=event.message, now=now)
 
     async def _write_status(self, entry: AutoscalerEntry, *, autoscaler: Autoscaler,
                             decision: Decision, memory: _Memory, now: datetime) -> bool:
@@ -493,8 +495,9 @@ class Reconciler:
                     self._leader.ensure()
                     await self._kube.write_hpa_status(namespace=namespace, name=name,
                                                       status=status, previous=entry.status)
-                if persist and await self._write_history_annotation(entry, decision.history,
-                                                                    now=now, horizon=horizon):
+                if persist:
+                    await self._write_history_annotation(entry, decision.history, now=now,
+                                                         horizon=horizon)
                     memory.persisted = decision.history
                 return True
             extras: dict[str, Any] = {
@@ -523,25 +526,20 @@ class Reconciler:
             self._leader.ensure()
             await self._kube.create_event(regarding=ObjectReference.from_object(entry.raw),
                                           event_type="Warning", reason="FailedUpdateStatus",
-                                          note=str(err),
-                                          now=now + timedelta(microseconds=len(
-                                              decision.events)))
+                                          note=str(err), now=now)
             return False
         if persist:
             memory.persisted = decision.history
         return True
 
     async def _write_history_annotation(self, entry: AutoscalerEntry, history: History, *,
-                                        now: datetime, horizon: timedelta) -> bool:
+                                        now: datetime, horizon: timedelta) -> None:
         """A native HPA keeps its history in an annotation (its status schema is fixed)."""
-        patch = getattr(self._kube, "patch_hpa_annotations", None)
-        if patch is None:
-            return False
         value = render_history_annotation(history, now=now, horizon=horizon)
         self._leader.ensure()
-        await patch(namespace=entry.key.namespace, name=entry.key.name,
-                    annotations={HISTORY_ANNOTATION: value})
-        return True
+        await self._kube.patch_hpa_annotations(namespace=entry.key.namespace,
+                                               name=entry.key.name,
+                                               annotations={HISTORY_ANNOTATION: value})
 
     async def _invalid(self, entry: AutoscalerEntry, now: datetime) -> ReconcileResult:
         """An object the API server should have refused (e.g. written before a schema change):

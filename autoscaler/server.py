@@ -273,10 +273,6 @@ class AutoscalerServer:
         else:
             self.guard = LeaderGuard.always_leader(clock=self.clock)
             stats.leader.set(1)
-        if options.native_hpa and not hasattr(self.kube, "patch_hpa_annotations"):
-            logger.warning("native HPAs: the stabilization history is kept in memory only "
-                           "(the API client cannot write the metricscale.dev/history "
-                           "annotation)")
         watching = self.watching
         self.reconciler = Reconciler(kube=self.kube, metrics=metrics, watching=watching,
                                      settings=options.settings, dry_run=options.dry_run,

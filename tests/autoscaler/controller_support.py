@@ -99,7 +99,8 @@ class MemoryKube:
     events: list[RecordedEvent] = field(default_factory=list)
     status_writes: list[tuple[str, str, Mapping[str, Any]]] = field(default_factory=list)
     scale_writes: list[tuple[str, str, int]] = field(default_factory=list)
-    annotation_writes: list[tuple[str, str, Mapping[str, str]]] = field(default_factory=list)
+    annotation_writes: list[tuple[str, str, Mapping[str, str | None]]] = field(
+        default_factory=list)
     fail: dict[str, list[KubeError]] = field(default_factory=dict)
     kinds: dict[str, ResourceMapping] = field(
         default_factory=lambda: {"Deployment": DEPLOYMENTS})
@@ -182,13 +183,14 @@ class MemoryKube:
         return status
 
     async def patch_hpa_annotations(self, *, namespace: str, name: str,
-                                    annotations: Mapping[str, str]) -> Mapping[str, Any]:
+                                    annotations: Mapping[str, str | None]) -> Mapping[str, Any]:
         self._call("patch_annotations")
         self.annotation_writes.append((namespace, name, annotations))
         key = AutoscalerKey("HorizontalPodAutoscaler", namespace, name)
         raw = dict(self.caches.entries[key].raw)
         metadata = dict(raw["metadata"])
-        metadata["annotations"] = {**metadata.get("annotations", {}), **annotations}
+        merged = {**metadata.get("annotations", {}), **annotations}
+        metadata["annotations"] = {k: v for k, v in merged.items() if v is not None}
         raw["metadata"] = metadata
         self.caches.put(raw)
         return raw

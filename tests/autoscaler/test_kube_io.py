@@ -363,6 +363,29 @@ async def test_hpa_status_is_replaced_through_the_status_subresource(
     assert fake_kube.requests_to("horizontalpodautoscalers/web/status$", method="PATCH")
 
 
+async def test_hpa_annotations_are_merge_patched_leaving_the_others_and_the_spec(
+        fake_kube: FakeKubeAPI, kube: KubeClient) -> None:
+    body = hpa("web", "shop")
+    body["metadata"]["annotations"] = {"team": "shop", "stale": "x"}
+    created = fake_kube.create("autoscaling", "v2", "horizontalpodautoscalers", body)
+    patched = await kube.patch_hpa_annotations(
+        namespace="shop", name="web",
+        annotations={"metricscale.dev/history": '{"recommendations":[]}', "stale": None})
+    assert patched["metadata"]["annotations"] == {
+        "team": "shop", "metricscale.dev/history": '{"recommendations":[]}'}
+    stored = fake_kube.store.get("autoscaling", "v2", "horizontalpodautoscalers", "web",
+                                 namespace="shop")
+    assert stored["metadata"]["annotations"] == patched["metadata"]["annotations"]
+    assert stored["spec"] == created["spec"] and stored["status"] == created["status"]
+    (request,) = fake_kube.requests_to("horizontalpodautoscalers/web$", method="PATCH")
+    assert dict(request.headers)["Content-Type"] == "application/merge-patch+json"
+
+
+async def test_hpa_annotations_of_a_missing_hpa_are_not_found(kube: KubeClient) -> None:
+    with pytest.raises(errors.NotFound):
+        await kube.patch_hpa_annotations(namespace="shop", name="gone", annotations={"a": "b"})
+
+
 # --- events ----------------------------------------------------------------------------------
 
 
@@ -396,3 +419,38 @@ async def test_failed_event_is_swallowed_and_not_retried(fake_kube: FakeKubeAPI,
                                    reason="FailedGetScale", note="x", now=NOW) is False
     assert len(fake_kube.requests_to("/events$", method="POST")) == 1
     assert sleeps.delays == []
+
+
+async def test_events_of_one_reconcile_share_its_time_and_all_are_stored(
+        fake_kube: FakeKubeAPI, kube: KubeClient) -> None:
+    regarding = ObjectReference(api_version="metricscale.dev/v1alpha1", kind="Autoscaler",
+                                namespace="shop", name="web", uid="uid-1")
+    for reason in ("FailedGetPodsMetric", "FailedComputeMetricsReplicas", "FailedUpdateStatus"):
+        assert await kube.create_event(regarding=regarding, event_type="Warning", reason=reason,
+                                       note="x", now=NOW)
+    events = fake_kube.store.list("events.k8s.io", "v1", "events", namespace="shop")
+    assert sorted(e["reason"] for e in events) == [
+        "FailedComputeMetricsReplicas", "FailedGetPodsMetric", "FailedUpdateStatus"]
+    assert {e["eventTime"] for e in events} == {"2024-05-01T12:00:21.000000Z"}
+    nanos = int(NOW.timestamp()) * 10**9
+    assert sorted(e["metadata"]["name"] for e in events) == [
+        f"web.{nanos + i:x}" for i in range(3)]  # client-go's scheme, made unique
+
+
+async def test_an_event_name_taken_by_another_process_falls_back_to_a_generated_one(
+        fake_kube: FakeKubeAPI, kube: KubeClient) -> None:
+    nanos = int(NOW.timestamp()) * 10**9
+    fake_kube.create("events.k8s.io", "v1", "events", {
+        "metadata": {"name": f"web.{nanos:x}", "namespace": "shop"},
+        "eventTime": "2024-05-01T12:00:21.000000Z", "reportingController": "other",
+        "reportingInstance": "old-replica", "action": "Scale", "reason": "SuccessfulRescale",
+        "type": "Normal", "regarding": {"kind": "Autoscaler", "name": "web",
+                                        "namespace": "shop"}})
+    regarding = ObjectReference(api_version="metricscale.dev/v1alpha1", kind="Autoscaler",
+                                namespace="shop", name="web")
+    assert await kube.create_event(regarding=regarding, event_type="Normal",
+                                   reason="SuccessfulRescale", note="x", now=NOW)
+    names = sorted(e["metadata"]["name"] for e in fake_kube.store.list(
+        "events.k8s.io", "v1", "events", namespace="shop"))
+    assert len(names) == 2 and names[0] != names[1]
+    assert all(name.startswith("web.") for name in names)

@@ -1,15 +1,21 @@
 """The autoscaler controller end to end against the fake API server, with resource and custom
 metrics from a metrics API of the test's own behind the fake's aggregator: scaling by upstream's
 steps, dry run, a deleted target, 409 and 429 from the API server, a watch cut by compaction
-(410), the steady-state request budget, objects the API should have refused, /metrics."""
+(410), the steady-state request budget, objects the API should have refused, /metrics, native
+HPAs and the history they keep across a restart."""
 
 from __future__ import annotations
 
+import asyncio
+import json
+import time
 from decimal import Decimal
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 
+from autoscaler.persistence import HISTORY_ANNOTATION
 from tests.e2e.test_autoscaler_support import (
     GROUP,
     NS,
@@ -312,3 +318,57 @@ async def test_native_hpas_are_reconciled_with_the_flag_and_their_status_written
     assert "history" not in status and "targets" not in status
     assert [e["reason"] for e in events_of(fake_kube, "web")] == ["SuccessfulRescale"]
     assert events_of(fake_kube, "web")[0]["regarding"]["kind"] == "HorizontalPodAutoscaler"
+
+
+async def test_a_restarted_controller_keeps_a_native_hpas_stabilization_window(
+        fake_kube: FakeKubeAPI, tmp_path: Path) -> None:
+    """A native HPA's history lives in its metricscale.dev/history annotation: a controller
+    started after another stopped continues the window the first was in the middle of."""
+    install_crd(fake_kube)
+    window = 6.0
+    behavior = {"scaleUp": {"policies": [{"type": "Pods", "value": 4, "periodSeconds": 1}]},
+                "scaleDown": {"stabilizationWindowSeconds": int(window),
+                              "policies": [{"type": "Percent", "value": 100,
+                                            "periodSeconds": 1}]}}
+
+    def hpa() -> dict[str, Any]:
+        return fake_kube.store.get("autoscaling", "v2", "horizontalpodautoscalers", "web",
+                                   namespace=NS)
+
+    def hpa_reason(kind: str) -> str:
+        conditions = (hpa().get("status") or {}).get("conditions") or []
+        return next((c["reason"] for c in conditions if c["type"] == kind), "")
+
+    def history() -> dict[str, Any]:
+        annotations = hpa()["metadata"].get("annotations") or {}
+        raw = annotations.get(HISTORY_ANNOTATION)
+        return json.loads(raw) if raw else {}
+
+    async with metrics_backend(fake_kube, tmp_path / "metrics") as backend, \
+            Workload(fake_kube, "web", replicas=2, total=Decimal(60),
+                     publish=backend.publisher("http_requests")) as web:
+        body = autoscaler("web", target="web", metrics=[pods_metric("http_requests", "10")],
+                          min_replicas=2, max_replicas=8, behavior=behavior)
+        body["apiVersion"], body["kind"] = "autoscaling/v2", "HorizontalPodAutoscaler"
+        body["metadata"]["annotations"] = {"team": "shop"}
+        fake_kube.create("autoscaling", "v2", "horizontalpodautoscalers", body)
+        async with controller(fake_kube, native_hpa=True):
+            await until(lambda: replicas_of(fake_kube, "web") == 6, within=15,
+                        what="the HPA's target scaled to 6")
+            web.set_load(20)
+            load_fell = time.monotonic()
+            await until(lambda: hpa_reason("AbleToScale") == "ScaleDownStabilized", within=10,
+                        what="a held scale-down")
+            await until(lambda: {r["replicas"] for r in history().get("recommendations", [])}
+                        == {2, 6}, within=10, what="the history annotation")
+            await asyncio.sleep(1.0)  # the window runs a while under the first controller
+        assert replicas_of(fake_kube, "web") == 6
+        assert hpa()["metadata"]["annotations"]["team"] == "shop"  # a merge patch
+        async with controller(fake_kube, native_hpa=True, identity="replica-b"):
+            restarted = time.monotonic()
+            scaled_down = await until(lambda: replicas_of(fake_kube, "web") == 2, within=15,
+                                      what="the scale-down")
+    # Not before the window that began under the first controller ends, and sooner than a
+    # controller that forgot it could have (it would hold the size a whole window from start).
+    assert scaled_down - load_fell >= window - 0.3
+    assert scaled_down - restarted < window - 0.5
