@@ -19,6 +19,9 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Generic, TypeVar
 
+from adapter.wire import status_body
+from metricscale.selectors import quote_go_string
+
 logger = logging.getLogger(__name__)
 
 Headers = Sequence[tuple[str, str]]
@@ -957,67 +960,24 @@ class TTLCache(Generic[K, V]):
 # --------------------------------------------------------------------------------------------
 # Status bodies
 
-NOSNIFF_HEADERS: Mapping[str, str] = MappingProxyType({"X-Content-Type-Options": "nosniff"})
-
-_GO_ESCAPES: Mapping[str, str] = MappingProxyType({
-    "\a": "\\a", "\b": "\\b", "\f": "\\f", "\n": "\\n", "\r": "\\r", "\t": "\\t",
-    "\v": "\\v", "\\": "\\\\", '"': '\\"'})
-
-
-def go_quote(text: str) -> str:
-    """Go's ``%q`` of a string: double quotes, backslash escapes, printable Unicode kept."""
-    out = ['"']
-    for char in text:
-        if char in _GO_ESCAPES:
-            out.append(_GO_ESCAPES[char])
-        elif char == " " or char.isprintable():
-            out.append(char)
-        elif ord(char) < 0x80:
-            out.append(f"\\x{ord(char):02x}")
-        elif ord(char) < 0x10000:
-            out.append(f"\\u{ord(char):04x}")
-        else:
-            out.append(f"\\U{ord(char):08x}")
-    out.append('"')
-    return "".join(out)
-
-
 def _html_sanitize(text: str) -> str:
     # Upstream escapes these so an error text can never be mistaken for HTML.
     return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
 
 
-def _status(*, code: int, reason: str, message: str,
-            details: dict[str, Any] | None = None) -> dict[str, Any]:
-    body: dict[str, Any] = {"kind": "Status", "apiVersion": "v1", "metadata": {},
-                            "status": "Failure"}
-    if message:
-        body["message"] = message
-    if reason:
-        body["reason"] = reason
-    if details is not None:
-        body["details"] = details
-    body["code"] = code
-    return body
-
-
-def unauthorized_status() -> dict[str, Any]:
-    return _status(code=401, reason="Unauthorized", message="Unauthorized")
-
-
 def forbidden_message(*, user: UserInfo, attributes: RequestAttributes, reason: str = "") -> str:
     """The message of ``responsewriters.Forbidden`` wrapped by ``NewForbidden``."""
-    who = go_quote(user.name)
+    who = quote_go_string(user.name)
     if not attributes.is_resource_request:
-        detail = f"User {who} cannot {attributes.verb} path {go_quote(attributes.path)}"
+        detail = f"User {who} cannot {attributes.verb} path {quote_go_string(attributes.path)}"
     else:
         resource = attributes.resource
         if attributes.subresource:
             resource = f"{resource}/{attributes.subresource}"
-        scope = (f"in the namespace {go_quote(attributes.namespace)}" if attributes.namespace
-                 else "at the cluster scope")
-        detail = (f"User {who} cannot {attributes.verb} resource {go_quote(resource)} "
-                  f"in API group {go_quote(attributes.api_group)} {scope}")
+        scope = (f"in the namespace {quote_go_string(attributes.namespace)}"
+                 if attributes.namespace else "at the cluster scope")
+        detail = (f"User {who} cannot {attributes.verb} resource {quote_go_string(resource)} "
+                  f"in API group {quote_go_string(attributes.api_group)} {scope}")
     detail = _html_sanitize(detail)
     if reason:
         detail = f"{detail}: {reason}"
@@ -1027,7 +987,7 @@ def forbidden_message(*, user: UserInfo, attributes: RequestAttributes, reason: 
                  else attributes.resource)
     if not attributes.name:
         return f"{qualified} is forbidden: {detail}"
-    return f"{qualified} {go_quote(attributes.name)} is forbidden: {detail}"
+    return f"{qualified} {quote_go_string(attributes.name)} is forbidden: {detail}"
 
 
 def forbidden_status(
@@ -1035,17 +995,11 @@ def forbidden_status(
 ) -> dict[str, Any]:
     details = {"name": attributes.name, "group": attributes.api_group,
                "kind": attributes.resource}
-    return _status(
+    return status_body(
         code=403, reason="Forbidden",
         message=forbidden_message(user=user, attributes=attributes, reason=reason),
         details={key: value for key, value in details.items() if value},
     )
-
-
-def internal_error_status(cause: str) -> dict[str, Any]:
-    """``apierrors.NewInternalError``: the cause must be safe to show (no backend internals)."""
-    return _status(code=500, reason="InternalError", message=f"Internal error occurred: {cause}",
-                   details={"causes": [{"message": cause}]})
 
 
 AUTHORIZATION_FAILED_CAUSE = "the authorization check could not be completed"

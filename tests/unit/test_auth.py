@@ -42,8 +42,6 @@ from adapter.auth import (
     first_header_value,
     forbidden_message,
     forbidden_status,
-    go_quote,
-    internal_error_status,
     merge_authentication_config,
     needs_cluster_lookup,
     parse_always_allow_paths,
@@ -60,10 +58,11 @@ from adapter.auth import (
     subject_access_review_spec,
     token_cache_key,
     token_review_body,
-    unauthorized_status,
     unescape_extra_key,
     with_authenticated_group,
 )
+from adapter.wire import internal_error, unauthorized
+from metricscale.selectors import quote_go_string
 
 CA_PEM = "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n"
 VERIFIED = ChainCheck(ChainVerdict.VERIFIED)
@@ -842,7 +841,7 @@ def test_always_allow_paths_star_only_at_the_end() -> None:
 # -------------------------------------------------------------- Status bodies (§3.2, §4.4, §10.2)
 
 def test_unauthorized_status_is_exact() -> None:
-    assert json.dumps(unauthorized_status(), separators=(",", ":")) == (
+    assert json.dumps(unauthorized(), separators=(",", ":")) == (
         '{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure",'
         '"message":"Unauthorized","reason":"Unauthorized","code":401}')
 
@@ -912,11 +911,11 @@ def test_forbidden_message_escapes_html_and_quotes_like_go() -> None:
     ("\u200b", '"\\u200b"'),
 ])
 def test_go_quote(text: str, quoted: str) -> None:
-    assert go_quote(text) == quoted
+    assert quote_go_string(text) == quoted
 
 
 def test_internal_error_status_shape() -> None:
-    assert internal_error_status("the authorization check could not be completed") == {
+    assert internal_error("the authorization check could not be completed") == {
         "kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
         "message": "Internal error occurred: the authorization check could not be completed",
         "reason": "InternalError",
