@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 PURE_MODULES = ["model", "replicas", "behavior", "conditions", "decision", "settings",
-                "snapshot", "explain"]
+                "snapshot", "explain", "persistence"]
 AUTOSCALER = Path(__file__).resolve().parents[2] / "autoscaler"
 CLOCK_READS = re.compile(r"datetime\.now|time\.time|time\.monotonic|utcnow|date\.today|"
                          r"time\.perf_counter")
