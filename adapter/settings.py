@@ -256,24 +256,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                       default="info")
 
 
-def _duration_flag(name: str, text: str) -> Decimal:
+def _duration_flag(name: str, text: str, *, zero_allowed: bool = False) -> Decimal:
+    """A duration flag's value; a TTL may be 0 (its cache off), an interval or timeout not."""
     try:
         value = parse_duration(text)
     except SettingsError as error:
         raise SettingsError(f"{name}: {error}") from None
-    if value <= 0:
-        raise SettingsError(f"{name} must be positive, got {text!r}")
+    if value < 0 or (value == 0 and not zero_allowed):
+        bound = "must not be negative" if zero_allowed else "must be positive"
+        raise SettingsError(f"{name} {bound}, got {text!r}")
     return value
 
 
 def _ttl_flag(name: str, text: str) -> Decimal:
-    try:
-        value = parse_duration(text)
-    except SettingsError as error:
-        raise SettingsError(f"{name}: {error}") from None
-    if value < 0:
-        raise SettingsError(f"{name} must not be negative, got {text!r}")
-    return value
+    return _duration_flag(name, text, zero_allowed=True)
 
 
 def _prometheus_settings(args: argparse.Namespace) -> PrometheusSettings | None:
