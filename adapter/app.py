@@ -18,8 +18,9 @@ import logging
 import platform
 import sys
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Any, Protocol
 
 from aiohttp import web
@@ -115,7 +116,7 @@ logger = logging.getLogger(__name__)
 
 JSON_CONTENT_TYPE = "application/json"
 TEXT_CONTENT_TYPE = "text/plain; charset=utf-8"
-NOSNIFF = {"X-Content-Type-Options": "nosniff"}
+NOSNIFF: Mapping[str, str] = MappingProxyType({"X-Content-Type-Options": "nosniff"})
 # How long the first metric discovery pass waits for the cluster's resource discovery, so that
 # overrides naming CRDs are normalised against the real cluster rather than the built-in list.
 _FIRST_KUBE_DISCOVERY_WAIT = 5.0
@@ -278,44 +279,45 @@ def _warning_header(warnings: Sequence[str]) -> dict[str, str]:
     return {"Warning": ", ".join(quoted)}
 
 
-def negotiate_json(accept: str | None) -> bool:
-    """Whether plain JSON satisfies `Accept` (absent, `application/json`, `application/*`,
-    `*/*`). `application/json;as=Table;…` asks for another kind and does not count."""
-    if not accept or not accept.strip():
-        return True
+_ZERO_QUALITY = frozenset({"0", "0.0", "0.00", "0.000"})
+
+
+def _media_ranges(accept: str) -> Iterator[tuple[str, dict[str, str]]]:
+    """Each media range of `Accept` (lower-cased) with its parameters; `q=0` ranges left out."""
     for media_range in accept.split(","):
         media, *parameters = (part.strip() for part in media_range.split(";"))
         params = {}
         for parameter in parameters:
             key, _, value = parameter.partition("=")
             params[key.strip().lower()] = value.strip()
-        if params.get("q", "1") in ("0", "0.0", "0.00", "0.000"):
-            continue
-        media = media.lower()
-        if media in ("*/*", "application/*"):
-            return True
-        if media == "application/json" and not {"as", "g", "v"} & params.keys():
-            return True
-    return False
+        if params.get("q", "1") not in _ZERO_QUALITY:
+            yield media.lower(), params
+
+
+def _plain_json_fits(media: str, params: Mapping[str, str]) -> bool:
+    # `as`, `g` and `v` ask for another kind of document (a Table, a discovery list).
+    return media in ("*/*", "application/*") or (
+        media == "application/json" and not {"as", "g", "v"} & params.keys())
+
+
+def negotiate_json(accept: str | None) -> bool:
+    """Whether plain JSON satisfies `Accept` (absent, `application/json`, `application/*`,
+    `*/*`). `application/json;as=Table;…` asks for another kind and does not count."""
+    if not accept or not accept.strip():
+        return True
+    return any(_plain_json_fits(media, params) for media, params in _media_ranges(accept))
 
 
 def _aggregated_discovery_version(accept: str | None) -> str | None:
     """`v2`/`v2beta1` if `Accept` asks for aggregated discovery first, else None."""
     if not accept:
         return None
-    for media_range in accept.split(","):
-        media, *parameters = (part.strip() for part in media_range.split(";"))
-        params = {}
-        for parameter in parameters:
-            key, _, value = parameter.partition("=")
-            params[key.strip().lower()] = value.strip()
-        if params.get("q", "1") in ("0", "0.0"):
-            continue
-        if (media.lower() == "application/json" and params.get("g") == "apidiscovery.k8s.io"
+    for media, params in _media_ranges(accept):
+        if (media == "application/json" and params.get("g") == "apidiscovery.k8s.io"
                 and params.get("as") == "APIGroupDiscoveryList"
                 and params.get("v") in AGGREGATED_DISCOVERY_CONTENT_TYPES):
             return params["v"]
-        if negotiate_json(media_range):
+        if _plain_json_fits(media, params):
             return None
     return None
 
