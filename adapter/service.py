@@ -59,10 +59,10 @@ from adapter.wire import (
     encode_object_metric_values,
     internal_error,
     metric_not_found,
+    not_found,
     render_external_metric_value_list,
     sample_to_quantity,
     service_unavailable,
-    status_body,
 )
 from metricscale.selectors import Selector, SelectorError, label_selector_json
 
@@ -221,8 +221,7 @@ class MetricsService:
             return await self._objects.select(info.group_resource, namespace=namespace,
                                               selector=selector)
         except UnknownResource as error:
-            raise ApiError(status_body(code=404, reason="NotFound", message=str(error))) \
-                from None
+            raise ApiError(not_found(str(error))) from None
         except ResourceNotListable as error:
             raise ApiError(bad_request(f"objects cannot be selected by label: {error}")) \
                 from None
@@ -281,9 +280,7 @@ class MetricsService:
         registry = self._snapshot()
         entry = registry.resolve_external(route.metric)
         if entry is None:
-            raise ApiError(status_body(
-                code=404, reason="NotFound",
-                message=f"the server could not find the metric {route.metric}"))
+            raise ApiError(not_found(f"the server could not find the metric {route.metric}"))
         try:
             promql = build_external_query(rule=entry.rule, mapper=entry.mapper,
                                           series=entry.series, namespace=route.namespace,
@@ -311,9 +308,8 @@ class MetricsService:
                    "numbers" if non_finite else
                    f"no series matched the query of {entry.rule.path}")
             logger.info("external %s: empty answer (%s); query: %s", route.metric, why, promql)
-            raise ApiError(status_body(
-                code=404, reason="NotFound",
-                message=f"the server could not find the metric {route.metric}: {why}"))
+            raise ApiError(not_found(
+                f"the server could not find the metric {route.metric}: {why}"))
         warnings: tuple[str, ...] = ()
         if non_finite:
             warnings = (f"{non_finite} series of {route.metric} have values that are not "

@@ -37,6 +37,7 @@ __all__ = [
     "method_not_allowed",
     "metric_not_found",
     "not_acceptable",
+    "not_found",
     "render_aggregated_discovery",
     "render_api_group",
     "render_api_group_list",
@@ -414,6 +415,10 @@ def metric_not_found(*, metric: str, resource: str, object_name: str | None = No
             message += f" with selector {selector}"
     if why:
         message += f": {why}"
+    return not_found(message)
+
+
+def not_found(message: str) -> dict[str, Any]:
     return status_body(code=404, reason="NotFound", message=message)
 
 
