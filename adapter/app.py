@@ -504,7 +504,7 @@ def _groups() -> list[tuple[str, Sequence[str]]]:
             (EXTERNAL_METRICS_GROUP, EXTERNAL_METRICS_VERSIONS)]
 
 
-def _resource_list(app: web.Application, group: str, version: str) -> dict[str, Any]:
+def _resource_list(app: web.Application, *, group: str, version: str) -> dict[str, Any]:
     registry = app[DISCOVERY_KEY].registry
     if group == EXTERNAL_METRICS_GROUP:
         return render_external_resource_list(metrics=registry.external_metrics())
@@ -534,7 +534,7 @@ async def _api(request: web.Request) -> web.StreamResponse:
         aggregated = _aggregated_discovery_version(accept)
         if aggregated is not None:
             document = render_aggregated_discovery(
-                [(group, [(version, _resource_list(app, group, version))
+                [(group, [(version, _resource_list(app, group=group, version=version))
                           for version in versions]) for group, versions in _groups()],
                 version=aggregated)
             return _json(document, headers={"Vary": "Accept"},
@@ -548,7 +548,7 @@ async def _api(request: web.Request) -> web.StreamResponse:
         return _json(render_api_group(group=route.group, versions=versions))
     if isinstance(route, ResourceListRoute):
         request[_ROUTE_LABEL] = "discovery"
-        return _json(_resource_list(app, route.group, route.version))
+        return _json(_resource_list(app, group=route.group, version=route.version))
     service = app[SERVICE_KEY]
     answer: Answer
     if isinstance(route, CustomMetricRoute):

@@ -239,7 +239,7 @@ def build_registry(*, config: AdapterConfig, series: Mapping[str, Iterable[Serie
                 custom[key] = CustomMetricEntry(key, shape.name, rule, mapper)
                 written += 1
         skipped += names.skipped
-        rule_stats.append(_rule_stats(rule, names, written))
+        rule_stats.append(_rule_stats(rule, names=names, written=written))
     for rule in config.external_rules:
         mapper = ResourceMapper.build(template=rule.resources.label_template,
                                       overrides=rule.resources.overrides, catalog=catalog)
@@ -253,7 +253,7 @@ def build_registry(*, config: AdapterConfig, series: Mapping[str, Iterable[Serie
             external[metric.lower()] = ExternalMetricEntry(metric, shape.name, rule, mapper)
             written += 1
         skipped += names.skipped
-        rule_stats.append(_rule_stats(rule, names, written))
+        rule_stats.append(_rule_stats(rule, names=names, written=written))
     all_shapes = {shape for shapes in materialized.values() for shape in shapes}
     stats = RegistryStats(
         custom_metrics=len(custom), external_metrics=len(external),
@@ -264,6 +264,6 @@ def build_registry(*, config: AdapterConfig, series: Mapping[str, Iterable[Serie
     return MetricRegistry(custom, external, catalog, now, stats)
 
 
-def _rule_stats(rule: DiscoveryRule, names: _RuleNames, written: int) -> RuleStats:
+def _rule_stats(rule: DiscoveryRule, *, names: _RuleNames, written: int) -> RuleStats:
     matched = sum(1 for name in names.names.values() if name is not None)
     return RuleStats(rule.path, len(names.names), matched, written)

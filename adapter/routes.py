@@ -177,7 +177,7 @@ def _route(segments: list[str], query: dict[str, str]) -> Route | None:
         return ResourceListRoute(group, version)
     if group == EXTERNAL_METRICS_GROUP:
         return _external(rest, query)
-    return _custom(version, rest, query)
+    return _custom(version, rest=rest, query=query)
 
 
 def _external(rest: list[str], query: dict[str, str]) -> Route:
@@ -189,7 +189,7 @@ def _external(rest: list[str], query: dict[str, str]) -> Route:
     return ExternalMetricRoute(namespace, metric, _selector(query.get("labelSelector", "")))
 
 
-def _custom(version: str, rest: list[str], query: dict[str, str]) -> Route:
+def _custom(version: str, *, rest: list[str], query: dict[str, str]) -> Route:
     metric_selector = _selector(query.get("metricLabelSelector", ""))
     if rest[0] == "namespaces":
         if len(rest) == 3:

@@ -259,10 +259,10 @@ def check_config(settings: AdapterSettings, *, out: TextIO | None = None) -> int
           f"externalRules, resourceRules: {resource_rules}", file=out)
     if settings.prometheus is None:
         return 0
-    return asyncio.run(_check_discovery(settings, config, out))
+    return asyncio.run(_check_discovery(settings, config=config, out=out))
 
 
-async def _check_discovery(settings: AdapterSettings, config: AdapterConfig,
+async def _check_discovery(settings: AdapterSettings, *, config: AdapterConfig,
                            out: TextIO) -> int:
     assert settings.prometheus is not None
     catalog = await _catalog(settings, out)

@@ -150,7 +150,7 @@ async def _wait_for_file(path: Path) -> None:
         await asyncio.sleep(0.05)
 
 
-async def _wait_ready(session: aiohttp.ClientSession, url: str, process: Any) -> None:
+async def _wait_ready(session: aiohttp.ClientSession, url: str, *, process: Any) -> None:
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         if process.returncode is not None:
@@ -237,7 +237,7 @@ async def latency_part(*, pods: int, requests: int, clients: int, seconds: float
                         _client_session(clients, None) as direct_session, \
                         _client_session(clients, context) as floor_session:
                     adapter = _Target(adapter_session, f"https://127.0.0.1:{port}")
-                    await _wait_ready(adapter_session, adapter.url, process)
+                    await _wait_ready(adapter_session, adapter.url, process=process)
                     body_bytes = await _check_answer(adapter, pods=pods)
                     floor_port = _free_port()
                     floor = await asyncio.create_subprocess_exec(
@@ -249,7 +249,7 @@ async def latency_part(*, pods: int, requests: int, clients: int, seconds: float
                     floor.stdin.write(promql.encode())
                     floor.stdin.close()
                     floor_url = f"https://127.0.0.1:{floor_port}"
-                    await _wait_ok(floor_session, floor_url + "/fixed", floor)
+                    await _wait_ok(floor_session, floor_url + "/fixed", process=floor)
                     result = await _measure(
                         adapter, direct_session, floor_session, floor_url=floor_url,
                         prometheus_url=prometheus.url, promql=promql, requests=requests,
@@ -296,7 +296,7 @@ async def _check_answer(adapter: _Target, *, pods: int) -> int:
     return len(body)
 
 
-async def _wait_ok(session: aiohttp.ClientSession, url: str, process: Any) -> None:
+async def _wait_ok(session: aiohttp.ClientSession, url: str, *, process: Any) -> None:
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         if process.returncode is not None:
@@ -381,7 +381,7 @@ async def _measure_cached(*, config: Path, prometheus_url: str, kubeconfig: Path
         context = ssl.create_default_context(cafile=str(cert_dir / "apiserver.crt"))
         async with _client_session(clients, context) as session:
             adapter = _Target(session, f"https://127.0.0.1:{port}")
-            await _wait_ready(session, adapter.url, process)
+            await _wait_ready(session, adapter.url, process=process)
             await _check_answer(adapter, pods=pods)
             latency = await _alternate({"adapter": adapter.get}, requests=requests)
             rps = await _throughput(adapter.get, clients=clients, seconds=seconds)

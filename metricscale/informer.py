@@ -217,7 +217,7 @@ def _error_from_status_object(obj: object, *, http_status: int | None = None,
                         message=str(obj.get("message") or ""), retry_after=retry_after)
 
 
-def _error_from_http(status: int, body: bytes, headers: Mapping[str, str]) -> StatusError:
+def _error_from_http(status: int, *, body: bytes, headers: Mapping[str, str]) -> StatusError:
     retry_after = parse_retry_after(headers.get("Retry-After"))
     try:
         parsed: object = json.loads(body) if body else None
@@ -236,7 +236,7 @@ def _error_from_api_exception(exc: ApiException) -> StatusError:
     if isinstance(body, str):
         body = body.encode()
     if isinstance(body, bytes) and body:
-        return _error_from_http(status, body, headers)
+        return _error_from_http(status, body=body, headers=headers)
     return status_error(status, reason=str(exc.reason or ""),
                         retry_after=parse_retry_after(headers.get("Retry-After")))
 
@@ -712,7 +712,7 @@ class Informer(Generic[T]):
             body = b""
         finally:
             response.release()
-        raise _error_from_http(response.status, body, response.headers)
+        raise _error_from_http(response.status, body=body, headers=response.headers)
 
     def _replace(self, fresh: dict[str, dict[str, T]]) -> None:
         old, self._store = self._store, fresh

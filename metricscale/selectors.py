@@ -166,7 +166,7 @@ def label_value_errors(value: str) -> list[str]:
     return errors
 
 
-def _field_invalid(path: str, value: str, detail: str) -> str:
+def _field_invalid(path: str, *, value: str, detail: str) -> str:
     """`field.Invalid(path, value, detail).Error()`."""
     return f"{path}: Invalid value: {quote_go_string(value)}: {detail}"
 
@@ -282,7 +282,7 @@ def new_requirement(key: str, operator: Operator, values: Sequence[str],
     value_path = "values" if path is None else f"{path}.values"
     key_problems = label_key_errors(key)
     if key_problems:
-        errors.append(_field_invalid(key_path, key, "; ".join(key_problems)))
+        errors.append(_field_invalid(key_path, value=key, detail="; ".join(key_problems)))
     count = len(values)
     if operator in (Operator.IN, Operator.NOT_IN):
         if count == 0:
@@ -302,14 +302,14 @@ def new_requirement(key: str, operator: Operator, values: Sequence[str],
                           "for 'Gt', 'Lt' operators, exactly one value is required")
         for index, value in enumerate(values):
             if _parse_int64(value) is None:
-                errors.append(_field_invalid(f"{value_path}[{index}]", value,
-                                             "for 'Gt', 'Lt' operators, the value must be "
-                                             "an integer"))
+                errors.append(_field_invalid(f"{value_path}[{index}]", value=value,
+                                             detail="for 'Gt', 'Lt' operators, the value "
+                                                    "must be an integer"))
     for index, value in enumerate(values):
         value_problems = label_value_errors(value)
         if value_problems:
-            errors.append(_field_invalid(f"{value_path}[{index}][{key}]", value,
-                                         "; ".join(value_problems)))
+            errors.append(_field_invalid(f"{value_path}[{index}][{key}]", value=value,
+                                         detail="; ".join(value_problems)))
     if errors:
         raise SelectorError(_aggregate(errors))
     return Requirement(key, operator, tuple(values))
@@ -448,7 +448,7 @@ class _Parser:
             raise SelectorError(f"found '{literal}', expected: identifier")
         problems = label_key_errors(literal)
         if problems:
-            raise SelectorError(_field_invalid("<nil>", literal, "; ".join(problems)))
+            raise SelectorError(_field_invalid("<nil>", value=literal, detail="; ".join(problems)))
         following, _ = self.lookahead()
         if following in (_Token.END, _Token.COMMA) and operator is not Operator.DOES_NOT_EXIST:
             operator = Operator.EXISTS
