@@ -24,6 +24,7 @@ from typing import Any, TextIO
 
 from aiohttp import web
 from prometheus_client import CollectorRegistry
+from yarl import URL
 
 from adapter import kube
 from adapter.app import create_app, mark_shutting_down
@@ -262,9 +263,15 @@ def check_config(settings: AdapterSettings, *, out: TextIO | None = None) -> int
     return asyncio.run(_check_discovery(settings, config=config, out=out))
 
 
+def _shown_url(url: str) -> str:
+    """The Prometheus URL for output: a password written into it stays out of logs."""
+    return str(URL(url).with_password(None))
+
+
 async def _check_discovery(settings: AdapterSettings, *, config: AdapterConfig,
                            out: TextIO) -> int:
     assert settings.prometheus is not None
+    shown_url = _shown_url(settings.prometheus.url)
     catalog = await _catalog(settings, out)
     now = datetime.fromtimestamp(time.time(), tz=UTC)
     async with PrometheusClient(settings.prometheus, registry=CollectorRegistry()) as client:
@@ -275,7 +282,7 @@ async def _check_discovery(settings: AdapterSettings, *, config: AdapterConfig,
         except DiscoveryFailed as error:
             cause = error.__cause__
             detail = getattr(cause, "detail", "") or ""
-            print(f"discovery against {settings.prometheus.url} failed: {error} {detail}",
+            print(f"discovery against {shown_url} failed: {error} {detail}",
                   file=out)
             return 1
     for problem in registry.stats.override_problems:
@@ -292,7 +299,7 @@ async def _check_discovery(settings: AdapterSettings, *, config: AdapterConfig,
             print(line, file=out)
     print(f"discovered {registry.stats.custom_metrics} custom and "
           f"{registry.stats.external_metrics} external metrics from "
-          f"{settings.prometheus.url}", file=out)
+          f"{shown_url}", file=out)
     return 0
 
 
