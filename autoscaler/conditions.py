@@ -57,6 +57,8 @@ def set_condition(conditions: tuple[Condition, ...], *, type: str, status: str, 
     """setConditionInList: update in place, or append; the transition time moves on a new status."""
     for index, existing in enumerate(conditions):
         if existing.type == type:
+            if (existing.status, existing.reason, existing.message) == (status, reason, message):
+                return conditions  # the steady state: nothing to replace
             transition = now if existing.status != status else existing.last_transition_time
             updated = replace(existing, status=status, reason=reason, message=message,
                               last_transition_time=transition)

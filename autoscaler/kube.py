@@ -798,6 +798,7 @@ class _Discovery:
 
     groups: dict[str, list[str]] | None = None  # group -> versions, preferred first
     resources: dict[str, list[Mapping[str, Any]]] = field(default_factory=dict)
+    kinds: dict[tuple[str, str], list[ResourceMapping]] = field(default_factory=dict)
     generation: int = 0
     fetched_at: float = 0.0
 
@@ -842,6 +843,14 @@ class KubeClient:
             ["operation", "verb", "resource", "code"],
             registry=registry,
         )
+        self._latency_children: dict[tuple[str, str, str, str], Histogram] = {}
+
+    def _observe(self, labels: tuple[str, str, str, str], seconds: float) -> None:
+        # The children by label values, so a request does not look them up by name each time.
+        child = self._latency_children.get(labels)
+        if child is None:
+            child = self._latency_children[labels] = self._latency.labels(*labels)
+        child.observe(seconds)
 
     @property
     def request_count(self) -> int:
@@ -882,8 +891,7 @@ class KubeClient:
                 error = error_from_response(response.status, headers=response.headers,
                                             body=response.body, verb=verb, context=context)
             finally:
-                self._latency.labels(operation, verb, resource, code).observe(
-                    time.perf_counter() - started)
+                self._observe((operation, verb, resource, code), time.perf_counter() - started)
             failures += 1
             delay = policy.delay(error, failures=failures, jitter=self._jitter())
             if delay is None:
@@ -974,6 +982,10 @@ class KubeClient:
 
     async def _lookup_kind(self, group: str, kind: str) -> list[ResourceMapping]:
         groups = await self._groups()
+        discovery = self._discovery
+        known = discovery.kinds.get((group, kind))
+        if known is not None:
+            return known  # every reconcile asks; discovery changes every 30 s at most
         mappings: list[ResourceMapping] = []
         for version in groups.get(group, []):
             listed = await self._resource_list(group, version)
@@ -987,6 +999,7 @@ class KubeClient:
                     namespaced=bool(entry.get("namespaced")),
                     has_scale=f"{name}/scale" in names))
                 break
+        discovery.kinds[(group, kind)] = mappings
         return mappings
 
     async def _lookup_with_refresh(

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import re
 import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol, cast
@@ -68,8 +69,14 @@ class MetricsTransport(Protocol):
     async def resolve_kind(self, *, group: str, kind: str) -> list[ResourceMapping]: ...
 
 
+# Characters no path escaping changes: names of namespaces and metrics are made of them.
+_PLAIN_SEGMENT = re.compile(r"[A-Za-z0-9_.~-]*")
+
+
 def _segment(text: str) -> str:
     # Go's URL path escaping (what client-go sends): keep :@&=+$,; and escape the rest.
+    if _PLAIN_SEGMENT.fullmatch(text):
+        return text
     return quote(text, safe="$&+,:;=@")
 
 

@@ -118,8 +118,10 @@ def needs_persisting(persisted: History | None, current: History, *, now: dateti
     if (persisted.scale_up_events != current.scale_up_events
             or persisted.scale_down_events != current.scale_down_events):
         return True
-    known = set(compact_history(persisted, now=now, horizon=horizon).recommendations or ())
     last = _latest(persisted.recommendations).replicas
+    if all(rec.replicas == last for rec in current.recommendations):
+        return False  # the steady state: every recommendation is the persisted last value
+    known = set(compact_history(persisted, now=now, horizon=horizon).recommendations or ())
     compacted = compact_history(current, now=now, horizon=horizon).recommendations or ()
     return any(rec.replicas != last and rec not in known for rec in compacted)
 

@@ -485,13 +485,14 @@ class Reconciler:
         key = entry.key
         horizon = history_horizon(autoscaler.spec, self._settings)
         persist = needs_persisting(memory.persisted, decision.history, now=now, horizon=horizon)
-        changed = _status_core(decision.status) != _status_core(autoscaler.status)
-        status = render_status(decision.status)
+        changed = decision.status != autoscaler.status and (
+            _status_core(decision.status) != _status_core(autoscaler.status))
         namespace, name = key.namespace, key.name
         try:
             if key.kind == HPA_KIND:
-                status.pop("observedGeneration", None)
                 if changed:
+                    status = render_status(decision.status)
+                    status.pop("observedGeneration", None)
                     self._leader.ensure()
                     await self._kube.write_hpa_status(namespace=namespace, name=name,
                                                       status=status, previous=entry.status)
@@ -514,7 +515,8 @@ class Reconciler:
                 extras["history"] = current["history"]
             if not changed and not persist and all(current.get(k) == v
                                                    for k, v in extras.items()):
-                return True
+                return True  # the steady state: nothing rendered, nothing written
+            status = render_status(decision.status)
             status.update(extras)
             self._leader.ensure()
             await self._kube.write_autoscaler_status(namespace=namespace, name=name,
