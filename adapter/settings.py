@@ -227,18 +227,33 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                            "several HPAs read one metric within a scrape interval)")
 
     auth = parser.add_argument_group("authentication and authorization")
-    auth.add_argument("--client-ca-file")
-    auth.add_argument("--requestheader-client-ca-file")
-    auth.add_argument("--requestheader-allowed-names", type=_comma_list, default=())
-    auth.add_argument("--requestheader-username-headers", type=_comma_list, default=None)
-    auth.add_argument("--requestheader-group-headers", type=_comma_list, default=None)
-    auth.add_argument("--requestheader-extra-headers-prefix", type=_comma_list, default=None)
-    auth.add_argument("--requestheader-uid-headers", type=_comma_list, default=None)
-    auth.add_argument("--authentication-kubeconfig")
-    auth.add_argument("--authentication-skip-lookup", action="store_true")
-    auth.add_argument("--authorization-kubeconfig")
+    auth.add_argument("--client-ca-file",
+                      help="CA of plain client certificates (default: from the ConfigMap "
+                           "kube-system/extension-apiserver-authentication)")
+    auth.add_argument("--requestheader-client-ca-file",
+                      help="CA of the front proxy's client certificate (default: from the "
+                           "ConfigMap)")
+    auth.add_argument("--requestheader-allowed-names", type=_comma_list, default=(),
+                      help="CNs allowed as the front proxy, comma-separated (empty: any)")
+    auth.add_argument("--requestheader-username-headers", type=_comma_list, default=None,
+                      help="default x-remote-user")
+    auth.add_argument("--requestheader-group-headers", type=_comma_list, default=None,
+                      help="default x-remote-group")
+    auth.add_argument("--requestheader-extra-headers-prefix", type=_comma_list, default=None,
+                      help="default x-remote-extra-")
+    auth.add_argument("--requestheader-uid-headers", type=_comma_list, default=None,
+                      help="default none")
+    auth.add_argument("--authentication-kubeconfig",
+                      help="cluster for TokenReviews and the ConfigMap (default: --kubeconfig)")
+    auth.add_argument("--authentication-skip-lookup", action="store_true",
+                      help="do not read the ConfigMap")
+    auth.add_argument("--authorization-kubeconfig",
+                      help="cluster for SubjectAccessReviews (default: that of "
+                           "--authentication-kubeconfig)")
     auth.add_argument("--authorization-always-allow-paths", type=_comma_list,
-                      default=DEFAULT_ALWAYS_ALLOW_PATHS)
+                      default=DEFAULT_ALWAYS_ALLOW_PATHS,
+                      help="paths allowed without a review; a trailing * is a prefix "
+                           "(default /healthz,/readyz,/livez)")
     auth.add_argument("--authentication-token-webhook-cache-ttl", default="10s",
                       help="how long TokenReview answers are cached (default %(default)s)")
     auth.add_argument("--authorization-webhook-cache-authorized-ttl", default="10s",
