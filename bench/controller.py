@@ -311,6 +311,7 @@ async def _run_full(args: argparse.Namespace) -> dict[str, Any]:
                 pstats.Stats(profile, stream=sys.stderr).sort_stats("tottime").print_stats(40)
             rss = _rss_mib()
             trimmed = _trimmed_rss_mib()
+            floor = await _bare_gets(kube, workers=args.workers)
     finally:
         fake.stdin.close()
         with contextlib.suppress(ProcessLookupError):
@@ -321,7 +322,32 @@ async def _run_full(args: argparse.Namespace) -> dict[str, Any]:
             "passes": [_pass_report(r) for r in results],
             "controller_rss_mib": round(rss, 0),
             "controller_rss_after_trim_mib": round(trimmed, 0),
-            "controller_peak_rss_mib": round(_peak_rss_mib(), 0)}
+            "controller_peak_rss_mib": round(_peak_rss_mib(), 0),
+            "floor": floor}
+
+
+async def _bare_gets(kube: Any, *, workers: int, count: int = 5_000) -> dict[str, Any]:
+    """The floor under a reconcile: the same two GETs a steady reconcile makes (the scale, and
+    the metrics through the aggregator), bare, through the same client, `workers` at a time."""
+    paths = {"scale": ("/apis/apps/v1/namespaces/ns-0/deployments/app-0/scale", ()),
+             "metrics": (f"/apis/custom.metrics.k8s.io/v1beta2/namespaces/ns-0/pods/*/{METRIC}",
+                         (("labelSelector", "app=app-0"),))}
+    report: dict[str, Any] = {}
+    for label, (path, query) in paths.items():
+        remaining = count
+
+        async def worker(path: str = path, query: Any = query) -> None:
+            nonlocal remaining
+            while remaining > 0:
+                remaining -= 1
+                await kube.get_json(path, query=query, operation="bench", resource="bench")
+
+        started, cpu = time.monotonic(), time.process_time()
+        await asyncio.gather(*(worker() for _ in range(workers)))
+        seconds, cpu_seconds = time.monotonic() - started, time.process_time() - cpu
+        report[f"{label}_get_cpu_microseconds"] = round(cpu_seconds / count * 1e6)
+        report[f"{label}_gets_per_second"] = round(count / seconds)
+    return report
 
 
 def _pass_report(result: PassResult) -> dict[str, Any]:
