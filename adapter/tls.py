@@ -64,8 +64,8 @@ def load_trust_bundle(pem: bytes | None) -> TrustBundle | None:
     if pem is None or not pem.strip():
         return None
     try:
-        certificates = tuple(x509.load_pem_x509_certificates(pem))
-    except ValueError as error:
+        certificates = tuple(pki.load_certificates_pem(pem))
+    except pki.PKIError as error:
         raise TLSConfigError(f"CA bundle holds no usable PEM certificate: {error}") from error
     return TrustBundle(certificates=certificates, pem=pem)
 
