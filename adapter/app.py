@@ -55,10 +55,8 @@ from adapter.config import AdapterConfig
 from adapter.discovery import Discovery, DiscoveryMetrics
 from adapter.prometheus import PrometheusClient
 from adapter.routes import (
-    CUSTOM_METRICS_GROUP,
-    CUSTOM_METRICS_VERSIONS,
+    API_GROUP_VERSIONS,
     EXTERNAL_METRICS_GROUP,
-    EXTERNAL_METRICS_VERSIONS,
     CustomMetricRoute,
     ExternalMetricRoute,
     GroupListRoute,
@@ -499,11 +497,6 @@ async def _openapi_v2(request: web.Request) -> web.StreamResponse:
 # Handlers: the API groups
 
 
-def _groups() -> list[tuple[str, Sequence[str]]]:
-    return [(CUSTOM_METRICS_GROUP, CUSTOM_METRICS_VERSIONS),
-            (EXTERNAL_METRICS_GROUP, EXTERNAL_METRICS_VERSIONS)]
-
-
 def _resource_list(app: web.Application, *, group: str, version: str) -> dict[str, Any]:
     registry = app[DISCOVERY_KEY].registry
     if group == EXTERNAL_METRICS_GROUP:
@@ -535,16 +528,18 @@ async def _api(request: web.Request) -> web.StreamResponse:
         if aggregated is not None:
             document = render_aggregated_discovery(
                 [(group, [(version, _resource_list(app, group=group, version=version))
-                          for version in versions]) for group, versions in _groups()],
+                          for version in versions])
+                 for group, versions in API_GROUP_VERSIONS.items()],
                 version=aggregated)
             return _json(document, headers={"Vary": "Accept"},
                          content_type=AGGREGATED_DISCOVERY_CONTENT_TYPES[aggregated])
         _require_json(accept)
-        return _json(render_api_group_list(_groups()), headers={"Vary": "Accept"})
+        return _json(render_api_group_list(tuple(API_GROUP_VERSIONS.items())),
+                     headers={"Vary": "Accept"})
     _require_json(accept)
     if isinstance(route, GroupRoute):
         request[_ROUTE_LABEL] = "discovery"
-        versions = dict(_groups())[route.group]
+        versions = API_GROUP_VERSIONS[route.group]
         return _json(render_api_group(group=route.group, versions=versions))
     if isinstance(route, ResourceListRoute):
         request[_ROUTE_LABEL] = "discovery"

@@ -11,12 +11,15 @@ from __future__ import annotations
 
 import re
 import urllib.parse
+from collections.abc import Mapping
 from dataclasses import dataclass
+from types import MappingProxyType
 
 from adapter.resources import NAMESPACES, GroupResource
 from metricscale.selectors import Selector, SelectorError, parse_selector
 
 __all__ = [
+    "API_GROUP_VERSIONS",
     "CUSTOM_METRICS_GROUP",
     "CUSTOM_METRICS_VERSIONS",
     "EXTERNAL_METRICS_GROUP",
@@ -35,8 +38,10 @@ CUSTOM_METRICS_GROUP = "custom.metrics.k8s.io"
 EXTERNAL_METRICS_GROUP = "external.metrics.k8s.io"
 CUSTOM_METRICS_VERSIONS = ("v1beta2", "v1beta1")  # preference order
 EXTERNAL_METRICS_VERSIONS = ("v1beta1",)
-_VERSIONS = {CUSTOM_METRICS_GROUP: CUSTOM_METRICS_VERSIONS,
-             EXTERNAL_METRICS_GROUP: EXTERNAL_METRICS_VERSIONS}
+# Both groups, in the order `/apis` lists them, each with its versions in preference order.
+API_GROUP_VERSIONS: Mapping[str, tuple[str, ...]] = MappingProxyType({
+    CUSTOM_METRICS_GROUP: CUSTOM_METRICS_VERSIONS,
+    EXTERNAL_METRICS_GROUP: EXTERNAL_METRICS_VERSIONS})
 
 
 @dataclass(frozen=True)
@@ -164,7 +169,7 @@ def _route(segments: list[str], query: dict[str, str]) -> Route | None:
     if not segments:
         return GroupListRoute()
     group = _decode(segments[0])
-    versions = _VERSIONS.get(group)
+    versions = API_GROUP_VERSIONS.get(group)
     if versions is None:
         return None
     if len(segments) == 1:
