@@ -265,7 +265,10 @@ def export_series(exporter: Exporter) -> int:
 
 
 def rules_yaml(job: str) -> str:
-    sum_by = "sum(<<.Series>>{<<.LabelMatchers>>}) by (<<.GroupBy>>)"
+    # The Prometheus is shared by every module, and an exporter released by another module's
+    # environment stays visible for the staleness period: pinning the job keeps each module's
+    # answers to its own series (without it a value was sometimes doubled).
+    sum_by = f'sum(<<.Series>>{{<<.LabelMatchers>>,job="{job}"}}) by (<<.GroupBy>>)'
     name = '{matches: "^msauth_(.*)$", as: "${1}"}'
     return f"""\
 rules:
@@ -301,7 +304,7 @@ externalRules:
     overrides:
       namespace: {{resource: namespace}}
   name: {{matches: "^msauth_queue_messages$", as: "queueLength"}}
-  metricsQuery: 'sum(<<.Series>>{{<<.LabelMatchers>>}}) by (queue)'
+  metricsQuery: 'sum(<<.Series>>{{<<.LabelMatchers>>,job="{job}"}}) by (queue)'
 """
 
 
