@@ -162,7 +162,6 @@ class Discovery:
         self._clock = clock
         self._sleep = sleep
         self._registry = empty_registry(catalog())
-        self._succeeded = False
         self._failures = 0
         self.last_error: str | None = None
         self.passes = 0
@@ -181,7 +180,7 @@ class Discovery:
     @property
     def has_succeeded(self) -> bool:
         """Whether a pass has ever completed (readiness waits for it)."""
-        return self._succeeded
+        return self._registry.built_at is not None
 
     def _age(self) -> float:
         built = self._registry.built_at
@@ -209,7 +208,6 @@ class Discovery:
                            "%s %s", self._failures, self._built_at_text(), error, detail)
             return False
         self._registry = registry
-        self._succeeded = True
         self._failures = 0
         self.last_error = None
         elapsed = max(0.0, self._clock() - started)
