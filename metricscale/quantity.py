@@ -8,7 +8,7 @@ what a Go server would send (see aggregation-contract.md section 10.1).
 from __future__ import annotations
 
 import re
-from decimal import ROUND_CEILING, ROUND_FLOOR, ROUND_UP, Decimal, localcontext
+from decimal import ROUND_UP, Decimal, localcontext
 from enum import Enum
 
 __all__ = [
@@ -138,12 +138,3 @@ def format_milli(milli: int, fmt: Format = Format.DECIMAL_SI) -> str:
     """`resource.NewMilliQuantity(milli, fmt).String()`."""
     return format_quantity(Decimal(milli).scaleb(-3), fmt)
 
-
-def floor_decimal(value: Decimal) -> int:
-    """Largest integer not above value (for callers that need Go's truncating conversions)."""
-    return int(value.to_integral_value(rounding=ROUND_FLOOR))
-
-
-def ceil_decimal(value: Decimal) -> int:
-    """Smallest integer not below value."""
-    return int(value.to_integral_value(rounding=ROUND_CEILING))
