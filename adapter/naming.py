@@ -201,16 +201,16 @@ class _Translator:
         elif code in "dDwW":
             self.out.append("\\" + code)
         else:
-            self.out.append(self.escaped_char(in_class=False))
+            self.out.append(self.escaped_char())
             return
         self.pos += 2
 
-    def escaped_char(self, *, in_class: bool) -> str:
+    def escaped_char(self) -> str:
         """A single-character escape (octal, hex, `\\n`, punctuation) as a Python literal."""
-        char = self.escaped_rune(in_class=in_class)
+        char = self.escaped_rune()
         return _literal(char)
 
-    def escaped_rune(self, *, in_class: bool) -> str:
+    def escaped_rune(self) -> str:
         pattern = self.pattern
         start = self.pos
         code = pattern[self.pos + 1]
@@ -305,7 +305,7 @@ class _Translator:
             if self.pos + 1 >= len(pattern):
                 raise RegexError("error parsing regexp: trailing backslash at end of "
                                  "expression: ``")
-            return self.escaped_rune(in_class=True)
+            return self.escaped_rune()
         self.pos += 1
         return char
 
