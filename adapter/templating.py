@@ -830,11 +830,11 @@ class _State:
         head = command.args[0]
         args = command.args[1:]
         if isinstance(head, _Field):
-            return self.eval_field_chain(dot, dot, head, head.names, args, final)
+            return self.eval_field_chain(dot, head, args=args, final=final)
         if isinstance(head, _Chain):
             receiver = self.eval_arg(dot, head.node)
             if head.names:
-                return self.eval_field_chain(dot, receiver, head, head.names, args, final)
+                return self.eval_field_chain(receiver, head, args=args, final=final)
             self.not_a_function(head, args, final)
             return receiver
         if isinstance(head, _Identifier):
@@ -842,7 +842,7 @@ class _State:
         if isinstance(head, _Variable):
             receiver = self.lookup(head.name)
             if head.names:
-                return self.eval_field_chain(dot, receiver, head, head.names, args, final)
+                return self.eval_field_chain(receiver, head, args=args, final=final)
             self.not_a_function(head, args, final)
             return receiver
         self.not_a_function(head, args, final)
@@ -860,11 +860,11 @@ class _State:
         if isinstance(node, _Constant):
             return node.value
         if isinstance(node, _Field):
-            return self.eval_field_chain(dot, dot, node, node.names, (), _MISSING)
+            return self.eval_field_chain(dot, node)
         if isinstance(node, _Variable):
             value = self.lookup(node.name)
             if node.names:
-                return self.eval_field_chain(dot, value, node, node.names, (), _MISSING)
+                return self.eval_field_chain(value, node)
             return value
         if isinstance(node, _Pipeline):
             mark = len(self.variables)
@@ -875,14 +875,15 @@ class _State:
         if isinstance(node, _Chain):
             receiver = self.eval_arg(dot, node.node)
             if node.names:
-                return self.eval_field_chain(dot, receiver, node, node.names, (), _MISSING)
+                return self.eval_field_chain(receiver, node)
             return receiver
         if isinstance(node, _Identifier):
             return self.call(dot, node, (), _MISSING)
         raise self.error(node, "can't handle argument")  # pragma: no cover - parser prevents it
 
-    def eval_field_chain(self, dot: Any, receiver: Any, node: _Node, names: Sequence[str],
-                         args: Sequence[_Node], final: Any) -> Any:
+    def eval_field_chain(self, receiver: Any, node: _Field | _Chain | _Variable, *,
+                         args: Sequence[_Node] = (), final: Any = _MISSING) -> Any:
+        names = node.names
         for index, name in enumerate(names):
             last = index == len(names) - 1
             if last and (args or final is not _MISSING):
