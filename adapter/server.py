@@ -17,7 +17,6 @@ import logging
 import signal
 import sys
 import time
-from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TextIO
@@ -87,11 +86,7 @@ def configure_logging(*, level: str, fmt: str, stream: TextIO | None = None) -> 
 
 def _load_config(path: str) -> AdapterConfig:
     """Read and parse the rule file; raises ConfigError (or OSError) for the caller to report."""
-    text = Path(path).read_text(encoding="utf-8")
-    config = parse_config(text)
-    for warning in config.warnings:
-        logger.warning("%s: %s", path, warning)
-    return config
+    return parse_config(Path(path).read_text(encoding="utf-8"))
 
 
 def _tls_context(settings: AdapterSettings) -> ReloadingServerContext:
@@ -242,12 +237,10 @@ def check_config(settings: AdapterSettings, *, out: TextIO | None = None) -> int
     out = out or sys.stdout
     path = settings.check_config or ""
     try:
-        text = Path(path).read_text(encoding="utf-8")
+        config = _load_config(path)
     except OSError as error:
         print(f"{path}: cannot read: {error.strerror or error}", file=out)
         return 1
-    try:
-        config = parse_config(text)
     except ConfigError as error:
         for issue in error.issues:
             print(f"{path}: error: {issue}", file=out)
@@ -328,17 +321,9 @@ def run(args: argparse.Namespace) -> int:
         for issue in error.issues:
             logger.error("%s: %s", settings.config_file, issue)
         return 1
+    for warning in config.warnings:
+        logger.warning("%s: %s", settings.config_file, warning)
     if settings.auth.insecure_disable_auth:
         logger.warning("--insecure-disable-auth: every caller may read every metric")
     return asyncio.run(serve(settings, config))
 
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """Run without the `metricscale` dispatcher (`python -m adapter.server ...`)."""
-    parser = argparse.ArgumentParser(prog="metricscale adapter")
-    add_arguments(parser)
-    return run(parser.parse_args(list(sys.argv[1:] if argv is None else argv)))
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())
