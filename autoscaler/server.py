@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import gc
 import json
 import logging
 import os
@@ -229,6 +230,7 @@ class AutoscalerServer:
         self.guard: LeaderGuard | None = None
         self.reconciler: Reconciler | None = None
         self._stats = ControllerMetrics(self.registry)
+        self._frozen = False
 
     async def __aenter__(self) -> AutoscalerServer:
         try:
@@ -298,6 +300,12 @@ class AutoscalerServer:
                 if not i.has_synced))
         logger.info("caches filled: %d autoscalers, %d pods", len(self.watching.keys()),
                     len(self.watching.pods))
+        # The caches just filled (100,000 parsed pods at 10,000 autoscalers) live as long as
+        # the process: out of the collector's generations, a full collection no longer walks
+        # them (measured: 0.8 s per full collection with them, each a stall of every worker).
+        # They are acyclic, so what leaves the caches later is still freed by reference count.
+        gc.freeze()
+        self._frozen = True
         async with asyncio.TaskGroup() as group:
             if self.elector is not None:
                 group.create_task(self.elector.run(), name="leader elector")
@@ -370,6 +378,10 @@ class AutoscalerServer:
             await self._runner.cleanup()
             self._runner = None
         await self._stack.aclose()
+        if self._frozen:
+            # A process that runs more than one controller (tests) must not pin their objects.
+            gc.unfreeze()
+            self._frozen = False
         self.stopped.set()
 
 
