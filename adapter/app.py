@@ -433,12 +433,12 @@ def _health_handler(endpoint: str) -> Handler:
         single = request.match_info.get("check")
         results = health.run(endpoint)
         if single is not None:
-            for name, ok in results:
-                if name == single:
-                    if ok:
-                        return _text("ok")
-                    return _text(f"internal server error: {name} check failed\n", status=500)
-            return _text("404 page not found\n", status=404)
+            single_ok = dict(results).get(single)
+            if single_ok is None:
+                return _text("404 page not found\n", status=404)
+            if single_ok:
+                return _text("ok")
+            return _text(f"internal server error: {single} check failed\n", status=500)
         excluded = {value for key, value in request.rel_url.query.items() if key == "exclude"}
         lines = []
         failed = False
