@@ -15,6 +15,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from decimal import ROUND_DOWN, ROUND_FLOOR, Decimal, InvalidOperation, localcontext
+from types import MappingProxyType
 from typing import Any
 
 from adapter.resources import CustomMetricKey, ResourceInfo
@@ -52,10 +53,10 @@ __all__ = [
     "unauthorized",
 ]
 
-AGGREGATED_DISCOVERY_CONTENT_TYPES: Mapping[str, str] = {
+AGGREGATED_DISCOVERY_CONTENT_TYPES: Mapping[str, str] = MappingProxyType({
     "v2": "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList",
     "v2beta1": "application/json;g=apidiscovery.k8s.io;v=v2beta1;as=APIGroupDiscoveryList",
-}
+})
 
 
 # --- values ---------------------------------------------------------------------------------------
