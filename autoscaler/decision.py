@@ -9,7 +9,6 @@ write succeeds, so `explain` can show it as is.
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -73,6 +72,7 @@ from autoscaler.replicas import (
 )
 from autoscaler.settings import Settings
 from metricscale.quantity import Format, format_milli
+from metricscale.selectors import quote_go_string
 
 __all__ = [
     "SCALE_WRITE_SUCCEEDED",
@@ -211,11 +211,6 @@ def tolerances_for(autoscaler: Autoscaler, settings: Settings) -> Tolerances:
         if behavior.scale_up is not None and behavior.scale_up.tolerance is not None:
             up = approximate_float(behavior.scale_up.tolerance)
     return Tolerances(scale_down=down, scale_up=up)
-
-
-def _go_quote(text: str) -> str:
-    """Go's %q for ordinary strings."""
-    return json.dumps(text, ensure_ascii=False)
 
 
 def _group_version_error(api_version: str) -> str | None:
@@ -516,7 +511,7 @@ def _compute_replicas_for_metric(index: int, metric: MetricSpec, data: MetricInp
         return _object_metric(index, metric, data, ctx)
     if metric.type == "External":
         return _external_metric(index, metric, data, ctx)
-    message = f"unknown metric source type {_go_quote(metric.type)}"
+    message = f"unknown metric source type {quote_go_string(metric.type)}"
     detail = MetricDetail(index=index, type=metric.type, name="")
     return _failed(detail, reason="InvalidMetricSourceType", event_error=message,
                    returned_error=message)

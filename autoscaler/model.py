@@ -20,6 +20,7 @@ from typing import Any
 
 from autoscaler.settings import parse_duration
 from metricscale.quantity import Format, QuantityError, format_milli, milli_value, parse_quantity
+from metricscale.selectors import quote_go_string
 
 __all__ = [
     "AUTOSCALER_API_VERSION",
@@ -502,7 +503,7 @@ def _label_key_errors(key: str) -> list[str]:
 def _validate_requirement(key: str, values: Sequence[str]) -> None:
     key_errors = _label_key_errors(key)
     if key_errors:
-        raise SelectorError(f'key: Invalid value: "{key}": {"; ".join(key_errors)}')
+        raise SelectorError(f'key: Invalid value: {quote_go_string(key)}: {"; ".join(key_errors)}')
     for i, value in enumerate(values):
         problems = []
         if len(value) > 63:
@@ -511,7 +512,8 @@ def _validate_requirement(key: str, values: Sequence[str]) -> None:
             problems.append(_VALUE_MESSAGE)
         if problems:
             raise SelectorError(
-                f'values[{i}][{key}]: Invalid value: "{value}": {"; ".join(problems)}')
+                f'values[{i}][{key}]: Invalid value: {quote_go_string(value)}: '
+                f'{"; ".join(problems)}')
 
 
 _SPECIAL = set("=!(),><")
@@ -614,7 +616,8 @@ def _parse_requirement(take: Any, peek: Any) -> _Requirement:
     key = literal
     key_errors = _label_key_errors(key)
     if key_errors:
-        raise SelectorError(f'<nil>: Invalid value: "{key}": {"; ".join(key_errors)}')
+        raise SelectorError(
+            f'<nil>: Invalid value: {quote_go_string(key)}: {"; ".join(key_errors)}')
     next_token, _ = peek(True)
     if next_token in {"end", ","}:
         operator = operator or "exists"
@@ -656,7 +659,8 @@ def _parse_requirement(take: Any, peek: Any) -> _Requirement:
                 int(value)
             except ValueError:
                 raise SelectorError(
-                    f'values[0]: Invalid value: "{value}": for \'Gt\', \'Lt\' operators, '
+                    f"values[0]: Invalid value: {quote_go_string(value)}: "
+                    "for 'Gt', 'Lt' operators, "
                     "the value must be an integer") from None
     _validate_requirement(key, unique)
     return _Requirement(key, operator, unique)
@@ -703,14 +707,15 @@ def label_selector_as_selector(selector: LabelSelector | None) -> Selector:
     for expr in selector.match_expressions:
         operator = _SELECTOR_OPERATORS.get(expr.operator)
         if operator is None:
-            raise SelectorError(f'"{expr.operator}" is not a valid label selector operator')
+            raise SelectorError(
+                f"{quote_go_string(expr.operator)} is not a valid label selector operator")
         values = tuple(expr.values or ())
         if operator in {"in", "notin"} and not values:
             raise SelectorError(
                 "values: Invalid value: []string{}: for 'in', 'notin' operators, "
                 "values set can't be empty")
         if operator in {"exists", "!"} and values:
-            quoted = ", ".join(f'"{v}"' for v in values)
+            quoted = ", ".join(quote_go_string(v) for v in values)
             raise SelectorError(
                 f"values: Invalid value: []string{{{quoted}}}: values set must be empty for "
                 "exists and does not exist")

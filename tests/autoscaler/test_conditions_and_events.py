@@ -325,6 +325,23 @@ def test_an_invalid_metric_selector_fails_that_metric() -> None:
                                    '"Between" is not a valid label selector operator')
 
 
+def test_a_control_character_in_a_metric_selector_value_is_escaped_as_go_quotes_it() -> None:
+    metric = b.pods_metric("15.0")
+    metric["pods"]["metric"]["selector"] = {"matchLabels": {"app": "web\x01"}}
+    decision = scenario(min_replicas=1, max_replicas=5, spec_replicas=3, metrics=[metric],
+                        levels=(1, 2, 3), requests=[ONE] * 3)
+    reason, message = events(decision)[0][1:]
+    assert reason == "FailedGetPodsMetric"
+    assert message.startswith('values[0][app]: Invalid value: "web\\x01": a valid label must ')
+
+
+def test_an_unknown_metric_type_with_unprintable_runes_is_escaped_as_go_quotes_it() -> None:
+    decision = scenario(min_replicas=2, max_replicas=6, spec_replicas=3,
+                        metrics=[{"type": "Cheddar\x01\u200b"}], levels=(20000,))
+    assert events(decision)[0] == ("Warning", "InvalidMetricSourceType",
+                                   'unknown metric source type "Cheddar\\x01\\u200b"')
+
+
 # --------------------------------------------------------------------------------------------
 # After the write
 
