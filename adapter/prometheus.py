@@ -60,6 +60,8 @@ from multidict import CIMultiDict
 from prometheus_client import CollectorRegistry, Counter, Histogram
 from yarl import URL
 
+from metricscale.proxies import proxy_for
+
 __all__ = [
     "PrometheusClient",
     "PrometheusConfigError",
@@ -67,7 +69,6 @@ __all__ = [
     "PrometheusQueryError",
     "PrometheusSettings",
     "PrometheusUnavailable",
-    "ProxyChoice",
     "QueryResult",
     "Scalar",
     "UnexpectedResultType",
@@ -77,7 +78,6 @@ __all__ = [
     "format_time",
     "parse_header",
     "parse_query_response",
-    "proxy_for",
 ]
 
 logger = logging.getLogger(__name__)
@@ -191,45 +191,6 @@ class PrometheusSettings:
             if authorizes and name.lower() == "authorization":
                 raise PrometheusConfigError(
                     "an Authorization header conflicts with the bearer token or basic auth")
-
-
-# urllib's NO_PROXY matching over a given mapping (missing from typeshed's stubs).
-_proxy_bypass: Callable[[str, dict[str, str]], bool] = (
-    urllib.request.proxy_bypass_environment)  # type: ignore[attr-defined]
-
-
-@dataclass(frozen=True)
-class ProxyChoice:
-    """Where requests to the backend go: straight (`url` None) or through an HTTP proxy."""
-
-    url: URL | None = None
-    headers: tuple[tuple[str, str], ...] = ()  # Proxy-Authorization, from the proxy URL
-    ignored: str | None = None  # why a configured proxy is not used (for the log)
-
-
-def proxy_for(target: URL, proxies: Mapping[str, str]) -> ProxyChoice:
-    """The proxy for requests to `target`, from `urllib.request.getproxies()`-style settings.
-
-    `proxies` maps a scheme (`http`, `https`) to a proxy URL and `no` to the NO_PROXY list, as
-    `urllib.request.getproxies_environment()` returns them. The rules are aiohttp's `trust_env`:
-    NO_PROXY (urllib's matching) wins, then the proxy for the target's scheme; a proxy written
-    without a scheme is `http://` (as Go reads it).
-    """
-    host = target.host
-    if host is None or _proxy_bypass(host, dict(proxies)):
-        return ProxyChoice()
-    raw = proxies.get(target.scheme)
-    if not raw:
-        return ProxyChoice()
-    proxy = URL(raw if "://" in raw else f"http://{raw}")
-    if proxy.scheme != "http" or not proxy.host:
-        return ProxyChoice(ignored=f"{proxy.scheme}:// proxies are not supported")
-    headers: tuple[tuple[str, str], ...] = ()
-    if proxy.user is not None:
-        pair = f"{proxy.user}:{proxy.password or ''}".encode()
-        headers = (("Proxy-Authorization", "Basic " + base64.b64encode(pair).decode("ascii")),)
-        proxy = proxy.with_user(None)
-    return ProxyChoice(url=proxy, headers=headers)
 
 
 _FORM_CONTENT_TYPE = "application/x-www-form-urlencoded"

@@ -11,7 +11,6 @@ itself is used for loading the configuration and, through `open_watch_client`, b
 from __future__ import annotations
 
 import asyncio
-import base64
 import copy
 import json
 import logging
@@ -55,6 +54,7 @@ from autoscaler.errors import (
 )
 from autoscaler.leader import Lease, LeaseSpec
 from metricscale import __version__
+from metricscale.proxies import proxy_for
 
 logger = logging.getLogger(__name__)
 
@@ -70,7 +70,6 @@ __all__ = [
     "KubeClient",
     "KubeHTTP",
     "ObjectReference",
-    "ProxyChoice",
     "ResourceMapping",
     "Response",
     "RetryPolicy",
@@ -88,7 +87,6 @@ __all__ = [
     "parse_group_version",
     "parse_lease",
     "parse_micro_time",
-    "proxy_for",
     "render_event",
     "render_lease_spec",
 ]
@@ -540,51 +538,6 @@ def parse_group_version(api_version: str) -> tuple[str, str]:
 
 
 # --- The HTTP path: one aiohttp session of our own ----------------------------------------------
-
-# urllib's NO_PROXY matching over a given mapping (missing from typeshed's stubs).
-_proxy_bypass: Callable[[str, dict[str, str]], bool] = (
-    urllib.request.proxy_bypass_environment)  # type: ignore[attr-defined]
-
-
-@dataclass(frozen=True)
-class ProxyChoice:
-    """Where requests to the API server go: straight (`url` None) or through an HTTP proxy."""
-
-    url: URL | None = None
-    headers: tuple[tuple[str, str], ...] = ()  # Proxy-Authorization
-    ignored: str | None = None  # why a configured proxy is not used (for the log)
-
-
-def proxy_for(target: URL, proxies: Mapping[str, str], *, configured: str | None = None,
-              configured_headers: Mapping[str, str] | None = None) -> ProxyChoice:
-    """The proxy for requests to `target`.
-
-    `configured` is the kubeconfig's `proxy-url` (Configuration.proxy): it wins, as in
-    client-go. Otherwise `proxies` are `urllib.request.getproxies()`-style settings
-    (HTTP_PROXY/HTTPS_PROXY/NO_PROXY, either case) with aiohttp's `trust_env` rules: NO_PROXY
-    (urllib's matching) first, then the proxy for the target's scheme; `https://` proxies are
-    not supported by aiohttp and are ignored, as `trust_env` ignores them; a proxy written
-    without a scheme is `http://`; credentials in its URL become Proxy-Authorization.
-    """
-    if configured:
-        return ProxyChoice(url=URL(configured),
-                           headers=tuple((configured_headers or {}).items()))
-    host = target.host
-    if host is None or _proxy_bypass(host, dict(proxies)):
-        return ProxyChoice()
-    raw = proxies.get(target.scheme)
-    if not raw:
-        return ProxyChoice()
-    proxy = URL(raw if "://" in raw else f"http://{raw}")
-    if proxy.scheme != "http" or not proxy.host:
-        return ProxyChoice(ignored=f"{proxy.scheme}:// proxies are not supported")
-    headers: tuple[tuple[str, str], ...] = ()
-    if proxy.user is not None:
-        pair = f"{proxy.user}:{proxy.password or ''}".encode()
-        headers = (("Proxy-Authorization", "Basic " + base64.b64encode(pair).decode("ascii")),)
-        proxy = proxy.with_user(None)
-    return ProxyChoice(url=proxy, headers=headers)
-
 
 def _ssl_context(configuration: Configuration) -> ssl.SSLContext:
     """The TLS client context kubernetes_asyncio's RESTClientObject builds, option for option."""

@@ -20,7 +20,6 @@ from aiohttp import web
 from hypothesis import given
 from hypothesis import strategies as st
 from prometheus_client import CollectorRegistry
-from yarl import URL
 
 from adapter.prometheus import (
     PrometheusClient,
@@ -37,7 +36,6 @@ from adapter.prometheus import (
     format_time,
     parse_header,
     parse_query_response,
-    proxy_for,
 )
 from metricscale import pki
 
@@ -340,34 +338,8 @@ async def test_basic_auth_sends_the_password_file(backend: Backend, tmp_path: Pa
 
 
 # ---------------------------------------------------------------------------------------------
-# Proxies from the environment: decided once, at start
-
-
-@pytest.mark.parametrize(("target", "proxies", "url", "headers"), [
-    ("http://prom:9090", {}, None, ()),
-    ("http://prom:9090", {"http": "http://proxy:3128"}, "http://proxy:3128", ()),
-    ("http://prom:9090", {"https": "http://proxy:3128"}, None, ()),
-    ("https://prom:9090", {"https": "http://proxy:3128"}, "http://proxy:3128", ()),
-    ("http://prom:9090", {"http": "proxy:3128"}, "http://proxy:3128", ()),
-    ("http://prom:9090", {"http": "http://proxy:3128", "no": "other,prom"}, None, ()),
-    ("http://prom.monitoring.svc:9090", {"http": "http://proxy:3128", "no": ".svc"}, None, ()),
-    ("http://prom:9090", {"http": "http://proxy:3128", "no": "*"}, None, ()),
-    ("http://prom:9090", {"http": "http://proxy:3128", "no": "prometheus"},
-     "http://proxy:3128", ()),
-    ("http://prom:9090", {"http": "http://al%40ice:p%3Ass@proxy:3128"}, "http://proxy:3128",
-     (("Proxy-Authorization", "Basic YWxAaWNlOnA6c3M="),)),
-])
-def test_proxy_follows_the_scheme_and_no_proxy(target: str, proxies: dict[str, str],
-                                               url: str | None,
-                                               headers: tuple[tuple[str, str], ...]) -> None:
-    choice = proxy_for(URL(target), proxies)
-    assert (None if choice.url is None else str(choice.url)) == url
-    assert choice.headers == headers and choice.ignored is None
-
-
-def test_an_https_proxy_is_ignored_with_the_reason() -> None:
-    choice = proxy_for(URL("http://prom:9090"), {"http": "https://proxy:3128"})
-    assert choice.url is None and choice.ignored == "https:// proxies are not supported"
+# Proxies from the environment: decided once, at start (which proxy is chosen is tested once,
+# in tests/unit/test_proxies.py)
 
 
 @pytest.fixture

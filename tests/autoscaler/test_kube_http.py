@@ -12,42 +12,8 @@ from typing import Any
 import pytest
 from yarl import URL
 
-from autoscaler.kube import KubeHTTP, ProxyChoice, open_kube_http, proxy_for
+from autoscaler.kube import KubeHTTP, open_kube_http
 from tests.fakes.kube_api import ADMIN_USER, FakeKubeAPI
-
-API = URL("https://10.0.0.1:6443")
-
-
-# --- choosing the proxy (pure) ---------------------------------------------------------------
-
-
-@pytest.mark.parametrize(("target", "proxies", "expected"), [
-    (API, {}, ProxyChoice()),
-    (API, {"https": "http://proxy:3128"}, ProxyChoice(url=URL("http://proxy:3128"))),
-    (API, {"https": "proxy:3128"}, ProxyChoice(url=URL("http://proxy:3128"))),
-    (API, {"http": "http://proxy:3128"}, ProxyChoice()),  # the target's scheme only
-    (API, {"https": "http://proxy:3128", "no": "10.0.0.1"}, ProxyChoice()),
-    (API, {"https": "http://proxy:3128", "no": "*"}, ProxyChoice()),
-    (API, {"https": "http://proxy:3128", "no": "10.0.0.2,example.com"},
-     ProxyChoice(url=URL("http://proxy:3128"))),
-    (API, {"https": "https://proxy:3128"},
-     ProxyChoice(ignored="https:// proxies are not supported")),
-    (API, {"https": "http://me:secret@proxy:3128"},
-     ProxyChoice(url=URL("http://proxy:3128"),
-                 headers=(("Proxy-Authorization", "Basic bWU6c2VjcmV0"),))),
-])
-def test_the_environment_proxy_follows_trust_env_rules(
-        target: URL, proxies: dict[str, str], expected: ProxyChoice) -> None:
-    assert proxy_for(target, proxies) == expected
-
-
-def test_the_kubeconfig_proxy_url_wins_over_the_environment() -> None:
-    choice = proxy_for(API, {"https": "http://env:1", "no": "10.0.0.1"},
-                       configured="http://kubeconfig:2",
-                       configured_headers={"Proxy-Authorization": "Basic eA=="})
-    assert choice == ProxyChoice(url=URL("http://kubeconfig:2"),
-                                 headers=(("Proxy-Authorization", "Basic eA=="),))
-
 
 # --- over real sockets -----------------------------------------------------------------------
 
