@@ -8,10 +8,9 @@ listed in the README ("Running it").
 from __future__ import annotations
 
 import argparse
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from decimal import Decimal, InvalidOperation
+from decimal import Decimal
 
 from adapter.prometheus import (
     Method,
@@ -19,6 +18,7 @@ from adapter.prometheus import (
     PrometheusSettings,
     parse_header,
 )
+from metricscale import durations
 
 __all__ = [
     "DEFAULT_CERT_DIR",
@@ -50,41 +50,15 @@ class SettingsError(ValueError):
 
 
 # --------------------------------------------------------------------------------------------
-# Go durations
-
-_DURATION_UNITS: dict[str, Decimal] = {
-    "ns": Decimal("1e-9"), "us": Decimal("1e-6"), "µs": Decimal("1e-6"), "μs": Decimal("1e-6"),
-    "ms": Decimal("1e-3"), "s": Decimal(1), "m": Decimal(60), "h": Decimal(3600),
-}
-_DURATION_PART = re.compile(r"([0-9]*(?:\.[0-9]*)?)([a-zµμ]+)")
+# Go durations (parsed by metricscale.durations; errors are SettingsError here)
 
 
 def parse_duration(text: str) -> Decimal:
     """Go's `time.ParseDuration` in seconds: `90s`, `1m30s`, `1.5h`, `500ms`, `0`."""
-    original = text
-    sign = Decimal(1)
-    if text and text[0] in "+-":
-        sign = Decimal(-1) if text[0] == "-" else Decimal(1)
-        text = text[1:]
-    if text == "0":
-        return Decimal(0)
-    if not text:
-        raise SettingsError(f"invalid duration {original!r}")
-    total = Decimal(0)
-    position = 0
-    while position < len(text):
-        match = _DURATION_PART.match(text, position)
-        if match is None or match.group(1) in ("", "."):
-            raise SettingsError(f"invalid duration {original!r}")
-        unit = _DURATION_UNITS.get(match.group(2))
-        if unit is None:
-            raise SettingsError(f"unknown unit {match.group(2)!r} in duration {original!r}")
-        try:
-            total += Decimal(match.group(1)) * unit
-        except InvalidOperation:
-            raise SettingsError(f"invalid duration {original!r}") from None
-        position = match.end()
-    return sign * total
+    try:
+        return durations.parse_duration(text)
+    except durations.DurationError as err:
+        raise SettingsError(str(err)) from None
 
 
 def format_duration(seconds: Decimal | float) -> str:

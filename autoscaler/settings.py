@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import argparse
 import math
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass, fields, replace
 from datetime import timedelta
+from decimal import ROUND_HALF_EVEN
 from typing import Any
+
+from metricscale import durations
 
 __all__ = [
     "FLAGS",
@@ -81,32 +83,14 @@ _SNAPSHOT_KEYS: Mapping[str, str] = {
     "sync_period": "syncPeriodSeconds",
 }
 
-_DURATION_PART = re.compile(r"([0-9]*\.?[0-9]+)(ns|us|µs|ms|s|m|h)")
-_UNIT_SECONDS = {
-    "ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0,
-}
-
-
 def parse_duration(text: str) -> timedelta:
     """A Go duration string (`15s`, `5m0s`, `1h30m`, `500ms`) as a timedelta."""
-    value = text.strip()
-    if value in {"0", "+0", "-0"}:
-        return timedelta(0)
-    sign = 1
-    if value[:1] in "+-":
-        sign = -1 if value[0] == "-" else 1
-        value = value[1:]
-    position = 0
-    seconds = 0.0
-    while position < len(value):
-        match = _DURATION_PART.match(value, position)
-        if match is None:
-            raise ValueError(f"time: invalid duration {text!r}")
-        seconds += float(match[1]) * _UNIT_SECONDS[match[2]]
-        position = match.end()
-    if not value:
-        raise ValueError(f"time: invalid duration {text!r}")
-    return timedelta(seconds=sign * seconds)
+    try:
+        seconds = durations.parse_duration(text.strip())
+    except durations.DurationError:
+        raise ValueError(f"time: invalid duration {text!r}") from None
+    # timedelta keeps microseconds; round half to even as timedelta(seconds=...) does.
+    return timedelta(microseconds=int((seconds * 1_000_000).to_integral_value(ROUND_HALF_EVEN)))
 
 
 def format_duration(value: timedelta) -> str:
