@@ -14,13 +14,14 @@ import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, cast
+from typing import Any, TypeAlias, cast
 
 import aiohttp
 from kubernetes_asyncio import config as kube_config
 from kubernetes_asyncio.client import ApiClient, Configuration
 from kubernetes_asyncio.client.exceptions import ApiException
 from kubernetes_asyncio.config.config_exception import ConfigException
+from multidict import CIMultiDict, CIMultiDictProxy
 from prometheus_client import CollectorRegistry, Gauge
 
 from adapter.resources import GroupResource, ResourceCatalog, ResourceInfo, builtin_catalog
@@ -41,15 +42,18 @@ __all__ = [
     "DiscoveredResources",
     "Discovery",
     "KubeCacheFailed",
+    "KubeClient",
     "KubeConfigError",
     "KubeError",
     "KubeUnavailable",
     "ObjectCaches",
+    "RawAnswer",
     "ResourceNotListable",
     "UnknownResource",
     "authentication_config_informer",
     "connect",
     "parse_aggregated_discovery",
+    "post_json",
     "resolve_kubeconfig",
 ]
 
@@ -64,6 +68,9 @@ _AGGREGATED_ACCEPT = (
     "application/json;g=apidiscovery.k8s.io;v=v2beta1;as=APIGroupDiscoveryList,"
     "application/json")
 _DISCOVERY_CONCURRENCY = 8
+
+# The client the rest of the adapter holds (and passes back in) without importing the library.
+KubeClient: TypeAlias = ApiClient
 
 
 # ---------------------------------------------------------------------------------------------
@@ -164,6 +171,42 @@ async def _get_json(api: ApiClient, path: str, *, accept: str = "application/jso
     if not isinstance(data, Mapping):
         raise KubeUnavailable(f"the Kubernetes API sent a non-object for {path}")
     return cast(Mapping[str, Any], data)
+
+
+@dataclass(frozen=True)
+class RawAnswer:
+    """An API server's answer to a POST, whatever its status, read whole."""
+
+    status: int
+    headers: Mapping[str, str]  # case-insensitive (Retry-After)
+    body: bytes  # may hold a secret (a TokenReview answer holds the token): never log it
+
+
+async def post_json(api: KubeClient, path: str, *, body: Mapping[str, Any],
+                    request_timeout: float) -> RawAnswer:
+    """POST a JSON object and return the raw answer; KubeUnavailable when none arrives.
+
+    The body is read here rather than by the client library, whose debug log would print it.
+    Statuses are the caller's to judge: review retries read 429, 5xx and Retry-After.
+    """
+    try:
+        response = await api.call_api(
+            path, "POST", body=dict(body),
+            header_params={"Accept": "application/json", "Content-Type": "application/json"},
+            auth_settings=["BearerToken"], _preload_content=False,
+            _request_timeout=aiohttp.ClientTimeout(total=request_timeout))
+        if not isinstance(response, aiohttp.ClientResponse):
+            raise KubeError("the client returned no raw response")
+        try:
+            answer = RawAnswer(status=response.status,
+                               headers=CIMultiDictProxy(CIMultiDict(response.headers)),
+                               body=await response.read())
+        finally:
+            response.release()
+    except (aiohttp.ClientError, TimeoutError, OSError) as error:
+        # The exception text may name the URL, never the body: safe to show.
+        raise KubeUnavailable(f"{type(error).__name__}: {error}") from None
+    return answer
 
 
 # ---------------------------------------------------------------------------------------------

@@ -24,10 +24,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Generic, TypeVar
 
-import aiohttp
 from aiohttp import web
 from aiohttp.http_exceptions import HttpProcessingError
-from kubernetes_asyncio.client import ApiClient
 
 from adapter import kube
 from adapter.app import (
@@ -154,14 +152,15 @@ class ReviewClient:
     """POSTs review objects to kube-apiserver, retrying as the Go webhook clients do.
 
     Connection errors, timeouts, 429 and 5xx are retried (500 ms, ×1.5, 5 attempts in all,
-    20 % jitter, 10 s per attempt); anything else fails at once. Bodies are read here, never by
-    the client library, whose debug log would print a TokenReview answer (the token included).
-    The `ApiClient` arrives when the app starts (`api`); before that every review fails.
+    20 % jitter, 10 s per attempt); anything else fails at once. Bodies are read by
+    `kube.post_json`, never by the client library, whose debug log would print a TokenReview
+    answer (the token included), and never logged here. The `ApiClient` arrives when the app
+    starts (`api`); before that every review fails.
     """
 
     def __init__(self, *, sleep: Sleep = asyncio.sleep, jitter: Callable[[], float] = random.random,
                  timeout: float = REVIEW_TIMEOUT_SECONDS) -> None:
-        self.api: ApiClient | None = None
+        self.api: kube.KubeClient | None = None
         self._sleep = sleep
         self._jitter = jitter
         self._timeout = timeout
@@ -188,26 +187,13 @@ class ReviewClient:
         if api is None:
             raise ReviewFailed("the Kubernetes API client is not open yet")
         try:
-            response = await api.call_api(
-                path, "POST", body=dict(body),
-                header_params={"Accept": "application/json",
-                               "Content-Type": "application/json"},
-                auth_settings=["BearerToken"], _preload_content=False,
-                _request_timeout=aiohttp.ClientTimeout(total=self._timeout))
-            if not isinstance(response, aiohttp.ClientResponse):
-                raise ReviewFailed(f"POST {path}: the client returned no raw response")
-            try:
-                status = response.status
-                payload = await response.read()
-                retry_after = parse_retry_after(response.headers.get("Retry-After"))
-            finally:
-                response.release()
-        except (aiohttp.ClientError, TimeoutError, OSError) as error:
-            # The exception text may name the URL, never the body: safe to show.
-            raise ReviewFailed(f"POST {path}: {type(error).__name__}: {error}") from None
+            answer = await kube.post_json(api, path, body=body, request_timeout=self._timeout)
+        except kube.KubeError as error:
+            raise ReviewFailed(f"POST {path}: {error}") from None
+        status, payload = answer.status, answer.body
         if not 200 <= status < 300:
-            raise ReviewFailed(f"POST {path}: the API server answered {status}",
-                               status=status, retry_after=retry_after)
+            raise ReviewFailed(f"POST {path}: the API server answered {status}", status=status,
+                               retry_after=parse_retry_after(answer.headers.get("Retry-After")))
         try:
             parsed = json.loads(payload)
         except ValueError:
@@ -629,7 +615,7 @@ class AdapterSecurity:
         self.token_reviews.api = None
         self.access_reviews.api = None
 
-    async def _follow_configmap(self, api: ApiClient, *, stack: contextlib.AsyncExitStack,
+    async def _follow_configmap(self, api: kube.KubeClient, *, stack: contextlib.AsyncExitStack,
                                 on_fatal: Callable[[BaseException], None]) -> None:
         assert self.source is not None
         informer = kube.authentication_config_informer(

@@ -128,6 +128,18 @@ async def test_review_retries_5xx_with_the_webhook_backoff_then_succeeds(
     assert attempts(fake_kube, "subjectaccessreviews") == 3
 
 
+async def test_no_log_line_carries_a_token_review_body(
+        fake_kube: FakeKubeAPI, api: ApiClient, caplog: pytest.LogCaptureFixture) -> None:
+    token = "tok-reviewed-secret"
+    fake_kube.add_user(token=token, username="jane")
+    fake_kube.add_fault("tokenreviews", ServerError(500), times=1)
+    with caplog.at_level(logging.DEBUG):
+        answer = await reviews(api, Sleeps()).create(TOKEN_REVIEWS_PATH,
+                                                     {"spec": {"token": token}})
+    assert answer["status"]["authenticated"] is True
+    assert caplog.records and token not in caplog.text
+
+
 async def test_review_gives_up_after_five_attempts(fake_kube: FakeKubeAPI,
                                                    api: ApiClient) -> None:
     sleeps = Sleeps()
