@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from adapter.config import AdapterConfig, parse_config
 
-__all__ = ["DEFAULT_CONFIG_YAML", "default_config"]
+__all__ = ["CONFIG_GEN_DEFAULTS_YAML", "DEFAULT_CONFIG_YAML", "default_config"]
 
 DEFAULT_CONFIG_YAML = """\
 # metricscale default rules (prometheus-adapter config format).
@@ -115,3 +115,41 @@ resourceRules:
 def default_config() -> AdapterConfig:
     """The default rules, parsed (they always parse; a test keeps it that way)."""
     return parse_config(DEFAULT_CONFIG_YAML)
+
+
+# prometheus-adapter's own `config-gen` output with no prefix (prometheus-adapter.md §3),
+# verbatim: what most installations run. Not our default (see above); the compatibility tests
+# and bench/adapter.py's discovery pass use it to measure against the real thing.
+CONFIG_GEN_DEFAULTS_YAML = """
+rules:
+- seriesQuery: '{__name__=~"^container_.*",container!="POD",namespace!="",pod!=""}'
+  seriesFilters: []
+  resources: {overrides: {namespace: {resource: namespace}, pod: {resource: pod}}}
+  name: {matches: ^container_(.*)_seconds_total$, as: ''}
+  metricsQuery: sum(rate(<<.Series>>{<<.LabelMatchers>>,container!="POD"}[5m])) by (<<.GroupBy>>)
+- seriesQuery: '{__name__=~"^container_.*",container!="POD",namespace!="",pod!=""}'
+  seriesFilters: [{isNot: ^container_.*_seconds_total$}]
+  resources: {overrides: {namespace: {resource: namespace}, pod: {resource: pod}}}
+  name: {matches: ^container_(.*)_total$, as: ''}
+  metricsQuery: sum(rate(<<.Series>>{<<.LabelMatchers>>,container!="POD"}[5m])) by (<<.GroupBy>>)
+- seriesQuery: '{__name__=~"^container_.*",container!="POD",namespace!="",pod!=""}'
+  seriesFilters: [{isNot: ^container_.*_total$}]
+  resources: {overrides: {namespace: {resource: namespace}, pod: {resource: pod}}}
+  name: {matches: ^container_(.*)$, as: ''}
+  metricsQuery: sum(<<.Series>>{<<.LabelMatchers>>,container!="POD"}) by (<<.GroupBy>>)
+- seriesQuery: '{namespace!="",__name__!~"^container_.*"}'
+  seriesFilters: [{isNot: .*_total$}]
+  resources: {template: <<.Resource>>}
+  name: {matches: '', as: ''}
+  metricsQuery: sum(<<.Series>>{<<.LabelMatchers>>}) by (<<.GroupBy>>)
+- seriesQuery: '{namespace!="",__name__!~"^container_.*"}'
+  seriesFilters: [{isNot: .*_seconds_total}]
+  resources: {template: <<.Resource>>}
+  name: {matches: ^(.*)_total$, as: ''}
+  metricsQuery: sum(rate(<<.Series>>{<<.LabelMatchers>>}[5m])) by (<<.GroupBy>>)
+- seriesQuery: '{namespace!="",__name__!~"^container_.*"}'
+  seriesFilters: []
+  resources: {template: <<.Resource>>}
+  name: {matches: ^(.*)_seconds_total$, as: ''}
+  metricsQuery: sum(rate(<<.Series>>{<<.LabelMatchers>>}[5m])) by (<<.GroupBy>>)
+"""

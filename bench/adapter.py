@@ -47,6 +47,8 @@ from yarl import URL
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from adapter.defaults import CONFIG_GEN_DEFAULTS_YAML  # noqa: E402  (after the path set-up)
+
 PODS_CONFIG = """
 rules:
 - seriesQuery: 'bench_requests'
@@ -57,40 +59,6 @@ rules:
   metricsQuery: 'sum(<<.Series>>{<<.LabelMatchers>>}) by (<<.GroupBy>>)'
 """
 
-# prometheus-adapter's `config-gen` defaults (what most installations run).
-DEFAULT_RULES = """
-rules:
-- seriesQuery: '{__name__=~"^container_.*",container!="POD",namespace!="",pod!=""}'
-  seriesFilters: []
-  resources: {overrides: {namespace: {resource: namespace}, pod: {resource: pod}}}
-  name: {matches: ^container_(.*)_seconds_total$, as: ''}
-  metricsQuery: sum(rate(<<.Series>>{<<.LabelMatchers>>,container!="POD"}[5m])) by (<<.GroupBy>>)
-- seriesQuery: '{__name__=~"^container_.*",container!="POD",namespace!="",pod!=""}'
-  seriesFilters: [{isNot: ^container_.*_seconds_total$}]
-  resources: {overrides: {namespace: {resource: namespace}, pod: {resource: pod}}}
-  name: {matches: ^container_(.*)_total$, as: ''}
-  metricsQuery: sum(rate(<<.Series>>{<<.LabelMatchers>>,container!="POD"}[5m])) by (<<.GroupBy>>)
-- seriesQuery: '{__name__=~"^container_.*",container!="POD",namespace!="",pod!=""}'
-  seriesFilters: [{isNot: ^container_.*_total$}]
-  resources: {overrides: {namespace: {resource: namespace}, pod: {resource: pod}}}
-  name: {matches: ^container_(.*)$, as: ''}
-  metricsQuery: sum(<<.Series>>{<<.LabelMatchers>>,container!="POD"}) by (<<.GroupBy>>)
-- seriesQuery: '{namespace!="",__name__!~"^container_.*"}'
-  seriesFilters: [{isNot: .*_total$}]
-  resources: {template: <<.Resource>>}
-  name: {matches: '', as: ''}
-  metricsQuery: sum(<<.Series>>{<<.LabelMatchers>>}) by (<<.GroupBy>>)
-- seriesQuery: '{namespace!="",__name__!~"^container_.*"}'
-  seriesFilters: [{isNot: .*_seconds_total}]
-  resources: {template: <<.Resource>>}
-  name: {matches: ^(.*)_total$, as: ''}
-  metricsQuery: sum(rate(<<.Series>>{<<.LabelMatchers>>}[5m])) by (<<.GroupBy>>)
-- seriesQuery: '{namespace!="",__name__!~"^container_.*"}'
-  seriesFilters: []
-  resources: {template: <<.Resource>>}
-  name: {matches: ^(.*)_seconds_total$, as: ''}
-  metricsQuery: sum(rate(<<.Series>>{<<.LabelMatchers>>}[5m])) by (<<.GroupBy>>)
-"""
 
 
 # --------------------------------------------------------------------------------------------
@@ -505,7 +473,7 @@ def discovery_part(*, metrics: int, series_per_metric: int, workdir: Path) -> di
         server.start()
         start_seconds = time.monotonic() - started
         config = workdir / "default-rules.yaml"
-        config.write_text(DEFAULT_RULES)
+        config.write_text(CONFIG_GEN_DEFAULTS_YAML)
         child = subprocess.run(
             [sys.executable, __file__, "--discovery-child", server.url, str(config), "10m"],
             capture_output=True, text=True, check=True, cwd=str(ROOT))

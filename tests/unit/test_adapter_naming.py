@@ -7,6 +7,7 @@ import re
 import pytest
 
 from adapter.config import parse_config
+from adapter.defaults import CONFIG_GEN_DEFAULTS_YAML
 from adapter.naming import (
     NameMatcher,
     NamingError,
@@ -17,45 +18,10 @@ from adapter.naming import (
     passes_filters,
 )
 
-# config-gen's default rules with no prefix (prometheus-adapter.md §3), verbatim.
-CONFIG_GEN_DEFAULTS = """
-rules:
-- seriesQuery: '{__name__=~"^container_.*",container!="POD",namespace!="",pod!=""}'
-  seriesFilters: []
-  resources: {overrides: {namespace: {resource: namespace}, pod: {resource: pod}}}
-  name: {matches: ^container_(.*)_seconds_total$, as: ''}
-  metricsQuery: sum(rate(<<.Series>>{<<.LabelMatchers>>,container!="POD"}[5m])) by (<<.GroupBy>>)
-- seriesQuery: '{__name__=~"^container_.*",container!="POD",namespace!="",pod!=""}'
-  seriesFilters: [{isNot: ^container_.*_seconds_total$}]
-  resources: {overrides: {namespace: {resource: namespace}, pod: {resource: pod}}}
-  name: {matches: ^container_(.*)_total$, as: ''}
-  metricsQuery: sum(rate(<<.Series>>{<<.LabelMatchers>>,container!="POD"}[5m])) by (<<.GroupBy>>)
-- seriesQuery: '{__name__=~"^container_.*",container!="POD",namespace!="",pod!=""}'
-  seriesFilters: [{isNot: ^container_.*_total$}]
-  resources: {overrides: {namespace: {resource: namespace}, pod: {resource: pod}}}
-  name: {matches: ^container_(.*)$, as: ''}
-  metricsQuery: sum(<<.Series>>{<<.LabelMatchers>>,container!="POD"}) by (<<.GroupBy>>)
-- seriesQuery: '{namespace!="",__name__!~"^container_.*"}'
-  seriesFilters: [{isNot: .*_total$}]
-  resources: {template: <<.Resource>>}
-  name: {matches: '', as: ''}
-  metricsQuery: sum(<<.Series>>{<<.LabelMatchers>>}) by (<<.GroupBy>>)
-- seriesQuery: '{namespace!="",__name__!~"^container_.*"}'
-  seriesFilters: [{isNot: .*_seconds_total}]
-  resources: {template: <<.Resource>>}
-  name: {matches: ^(.*)_total$, as: ''}
-  metricsQuery: sum(rate(<<.Series>>{<<.LabelMatchers>>}[5m])) by (<<.GroupBy>>)
-- seriesQuery: '{namespace!="",__name__!~"^container_.*"}'
-  seriesFilters: []
-  resources: {template: <<.Resource>>}
-  name: {matches: ^(.*)_seconds_total$, as: ''}
-  metricsQuery: sum(rate(<<.Series>>{<<.LabelMatchers>>}[5m])) by (<<.GroupBy>>)
-"""
-
 
 def names_by_rule(series_name: str) -> dict[int, str]:
     """Which of the config-gen rules take a series, and the API name each gives it."""
-    config = parse_config(CONFIG_GEN_DEFAULTS)
+    config = parse_config(CONFIG_GEN_DEFAULTS_YAML)
     taken = {}
     for number, rule in enumerate(config.rules, start=1):
         if passes_filters(rule.filters, series_name):
