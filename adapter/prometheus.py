@@ -50,10 +50,10 @@ import ssl
 import string
 import urllib.parse
 import urllib.request
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass
 from decimal import ROUND_FLOOR, Decimal
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 import aiohttp
 from multidict import CIMultiDict
@@ -95,6 +95,7 @@ _HEADER_NAME = re.compile(r"^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$")
 _SERIES_CHUNK = 1 << 16
 _MILLISECOND = Decimal("0.001")
 _MISSING = object()
+_NO_LABELS: dict[str, str] = {}  # a sample without "metric" (never changed)
 _STR_ONLY = frozenset({str})
 _SERIES_PREFIX = re.compile(rb'^\s*\{\s*"status"\s*:\s*"success"\s*,\s*"data"\s*:\s*\[')
 
@@ -215,8 +216,9 @@ def encode_form(params: Sequence[tuple[str, str]]) -> bytes:
 # Results
 
 
-@dataclass(frozen=True)
-class VectorSample:
+class VectorSample(NamedTuple):
+    """One sample of an instant vector (a tuple: a 100-pod answer builds 100 of them)."""
+
     labels: Mapping[str, str]
     timestamp: Decimal           # Unix seconds, exactly as Prometheus wrote it
     value: str                   # Prometheus' string: "1.5", "NaN", "+Inf"
@@ -252,11 +254,23 @@ def _sample_pair(raw: object) -> tuple[Decimal, str]:
     if type(raw) is list and len(raw) == 2:
         stamp, value = raw
         if type(value) is str:
-            if type(stamp) is Decimal:
-                return stamp, value
+            if type(stamp) is float:
+                return _exact_time(stamp), value
             if type(stamp) is int:
                 return Decimal(stamp), value
     raise _bad_response("a sample that is not [time, \"value\"]")
+
+
+def _exact_time(stamp: float) -> Decimal:
+    """A sample time as Prometheus wrote it.
+
+    Prometheus writes the shortest text that reads back as the same float64 (Go's
+    FormatFloat(t, 'f', -1, 64)), and Python's repr is the shortest such text too: the same
+    digits, so the Decimal is exact without a parse_float hook on every number.
+    """
+    if not math.isfinite(stamp):
+        raise _bad_response(f"a sample time that is not a finite number ({stamp!r})")
+    return Decimal(repr(stamp))
 
 
 def _labels(raw: object) -> dict[str, str]:
@@ -285,18 +299,24 @@ def parse_query_response(status: int, body: bytes) -> QueryResult:
             raise _bad_response("a vector that is not a list", status=status)
         samples: list[VectorSample] = []
         append = samples.append
+        times: dict[float, Decimal] = {}  # the samples of an instant query share one time
         for item in result:
             if type(item) is not dict:
                 raise _bad_response("a vector sample that is not an object", status=status)
             pair = item.get("value", _MISSING)
-            metric = item.get("metric", {})
+            metric = item.get("metric", _NO_LABELS)
             # The shape of every sample Prometheus sends, checked inline (this loop runs for
             # each of 100s of samples); anything else goes through the helpers that say why.
-            if (type(pair) is list and len(pair) == 2 and type(pair[0]) is Decimal
-                    and type(pair[1]) is str and type(metric) is dict
-                    and set(map(type, metric.values())) <= _STR_ONLY):
-                append(VectorSample(metric, pair[0], pair[1]))
-                continue
+            if (type(pair) is list and len(pair) == 2 and type(pair[1]) is str
+                    and type(metric) is dict and set(map(type, metric.values())) <= _STR_ONLY):
+                stamp = times.get(pair[0])
+                if stamp is not None:
+                    append(VectorSample(metric, stamp, pair[1]))
+                    continue
+                if type(pair[0]) is float:
+                    stamp = times[pair[0]] = _exact_time(pair[0])  # NaN is never kept
+                    append(VectorSample(metric, stamp, pair[1]))
+                    continue
             if pair is _MISSING:
                 raise _bad_response("a vector sample without a value (a native histogram?)",
                                     status=status)
@@ -317,25 +337,12 @@ def _warnings(payload: Mapping[str, Any]) -> tuple[str, ...]:
     return tuple(str(w) for w in raw) if isinstance(raw, list) else ()
 
 
-def _decimals() -> Callable[[str], Decimal]:
-    """json's parse_float, exact; the samples of an instant query share one time: read it once."""
-    seen: dict[str, Decimal] = {}
-
-    def parse(text: str) -> Decimal:
-        value = seen.get(text)
-        if value is None:
-            value = seen[text] = Decimal(text)
-        return value
-
-    return parse
-
-
 def _read_api_json(status: int, body: bytes) -> Mapping[str, Any]:
     """Check the status code and the API envelope; returns the successful payload."""
     if not (200 <= status < 300 or status in _API_JSON_CODES):
         raise _error_for_code(status, body)
     try:
-        payload = json.loads(body, parse_float=_decimals())
+        payload = json.loads(body)
     except (ValueError, UnicodeDecodeError):
         if status == 503:
             raise PrometheusUnavailable("Prometheus is unavailable", reason="unavailable",

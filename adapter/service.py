@@ -139,6 +139,9 @@ def _no_objects_reason(info: ResourceInfo, *, namespace: str | None, selector: S
     return f"no {info.resource}{where} match the label selector {str(selector)!r}"
 
 
+_EPOCH = datetime.fromtimestamp(0, tz=UTC)
+
+
 @functools.lru_cache(maxsize=64)
 def _whole_second(seconds: int) -> datetime:
     return datetime.fromtimestamp(seconds, tz=UTC)
@@ -243,6 +246,8 @@ class MetricsService:
         values: list[tuple[str, datetime, str]] = []
         non_finite = 0
         by_name = matched.by_name
+        raw_time: Decimal | None = None  # the samples share one time object: convert it once
+        moment = _EPOCH
         for name in names:
             sample = by_name.get(name)
             if sample is None:
@@ -252,7 +257,9 @@ class MetricsService:
             except NonFiniteSampleError:
                 non_finite += 1
                 continue
-            values.append((name, _timestamp(sample.timestamp), value))
+            if sample.timestamp is not raw_time:
+                raw_time, moment = sample.timestamp, _timestamp(sample.timestamp)
+            values.append((name, moment, value))
         body = encode_object_metric_values(version=route.version, info=info,
                                            namespace=namespace, metric=route.metric,
                                            selector=selector_json, values=values)

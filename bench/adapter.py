@@ -35,6 +35,7 @@ import statistics
 import sys
 import tempfile
 import time
+import urllib.parse
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -375,15 +376,21 @@ def floor_child(port: str, cert: str, key: str, prometheus_url: str, body_bytes:
     async def fixed(request: web.Request) -> web.StreamResponse:
         return web.Response(body=body, content_type="application/json")
 
+    query = urllib.parse.urlencode({"query": promql}).encode()
+    headers = {"Content-Type": "application/x-www-form-urlencoded"}
+
     async def forward(request: web.Request) -> web.StreamResponse:
-        form = {"query": promql, "time": f"{time.time():.3f}"}
-        async with request.app[session_key].post(f"{prometheus_url}/api/v1/query",
-                                                 data=form) as response:
+        # The leanest way to send it with aiohttp: the form encoded once, a body of bytes, no
+        # cookie jar (FormData and the default jar cost ~100 µs more a request).
+        form = query + f"&time={time.time():.3f}".encode()
+        async with request.app[session_key].post(f"{prometheus_url}/api/v1/query", data=form,
+                                                 headers=headers) as response:
             await response.read()
         return web.Response(body=body, content_type="application/json")
 
     async def client(app: web.Application) -> AsyncIterator[None]:
-        async with aiohttp.ClientSession(trust_env=False) as session:
+        async with aiohttp.ClientSession(trust_env=False,
+                                         cookie_jar=aiohttp.DummyCookieJar()) as session:
             app[session_key] = session
             yield
 

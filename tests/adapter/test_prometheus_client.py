@@ -58,6 +58,27 @@ def test_vector_is_parsed_into_exact_samples() -> None:
         warnings=("w",))
 
 
+@pytest.mark.parametrize("stamp", ["1714564800.1", "1714564800.999", "1714564800.001",
+                                   "0.5", "1e-3", "99999999999.999", "1714564800"])
+def test_sample_times_are_exactly_the_text_prometheus_wrote(stamp: str) -> None:
+    # Read as a float by json, then back to the same digits (Go and Python both write the
+    # shortest text that reads back as the same float64).
+    body = ('{"status":"success","data":{"resultType":"vector","result":['
+            '{"metric":{"pod":"a"},"value":[@,"1"]},{"metric":{"pod":"b"},"value":[@,"2"]}'
+            ']}}').replace("@", stamp).encode()
+    samples = parse_query_response(200, body).samples  # type: ignore[union-attr]
+    assert [s.timestamp for s in samples] == [Decimal(stamp)] * 2
+
+
+@pytest.mark.parametrize("stamp", ["NaN", "Infinity", "-Infinity", "true", '"1714564800"'])
+def test_a_sample_time_that_is_not_a_finite_number_is_a_bad_answer(stamp: str) -> None:
+    body = ('{"status":"success","data":{"resultType":"vector","result":['
+            '{"metric":{"pod":"a"},"value":[@,"1"]}]}}').replace("@", stamp).encode()
+    with pytest.raises(PrometheusQueryError) as caught:
+        parse_query_response(200, body)
+    assert caught.value.reason == "bad_response"
+
+
 def test_scalar_is_parsed() -> None:
     assert parse_query_response(200, ok("scalar", [1.5, "+Inf"])) == Scalar(Decimal("1.5"), "+Inf")
 
