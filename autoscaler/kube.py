@@ -69,6 +69,7 @@ __all__ = [
     "KubeAPI",
     "KubeClient",
     "KubeHTTP",
+    "KubeWrites",
     "ObjectReference",
     "ResourceMapping",
     "Response",
@@ -699,12 +700,10 @@ async def open_watch_client(configuration: Configuration) -> AsyncIterator[ApiCl
 # --- The protocol the controller sees ----------------------------------------------------------
 
 
-class KubeAPI(Protocol):
-    """Every Kubernetes call the autoscaler makes; tests may hand in an in-memory double."""
+class KubeWrites(Protocol):
+    """The Kubernetes calls a reconcile makes (KubeClient has them all; tests may use a double)."""
 
     async def resolve_scale_target(self, ref: ScaleTargetRef) -> ResourceMapping: ...
-
-    async def resolve_kind(self, *, group: str, kind: str) -> list[ResourceMapping]: ...
 
     async def get_scale(self, target: ResourceMapping, *, namespace: str, name: str) -> Scale: ...
 
@@ -729,6 +728,12 @@ class KubeAPI(Protocol):
         self, *, regarding: ObjectReference, event_type: EventType, reason: str, note: str,
         now: datetime, action: str = "Scale",
     ) -> bool: ...
+
+
+class KubeAPI(KubeWrites, Protocol):
+    """Every Kubernetes call the autoscaler makes; tests may hand in an in-memory double."""
+
+    async def resolve_kind(self, *, group: str, kind: str) -> list[ResourceMapping]: ...
 
     async def read_lease(self, *, namespace: str, name: str) -> Lease | None: ...
 

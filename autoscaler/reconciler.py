@@ -38,7 +38,12 @@ from autoscaler.errors import (
     ServerError,
     TooManyRequests,
 )
-from autoscaler.kube import EventType, ObjectReference, ResourceMapping, ScaleTargetRef
+from autoscaler.kube import (
+    KubeWrites,
+    ObjectReference,
+    ResourceMapping,
+    ScaleTargetRef,
+)
 from autoscaler.kube import Scale as TargetScale
 from autoscaler.metrics import CUSTOM_METRICS_GROUP, EXTERNAL_METRICS_GROUP
 from autoscaler.model import (
@@ -102,37 +107,6 @@ _LIST_KINDS: Mapping[str, tuple[str, str]] = {
     "External": ("ExternalMetricValueList", f"{EXTERNAL_METRICS_GROUP}/v1beta1"),
 }
 _TRANSIENT = (TooManyRequests, ServerError, ConnectionFailed)
-
-
-class KubeWrites(Protocol):
-    """The Kubernetes calls a reconcile makes (autoscaler.kube.KubeClient has them all)."""
-
-    async def resolve_scale_target(self, ref: ScaleTargetRef) -> ResourceMapping: ...
-
-    async def get_scale(self, target: ResourceMapping, *, namespace: str,
-                        name: str) -> TargetScale: ...
-
-    async def update_scale(self, target: ResourceMapping, *, namespace: str, name: str,
-                           scale: TargetScale, replicas: int) -> TargetScale: ...
-
-    async def write_autoscaler_status(
-        self, *, namespace: str, name: str, status: Mapping[str, Any],
-        previous: Mapping[str, Any] | None, resource_version: str | None = None,
-    ) -> Mapping[str, Any]: ...
-
-    async def write_hpa_status(
-        self, *, namespace: str, name: str, status: Mapping[str, Any],
-        previous: Mapping[str, Any] | None, resource_version: str | None = None,
-    ) -> Mapping[str, Any]: ...
-
-    async def patch_hpa_annotations(
-        self, *, namespace: str, name: str, annotations: Mapping[str, str | None],
-    ) -> Mapping[str, Any]: ...
-
-    async def create_event(
-        self, *, regarding: ObjectReference, event_type: EventType, reason: str, note: str,
-        now: datetime, action: str = "Scale",
-    ) -> bool: ...
 
 
 class MetricsAPI(Protocol):

@@ -9,7 +9,7 @@ too and give the very same numbers; conversions back to int32 follow Go on amd64
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from decimal import Decimal
@@ -289,6 +289,38 @@ def metric_usage_ratio(metrics: Mapping[str, PodMetric], target_usage: int) -> t
 # Pods: grouping and requests
 
 
+def _ready_groups(pods: Sequence[Pod], pod_metrics: dict[str, PodMetric], *, resource: str,
+                  rules: ReadinessRules) -> PodGroups:
+    """Group the pods and keep only the metrics of ready pods; fails when none is left."""
+    if not pods:
+        raise CalculationError("no pods returned by selector while calculating replica count")
+    groups = group_pods(pods, pod_metrics, resource=resource, rules=rules)
+    for name in groups.ignored:
+        pod_metrics.pop(name, None)
+    for name in groups.unready:
+        pod_metrics.pop(name, None)
+    if not pod_metrics:
+        raise CalculationError("did not receive metrics for targeted pods (pods might be unready)")
+    return groups
+
+
+def _fill_for_rebalance(pod_metrics: dict[str, PodMetric], groups: PodGroups, *, ratio: float,
+                        scale_up_with_unready: bool,
+                        scale_down_usage: Callable[[str], int]) -> None:
+    """The rebalance's assumptions: a missing pod uses `scale_down_usage(name)` on a scale-down
+    and nothing on a scale-up; an unready pod uses nothing when it held a scale-up back."""
+    if groups.missing:
+        if ratio < 1.0:
+            for name in groups.missing:
+                pod_metrics[name] = (scale_down_usage(name), GO_ZERO_TIME, timedelta(0))
+        elif ratio > 1.0:
+            for name in groups.missing:
+                pod_metrics[name] = (0, GO_ZERO_TIME, timedelta(0))
+    if scale_up_with_unready:
+        for name in groups.unready:
+            pod_metrics[name] = (0, GO_ZERO_TIME, timedelta(0))
+
+
 def group_pods(pods: Sequence[Pod], metrics: Mapping[str, PodMetric], *, resource: str,
                rules: ReadinessRules) -> PodGroups:
     """groupPods: every listed pod is ignored, unready, missing (its metric), or ready."""
@@ -500,15 +532,7 @@ def get_resource_replicas(*, current_replicas: int, target_utilization: int, res
                                                       container=container)
     except CalculationError as err:
         raise CalculationError(f"unable to get metrics for resource {resource}: {err}") from None
-    if not pods:
-        raise CalculationError("no pods returned by selector while calculating replica count")
-    groups = group_pods(pods, pod_metrics, resource=resource, rules=rules)
-    for name in groups.ignored:
-        pod_metrics.pop(name, None)
-    for name in groups.unready:
-        pod_metrics.pop(name, None)
-    if not pod_metrics:
-        raise CalculationError("did not receive metrics for targeted pods (pods might be unready)")
+    groups = _ready_groups(pods, pod_metrics, resource=resource, rules=rules)
     requests = calculate_requests(pods, container=container, resource=resource,
                                   pod_level_resources=pod_level_resources)
     ratio, utilization, raw = resource_utilization_ratio(pod_metrics, requests, target_utilization)
@@ -524,20 +548,13 @@ def get_resource_replicas(*, current_replicas: int, target_utilization: int, res
             replicas=_ceil_int32(ratio * float(groups.ready)), usage=raw,
             utilization=utilization, timestamp=timestamp, ratio=ratio, groups=groups)
 
-    if groups.missing:
-        if ratio < 1.0:
-            # on a scale-down, a pod without metrics is taken to use its request, or the target
-            # when the target is above 100%
-            fallback = max(100, target_utilization)
-            for name in groups.missing:
-                pod_metrics[name] = (_go_div(requests.get(name, 0) * fallback, 100),
-                                     GO_ZERO_TIME, timedelta(0))
-        elif ratio > 1.0:
-            for name in groups.missing:
-                pod_metrics[name] = (0, GO_ZERO_TIME, timedelta(0))
-    if scale_up_with_unready:
-        for name in groups.unready:
-            pod_metrics[name] = (0, GO_ZERO_TIME, timedelta(0))
+    # on a scale-down, a pod without metrics is taken to use its request, or the target when
+    # the target is above 100%
+    fallback = max(100, target_utilization)
+    _fill_for_rebalance(pod_metrics, groups, ratio=ratio,
+                        scale_up_with_unready=scale_up_with_unready,
+                        scale_down_usage=lambda name: _go_div(requests.get(name, 0) * fallback,
+                                                              100))
 
     new_ratio, _, _ = resource_utilization_ratio(pod_metrics, requests, target_utilization)
     replicas, notes = _finish_rebalanced(
@@ -554,15 +571,7 @@ def _plain_metric_replicas(*, pod_metrics: dict[str, PodMetric], current_replica
                            resource: str, rules: ReadinessRules,
                            timestamp: datetime) -> ReplicaCalculation:
     """calcPlainMetricReplicas: average-value targets (raw resource usage, Pods metrics)."""
-    if not pods:
-        raise CalculationError("no pods returned by selector while calculating replica count")
-    groups = group_pods(pods, pod_metrics, resource=resource, rules=rules)
-    for name in groups.ignored:
-        pod_metrics.pop(name, None)
-    for name in groups.unready:
-        pod_metrics.pop(name, None)
-    if not pod_metrics:
-        raise CalculationError("did not receive metrics for targeted pods (pods might be unready)")
+    groups = _ready_groups(pods, pod_metrics, resource=resource, rules=rules)
     ratio, usage = metric_usage_ratio(pod_metrics, target_usage)
 
     scale_up_with_unready = bool(groups.unready) and ratio > 1.0
@@ -574,16 +583,9 @@ def _plain_metric_replicas(*, pod_metrics: dict[str, PodMetric], current_replica
         return ReplicaCalculation(replicas=_ceil_int32(ratio * float(groups.ready)), usage=usage,
                                   timestamp=timestamp, ratio=ratio, groups=groups)
 
-    if groups.missing:
-        if ratio < 1.0:
-            for name in groups.missing:  # on a scale-down: exactly the target
-                pod_metrics[name] = (target_usage, GO_ZERO_TIME, timedelta(0))
-        elif ratio > 1.0:
-            for name in groups.missing:
-                pod_metrics[name] = (0, GO_ZERO_TIME, timedelta(0))
-    if scale_up_with_unready:
-        for name in groups.unready:
-            pod_metrics[name] = (0, GO_ZERO_TIME, timedelta(0))
+    _fill_for_rebalance(pod_metrics, groups, ratio=ratio,
+                        scale_up_with_unready=scale_up_with_unready,
+                        scale_down_usage=lambda name: target_usage)  # exactly the target
 
     new_ratio, _ = metric_usage_ratio(pod_metrics, target_usage)
     replicas, notes = _finish_rebalanced(
