@@ -25,19 +25,23 @@ from aiohttp import web
 from prometheus_client import CollectorRegistry
 from yarl import URL
 
-from adapter import kube
-from adapter.app import create_app, mark_shutting_down
-from adapter.config import AdapterConfig, ConfigError, parse_config
-from adapter.discovery import DiscoveryFailed, relist_once
-from adapter.prometheus import PrometheusClient, PrometheusConfigError
-from adapter.query import QueryError, build_custom_query, build_external_query
-from adapter.registry import MetricRegistry
-from adapter.resources import ResourceCatalog, builtin_catalog
-from adapter.security import SecurityConfigError, build_security
+from adapter.http.app import create_app, mark_shutting_down
+from adapter.kube import objects as kube
+from adapter.prometheus.client import PrometheusClient, PrometheusConfigError
+from adapter.prometheus.relisting import DiscoveryFailed, relist_once
+from adapter.rules.config import AdapterConfig, ConfigError, parse_config
+from adapter.rules.query import QueryError, build_custom_query, build_external_query
+from adapter.rules.registry import MetricRegistry
+from adapter.rules.resources import ResourceCatalog, builtin_catalog
+from adapter.security.delegation import SecurityConfigError, build_security
+from adapter.security.tls import (
+    ReloadingServerContext,
+    TLSConfigError,
+    ensure_self_signed_certificate,
+)
 from adapter.settings import AdapterSettings, SettingsError, add_arguments, settings_from_args
-from adapter.tls import ReloadingServerContext, TLSConfigError, ensure_self_signed_certificate
-from metricscale.informer import start_guarded_task
-from metricscale.selectors import Selector
+from metricscale.core.selectors import Selector
+from metricscale.kube.informer import start_guarded_task
 
 __all__ = ["add_arguments", "check_config", "configure_logging", "run", "serve"]
 

@@ -12,13 +12,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from decimal import Decimal
 
-from adapter.prometheus import (
+from adapter.prometheus.client import (
     Method,
     PrometheusConfigError,
     PrometheusSettings,
     parse_header,
 )
-from metricscale import durations
+from metricscale.core import durations
 
 __all__ = [
     "DEFAULT_CERT_DIR",
@@ -50,7 +50,7 @@ class SettingsError(ValueError):
 
 
 # --------------------------------------------------------------------------------------------
-# Go durations (parsed by metricscale.durations; errors are SettingsError here)
+# Go durations (parsed by metricscale.core.durations; errors are SettingsError here)
 
 
 def parse_duration(text: str) -> Decimal:

@@ -7,7 +7,7 @@ class AutoscalerError(Exception):
     """Base of every error the autoscaler raises on purpose; `str(err)` is safe to show."""
 
 
-# --- Kubernetes API failures (mapped once from ApiException / aiohttp in autoscaler.kube) ---
+# --- Kubernetes API failures (mapped once, in autoscaler.kube.operations) ---
 
 
 class KubeError(AutoscalerError):

@@ -12,15 +12,15 @@ from typing import Any, TextIO
 
 import yaml
 
-from autoscaler.decision import Decision
-from autoscaler.model import format_time
-from autoscaler.snapshot import (
+from autoscaler.decision.decide import Decision
+from autoscaler.decision.snapshot import (
     Snapshot,
     SnapshotError,
     decide_snapshot,
     parse_snapshot,
     render_decision,
 )
+from autoscaler.model import format_time
 
 __all__ = ["add_arguments", "load_document", "run"]
 
@@ -93,7 +93,7 @@ def _load_snapshot(args: argparse.Namespace) -> Snapshot:
     the cluster)."""
     if getattr(args, "live", None):
         # Imported by name so that explaining a file never loads the cluster client.
-        capture = importlib.import_module("autoscaler.capture")
+        capture = importlib.import_module("autoscaler.controller.capture")
         return parse_snapshot(capture.capture_document(args))
     if not args.snapshot:
         raise SnapshotError("", "a snapshot FILE (or - for standard input) is required")

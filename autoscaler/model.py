@@ -18,9 +18,15 @@ from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from typing import Any
 
-from autoscaler.settings import parse_duration
-from metricscale.quantity import Format, QuantityError, format_milli, milli_value, parse_quantity
-from metricscale.selectors import quote_go_string
+from autoscaler.decision.settings import parse_duration
+from metricscale.core.quantity import (
+    Format,
+    QuantityError,
+    format_milli,
+    milli_value,
+    parse_quantity,
+)
+from metricscale.core.selectors import quote_go_string
 
 __all__ = [
     "AUTOSCALER_API_VERSION",

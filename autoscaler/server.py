@@ -28,16 +28,7 @@ from typing import Any
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
-from autoscaler import settings as settings_flags
-from autoscaler.controller import CURRENT_OBJECT, Controller, ControllerMetrics
-from autoscaler.kube import (
-    Configuration,
-    KubeClient,
-    load_configuration,
-    open_kube_client,
-    open_watch_client,
-)
-from autoscaler.leader import (
+from autoscaler.controller.leader import (
     LeaderElectionConfig,
     LeaderElector,
     LeaderGuard,
@@ -46,11 +37,20 @@ from autoscaler.leader import (
     default_lease_namespace,
     leader_election_config,
 )
-from autoscaler.metrics import MetricsClient
-from autoscaler.reconciler import Reconciler
-from autoscaler.settings import Settings
-from autoscaler.watching import Watching
-from metricscale.informer import PathSource, start_guarded_task
+from autoscaler.controller.reconciler import Reconciler
+from autoscaler.controller.watching import Watching
+from autoscaler.controller.workqueue import CURRENT_OBJECT, Controller, ControllerMetrics
+from autoscaler.decision import settings as settings_flags
+from autoscaler.decision.settings import Settings
+from autoscaler.kube.metrics_api import MetricsClient
+from autoscaler.kube.operations import (
+    Configuration,
+    KubeClient,
+    load_configuration,
+    open_kube_client,
+    open_watch_client,
+)
+from metricscale.kube.informer import PathSource, start_guarded_task
 
 __all__ = ["AutoscalerServer", "Options", "add_arguments", "configure_logging",
            "options_from_arguments", "run"]

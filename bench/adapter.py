@@ -48,7 +48,7 @@ from yarl import URL
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from adapter.defaults import CONFIG_GEN_DEFAULTS_YAML  # noqa: E402  (after the path set-up)
+from adapter.rules.defaults import CONFIG_GEN_DEFAULTS_YAML  # noqa: E402  (after the path set-up)
 
 PODS_CONFIG = """
 rules:
@@ -136,10 +136,10 @@ async def _wait_ready(session: aiohttp.ClientSession, url: str, *, process: Any)
 
 def _direct_promql(pods: list[str]) -> str:
     """The PromQL the adapter sends for the request, built by the adapter's own code."""
-    from adapter.config import parse_config
-    from adapter.query import build_custom_query
-    from adapter.resources import GroupResource, ResourceMapper, builtin_catalog
-    from metricscale.selectors import Selector
+    from adapter.rules.config import parse_config
+    from adapter.rules.query import build_custom_query
+    from adapter.rules.resources import GroupResource, ResourceMapper, builtin_catalog
+    from metricscale.core.selectors import Selector
 
     rule = parse_config(PODS_CONFIG).rules[0]
     mapper = ResourceMapper.build(template=rule.resources.label_template,
@@ -427,10 +427,10 @@ def discovery_child(prometheus_url: str, config_path: str, max_age: str) -> None
     """Runs in its own process: one discovery pass; prints JSON with time and peak RSS."""
     from prometheus_client import CollectorRegistry
 
-    from adapter.config import parse_config
-    from adapter.discovery import relist_once
-    from adapter.prometheus import PrometheusClient, PrometheusSettings
-    from adapter.resources import builtin_catalog
+    from adapter.prometheus.client import PrometheusClient, PrometheusSettings
+    from adapter.prometheus.relisting import relist_once
+    from adapter.rules.config import parse_config
+    from adapter.rules.resources import builtin_catalog
     from adapter.settings import parse_duration
 
     config = parse_config(Path(config_path).read_text())

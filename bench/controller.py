@@ -242,9 +242,9 @@ class PassResult:
 async def _run_full(args: argparse.Namespace) -> dict[str, Any]:
     from kubernetes_asyncio.client import Configuration
 
-    from autoscaler.leader import LeaderElectionConfig
+    from autoscaler.controller.leader import LeaderElectionConfig
+    from autoscaler.decision.settings import Settings
     from autoscaler.server import AutoscalerServer, Options
-    from autoscaler.settings import Settings
 
     _pin(0)
     started = time.monotonic()
@@ -367,10 +367,10 @@ def _pass_report(result: PassResult) -> dict[str, Any]:
 
 
 async def _run_stub(args: argparse.Namespace) -> dict[str, Any]:
-    from autoscaler.controller import Controller
-    from autoscaler.reconciler import Reconciler
-    from autoscaler.settings import Settings
-    from autoscaler.watching import project_pod
+    from autoscaler.controller.reconciler import Reconciler
+    from autoscaler.controller.watching import project_pod
+    from autoscaler.controller.workqueue import Controller
+    from autoscaler.decision.settings import Settings
     from tests.autoscaler.controller_support import MemoryCaches, MemoryKube, MemoryMetrics
     from tests.fakes import kube_objects
 

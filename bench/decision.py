@@ -15,8 +15,8 @@ import time
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from autoscaler.decision import SCALE_WRITE_SUCCEEDED, complete, decide
-from autoscaler.snapshot import Snapshot, parse_snapshot
+from autoscaler.decision.decide import SCALE_WRITE_SUCCEEDED, complete, decide
+from autoscaler.decision.snapshot import Snapshot, parse_snapshot
 
 NOW = datetime(2026, 11, 21, 10, 0, 0, tzinfo=UTC)
 

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from kubernetes_asyncio.client import ApiClient
 
-from adapter.kube import (
+from adapter.kube.objects import (
     AUTHENTICATION_CONFIGMAP,
     Discovery,
     KubeUnavailable,
@@ -19,9 +19,9 @@ from adapter.kube import (
     authentication_config_informer,
     connect,
 )
-from adapter.resources import GroupResource
-from metricscale.informer import Backoff, InformerEvent, ObjectMeta
-from metricscale.selectors import parse_selector
+from adapter.rules.resources import GroupResource
+from metricscale.core.selectors import parse_selector
+from metricscale.kube.informer import Backoff, InformerEvent, ObjectMeta
 from tests.fakes.kube_api import DropConnection, FakeKubeAPI, Latency, StallWatch
 
 PODS = GroupResource("pods")

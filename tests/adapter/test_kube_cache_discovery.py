@@ -15,7 +15,7 @@ from aiohttp import web
 from kubernetes_asyncio.client import ApiClient, Configuration
 from prometheus_client import CollectorRegistry
 
-from adapter.kube import (
+from adapter.kube.objects import (
     DiscoveredResources,
     Discovery,
     KubeConfigError,
@@ -25,7 +25,7 @@ from adapter.kube import (
     parse_aggregated_discovery,
     resolve_kubeconfig,
 )
-from adapter.resources import GroupResource, ResourceInfo
+from adapter.rules.resources import GroupResource, ResourceInfo
 
 ALL_VERBS = ["create", "delete", "get", "list", "patch", "update", "watch"]
 

@@ -21,7 +21,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from prometheus_client import CollectorRegistry
 
-from adapter.prometheus import (
+from adapter.prometheus.client import (
     PrometheusClient,
     PrometheusConfigError,
     PrometheusQueryError,

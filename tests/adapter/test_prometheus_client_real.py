@@ -16,7 +16,7 @@ import pytest
 from aiohttp import web
 from prometheus_client import CollectorRegistry
 
-from adapter.prometheus import (
+from adapter.prometheus.client import (
     PrometheusClient,
     PrometheusQueryError,
     PrometheusSettings,
@@ -24,7 +24,7 @@ from adapter.prometheus import (
     UnexpectedResultType,
     Vector,
 )
-from metricscale.selectors import quote_go_string
+from metricscale.core.selectors import quote_go_string
 from tests.fakes.exporter import Exporter
 from tests.fakes.prometheus import PrometheusServer
 from tests.fakes.prometheus_fixtures import PrometheusFactory

@@ -1,5 +1,5 @@
-"""adapter.security against the fake kube-apiserver: review retries, caches, single flights,
-the configuration source, the wiring and the log filter."""
+"""adapter.security.delegation against the fake kube-apiserver: review retries, caches, single
+flights, the configuration source, the wiring and the log filter."""
 
 from __future__ import annotations
 
@@ -17,15 +17,7 @@ from aiohttp.web import Application
 from cryptography.hazmat.primitives.serialization import Encoding
 from kubernetes_asyncio.client import ApiClient
 
-from adapter.app import (
-    ALLOW_ALL_AUTHENTICATOR,
-    ALLOW_ALL_AUTHORIZER,
-    HEALTH_KEY,
-    AuthCheckUnavailable,
-    HealthChecks,
-    IncomingRequest,
-)
-from adapter.auth import (
+from adapter.auth.decisions import (
     ANONYMOUS,
     Authenticated,
     AuthenticationFailure,
@@ -35,7 +27,15 @@ from adapter.auth import (
     UserInfo,
     parse_always_allow_paths,
 )
-from adapter.security import (
+from adapter.http.app import (
+    ALLOW_ALL_AUTHENTICATOR,
+    ALLOW_ALL_AUTHORIZER,
+    HEALTH_KEY,
+    AuthCheckUnavailable,
+    HealthChecks,
+    IncomingRequest,
+)
+from adapter.security.delegation import (
     INSECURE_CHECK,
     SUBJECT_ACCESS_REVIEWS_PATH,
     TOKEN_REVIEWS_PATH,
@@ -49,8 +49,8 @@ from adapter.security import (
     token_label,
     withhold_unparsed_requests,
 )
+from adapter.security.tls import ReloadingServerContext
 from adapter.settings import AuthFlags, parse_settings
-from adapter.tls import ReloadingServerContext
 from metricscale import pki
 from tests.fakes.kube_api import (
     DropConnection,

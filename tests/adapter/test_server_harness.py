@@ -22,17 +22,17 @@ import aiohttp
 from aiohttp import web
 from yarl import URL
 
-from adapter.app import (
+from adapter.http.app import (
     DISCOVERY_KEY,
     OBJECT_CACHES_KEY,
     PROMETHEUS_KEY,
     create_app,
 )
-from adapter.config import parse_config
-from adapter.discovery import Discovery
-from adapter.prometheus import PrometheusClient
+from adapter.prometheus.client import PrometheusClient
+from adapter.prometheus.relisting import Discovery
+from adapter.rules.config import parse_config
+from adapter.security.tls import build_server_context
 from adapter.settings import parse_settings
-from adapter.tls import build_server_context
 from metricscale import pki
 from tests.fakes.exporter import Exporter
 from tests.fakes.prometheus import PrometheusServer

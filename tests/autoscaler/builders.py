@@ -114,7 +114,7 @@ def controller_pods(requests: Sequence[str], *, ready: Sequence[str] | None = No
 
 
 def _milli(quantity: str) -> int:
-    from metricscale.quantity import milli_value
+    from metricscale.core.quantity import milli_value
 
     return milli_value(quantity)
 

@@ -9,6 +9,14 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from autoscaler.controller.watching import (
+    AutoscalerEntry,
+    AutoscalerKey,
+    PodIndex,
+    SelectorCache,
+    SelectorRegistry,
+    project_autoscaler,
+)
 from autoscaler.errors import (
     Conflict,
     KindNotFound,
@@ -16,7 +24,7 @@ from autoscaler.errors import (
     MetricsError,
     TargetNotFound,
 )
-from autoscaler.kube import (
+from autoscaler.kube.operations import (
     EventType,
     ObjectReference,
     ResourceMapping,
@@ -25,14 +33,6 @@ from autoscaler.kube import (
     merge_patch,
 )
 from autoscaler.model import Pod
-from autoscaler.watching import (
-    AutoscalerEntry,
-    AutoscalerKey,
-    PodIndex,
-    SelectorCache,
-    SelectorRegistry,
-    project_autoscaler,
-)
 
 
 async def eventually(check: Callable[[], object], within: float = 5.0,
@@ -65,7 +65,7 @@ class RecordedEvent:
 
 
 class MemoryCaches:
-    """The watch caches of autoscaler.watching, filled by hand."""
+    """The watch caches of autoscaler.controller.watching, filled by hand."""
 
     def __init__(self) -> None:
         self.entries: dict[AutoscalerKey, AutoscalerEntry] = {}

@@ -5,8 +5,14 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from autoscaler.decision import SCALE_WRITE_SUCCEEDED, Decision, ScaleWriteResult, complete, decide
-from autoscaler.snapshot import parse_snapshot
+from autoscaler.decision.decide import (
+    SCALE_WRITE_SUCCEEDED,
+    Decision,
+    ScaleWriteResult,
+    complete,
+    decide,
+)
+from autoscaler.decision.snapshot import parse_snapshot
 from tests.autoscaler import builders as b
 
 STATUS_OK = [("AbleToScale", "True", "SucceededRescale"),

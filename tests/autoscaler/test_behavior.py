@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from autoscaler.behavior import (
+from autoscaler.decision.behavior import (
     calculate_scale_down_limit,
     calculate_scale_up_limit,
     convert_desired_replicas_with_behavior_rate,

@@ -7,16 +7,16 @@ from typing import Any
 
 import pytest
 
-from autoscaler.conditions import remove_condition, set_condition
-from autoscaler.decision import (
+from autoscaler.decision.conditions import remove_condition, set_condition
+from autoscaler.decision.decide import (
     SCALE_WRITE_SUCCEEDED,
     ScaleWriteResult,
     complete,
     decide,
 )
+from autoscaler.decision.settings import Settings
+from autoscaler.decision.snapshot import parse_snapshot
 from autoscaler.model import Condition, MetricStatus, render_status
-from autoscaler.settings import Settings
-from autoscaler.snapshot import parse_snapshot
 from tests.autoscaler import builders as b
 from tests.autoscaler.reconcile_support import STATUS_OK, conditions, ok_with, scenario
 

@@ -1,5 +1,5 @@
-"""autoscaler.controller: one key in the queue at most once and never on two workers, resync
-every sync period, at once on a spec change, backoff on failures, slow ones hold nobody up,
+"""autoscaler.controller.workqueue: one key in the queue at most once and never on two workers,
+resync every sync period, at once on a spec change, backoff on failures, slow ones hold nobody up,
 deletion forgets, leadership gates the workers."""
 
 from __future__ import annotations
@@ -13,7 +13,8 @@ from typing import Any
 import pytest
 from prometheus_client import CollectorRegistry
 
-from autoscaler.controller import (
+from autoscaler.controller.watching import AutoscalerEntry, AutoscalerKey, project_autoscaler
+from autoscaler.controller.workqueue import (
     CURRENT_OBJECT,
     Controller,
     ControllerMetrics,
@@ -23,10 +24,9 @@ from autoscaler.controller import (
     WorkQueue,
     needs_immediate_sync,
 )
+from autoscaler.decision.persistence import DRY_RUN_ANNOTATION
 from autoscaler.errors import NotLeader
-from autoscaler.persistence import DRY_RUN_ANNOTATION
-from autoscaler.watching import AutoscalerEntry, AutoscalerKey, project_autoscaler
-from metricscale.informer import InformerEvent, ObjectKey
+from metricscale.kube.informer import InformerEvent, ObjectKey
 from tests.autoscaler.controller_support import eventually
 
 SYNC = timedelta(seconds=15)

@@ -12,7 +12,7 @@ from datetime import timedelta
 
 import pytest
 
-from autoscaler.controller import CURRENT_OBJECT
+from autoscaler.controller.workqueue import CURRENT_OBJECT
 from autoscaler.server import (
     add_arguments,
     configure_logging,
@@ -90,7 +90,7 @@ def restore_logging() -> Iterator[None]:
 def test_json_log_lines_name_the_autoscaler(restore_logging: None) -> None:
     stream = io.StringIO()
     configure_logging(fmt="json", level="info", stream=stream)
-    log = logging.getLogger("autoscaler.reconciler")
+    log = logging.getLogger("autoscaler.controller.reconciler")
     token = CURRENT_OBJECT.set("shop/web")
     try:
         log.info("scaled %s to %d", "Deployment/web", 4)
@@ -100,7 +100,7 @@ def test_json_log_lines_name_the_autoscaler(restore_logging: None) -> None:
     first, second = (json.loads(line) for line in stream.getvalue().splitlines())
     assert first["message"] == "scaled Deployment/web to 4"
     assert (first["object"], first["namespace"], first["name"]) == ("shop/web", "shop", "web")
-    assert first["level"] == "info" and first["logger"] == "autoscaler.reconciler"
+    assert first["level"] == "info" and first["logger"] == "autoscaler.controller.reconciler"
     assert first["time"].endswith("Z")
     assert second["object"] == "-" and "namespace" not in second
 
@@ -110,8 +110,8 @@ def test_text_log_lines_name_the_autoscaler(restore_logging: None) -> None:
     configure_logging(fmt="text", level="debug", stream=stream)
     token = CURRENT_OBJECT.set("shop/web")
     try:
-        logging.getLogger("autoscaler.reconciler").warning("metric failed")
+        logging.getLogger("autoscaler.controller.reconciler").warning("metric failed")
     finally:
         CURRENT_OBJECT.reset(token)
     line = stream.getvalue()
-    assert " WARNING shop/web autoscaler.reconciler: metric failed" in line
+    assert " WARNING shop/web autoscaler.controller.reconciler: metric failed" in line

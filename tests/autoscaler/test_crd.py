@@ -18,8 +18,8 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from metricscale import certs
-from metricscale.certs import CertsOptions, ensure_certificates
+from cli import certs
+from cli.certs import CertsOptions, ensure_certificates
 from tests.fakes.tools import require_tool
 
 REPO = Path(__file__).resolve().parents[2]

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from yarl import URL
 
-from autoscaler.kube import KubeHTTP, open_kube_http
+from autoscaler.kube.operations import KubeHTTP, open_kube_http
 from tests.fakes.kube_api import ADMIN_USER, FakeKubeAPI
 
 # --- over real sockets -----------------------------------------------------------------------

@@ -12,7 +12,7 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from autoscaler import errors
-from autoscaler.kube import (
+from autoscaler.kube.operations import (
     KubeClient,
     ObjectReference,
     RetryPolicy,

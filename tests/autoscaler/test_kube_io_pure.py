@@ -10,7 +10,8 @@ from kubernetes_asyncio.client.exceptions import ApiException
 from multidict import CIMultiDict, CIMultiDictProxy
 
 from autoscaler import errors
-from autoscaler.kube import (
+from autoscaler.controller.leader import LeaseSpec
+from autoscaler.kube.operations import (
     ErrorContext,
     ObjectReference,
     ResourceMapping,
@@ -24,7 +25,6 @@ from autoscaler.kube import (
     render_event,
     render_lease_spec,
 )
-from autoscaler.leader import LeaseSpec
 
 
 def api_exception(status: int, body: str | None, **headers: str) -> ApiException:

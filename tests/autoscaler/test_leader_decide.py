@@ -6,7 +6,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from autoscaler.leader import (
+from autoscaler.controller.leader import (
     Acquire,
     Create,
     Decision,

@@ -8,8 +8,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from autoscaler.errors import AlreadyExists, Conflict, KubeError, NotLeader, ServerError
-from autoscaler.leader import (
+from autoscaler.controller.leader import (
     LeaderElectionConfig,
     LeaderElector,
     LeaderGuard,
@@ -18,6 +17,7 @@ from autoscaler.leader import (
     add_leader_election_arguments,
     leader_election_config,
 )
+from autoscaler.errors import AlreadyExists, Conflict, KubeError, NotLeader, ServerError
 
 T0 = datetime(2024, 5, 1, 12, 0, 0, tzinfo=UTC)
 CONFIG = LeaderElectionConfig(resource_name="autoscaler", resource_namespace="ops")

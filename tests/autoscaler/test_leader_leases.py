@@ -10,8 +10,8 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from autoscaler import errors
-from autoscaler.kube import KubeClient, open_kube_http
-from autoscaler.leader import LeaderElectionConfig, LeaderElector, LeaseSpec
+from autoscaler.controller.leader import LeaderElectionConfig, LeaderElector, LeaseSpec
+from autoscaler.kube.operations import KubeClient, open_kube_http
 from tests.fakes.kube_api import FakeKubeAPI
 
 T0 = datetime(2024, 5, 1, 12, 0, 0, tzinfo=UTC)

@@ -13,8 +13,8 @@ from aiohttp import web
 from prometheus_client import CollectorRegistry
 
 from autoscaler.errors import MetricsError
-from autoscaler.kube import KubeClient, open_kube_http
-from autoscaler.metrics import MetricsClient
+from autoscaler.kube.metrics_api import MetricsClient
+from autoscaler.kube.operations import KubeClient, open_kube_http
 from metricscale import pki
 from tests.fakes.kube_api import FakeKubeAPI
 

@@ -8,8 +8,8 @@ from typing import Any
 import pytest
 
 from autoscaler.errors import KindNotFound, MetricsError, NotFound, ServerError
-from autoscaler.kube import ErrorContext, ResourceMapping
-from autoscaler.metrics import MetricsClient, choose_custom_metrics_version
+from autoscaler.kube.metrics_api import MetricsClient, choose_custom_metrics_version
+from autoscaler.kube.operations import ErrorContext, ResourceMapping
 
 
 def group(preferred: str, *versions: str) -> dict[str, Any]:

@@ -17,7 +17,7 @@ from autoscaler.model import (
     Quantity,
     parse_metric_input,
 )
-from metricscale.quantity import milli_value, parse_quantity
+from metricscale.core.quantity import milli_value, parse_quantity
 
 PROFILE = settings(max_examples=300, deadline=None)
 

@@ -8,6 +8,13 @@ from typing import Any
 
 import pytest
 
+from autoscaler.decision.settings import Settings, format_duration, parse_duration, parse_settings
+from autoscaler.decision.snapshot import (
+    SnapshotError,
+    decide_snapshot,
+    parse_snapshot,
+    render_decision,
+)
 from autoscaler.model import (
     GO_ZERO_TIME,
     LabelSelector,
@@ -31,9 +38,7 @@ from autoscaler.model import (
     render_autoscaler,
     render_spec,
 )
-from autoscaler.settings import Settings, format_duration, parse_duration, parse_settings
-from autoscaler.snapshot import SnapshotError, decide_snapshot, parse_snapshot, render_decision
-from metricscale.quantity import Format
+from metricscale.core.quantity import Format
 from tests.autoscaler import builders as b
 
 

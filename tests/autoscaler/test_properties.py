@@ -9,10 +9,13 @@ from typing import Any
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from autoscaler.behavior import stabilize_recommendation, stabilize_recommendation_with_behaviors
-from autoscaler.decision import Decision
+from autoscaler.decision.behavior import (
+    stabilize_recommendation,
+    stabilize_recommendation_with_behaviors,
+)
+from autoscaler.decision.decide import Decision
+from autoscaler.decision.snapshot import decide_snapshot, parse_snapshot
 from autoscaler.model import Recommendation
-from autoscaler.snapshot import decide_snapshot, parse_snapshot
 from tests.autoscaler import builders as b
 
 PROFILE = settings(max_examples=120, deadline=None,

@@ -1,5 +1,5 @@
-"""autoscaler.reconciler: one reconcile, read-decide-write, against in-memory doubles of the
-Kubernetes and metrics APIs: what it asks, what it writes (and only when it changed), events,
+"""autoscaler.controller.reconciler: one reconcile, read-decide-write, against in-memory doubles of
+the Kubernetes and metrics APIs: what it asks, what it writes (and only when it changed), events,
 dry run, errors that leave everything else running, history that survives a restart."""
 
 from __future__ import annotations
@@ -10,14 +10,14 @@ from typing import Any
 import pytest
 from prometheus_client import CollectorRegistry
 
-from autoscaler.controller import ControllerMetrics
+from autoscaler.controller.reconciler import Reconciler, metric_input_from_error
+from autoscaler.controller.watching import AutoscalerKey, project_pod
+from autoscaler.controller.workqueue import ControllerMetrics
+from autoscaler.decision.persistence import DRY_RUN_ANNOTATION, HISTORY_ANNOTATION
+from autoscaler.decision.settings import Settings
 from autoscaler.errors import MetricsError, NotLeader, TooManyRequests
-from autoscaler.kube import ResourceMapping
+from autoscaler.kube.operations import ResourceMapping
 from autoscaler.model import parse_history
-from autoscaler.persistence import DRY_RUN_ANNOTATION, HISTORY_ANNOTATION
-from autoscaler.reconciler import Reconciler, metric_input_from_error
-from autoscaler.settings import Settings
-from autoscaler.watching import AutoscalerKey, project_pod
 from tests.autoscaler.controller_support import (
     MemoryCaches,
     MemoryKube,

@@ -1,5 +1,5 @@
-"""autoscaler.persistence: the compact persisted history, when it must be rewritten, how a new
-leader reads it back, dry run, and the REFERENCE/TARGETS columns."""
+"""autoscaler.decision.persistence: the compact persisted history, when it must be rewritten, how a
+new leader reads it back, dry run, and the REFERENCE/TARGETS columns."""
 
 from __future__ import annotations
 
@@ -10,18 +10,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from autoscaler import behavior as rules
-from autoscaler.model import (
-    Autoscaler,
-    AutoscalerSpec,
-    History,
-    ModelError,
-    Recommendation,
-    ScaleEvent,
-    parse_autoscaler,
-    parse_history,
-)
-from autoscaler.persistence import (
+from autoscaler.decision import behavior as rules
+from autoscaler.decision.persistence import (
     DRY_RUN_ANNOTATION,
     HISTORY_ANNOTATION,
     compact_history,
@@ -36,7 +26,17 @@ from autoscaler.persistence import (
     render_persisted_history,
     restore_history,
 )
-from autoscaler.settings import Settings
+from autoscaler.decision.settings import Settings
+from autoscaler.model import (
+    Autoscaler,
+    AutoscalerSpec,
+    History,
+    ModelError,
+    Recommendation,
+    ScaleEvent,
+    parse_autoscaler,
+    parse_history,
+)
 
 T0 = datetime(2026, 11, 21, 10, 0, 0, tzinfo=UTC)
 WINDOW = timedelta(minutes=5)

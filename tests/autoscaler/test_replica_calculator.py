@@ -16,15 +16,7 @@ from typing import Any
 
 import pytest
 
-from autoscaler.model import (
-    MetricFetchError,
-    MetricInput,
-    Pod,
-    parse_metric_input,
-    parse_pod,
-    parse_pods,
-)
-from autoscaler.replicas import (
+from autoscaler.decision.replicas import (
     INT32_MAX,
     INT64_MAX,
     CalculationError,
@@ -39,6 +31,14 @@ from autoscaler.replicas import (
     get_resource_replicas,
     group_pods,
     per_pod_usage,
+)
+from autoscaler.model import (
+    MetricFetchError,
+    MetricInput,
+    Pod,
+    parse_metric_input,
+    parse_pod,
+    parse_pods,
 )
 from tests.autoscaler import builders as b
 

@@ -1,5 +1,5 @@
-"""autoscaler.watching: the pod index answers exactly as a lister with a selector would, the
-selector registry never misses an autoscaler sharing pods, projections never kill a cache, and
+"""autoscaler.controller.watching: the pod index answers exactly as a lister with a selector would,
+the selector registry never misses an autoscaler sharing pods, projections never kill a cache, and
 the informers follow the fake API server (lists, watches, 410 after compaction)."""
 
 from __future__ import annotations
@@ -11,8 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from autoscaler.model import Pod
-from autoscaler.watching import (
+from autoscaler.controller.watching import (
     AutoscalerEntry,
     AutoscalerKey,
     PodIndex,
@@ -22,7 +21,8 @@ from autoscaler.watching import (
     project_autoscaler,
     project_pod,
 )
-from metricscale.informer import InformerEvent, PathSource
+from autoscaler.model import Pod
+from metricscale.kube.informer import InformerEvent, PathSource
 from tests.autoscaler.controller_support import eventually
 from tests.fakes.kube_api import FakeKubeAPI, Latency
 

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 import pytest_asyncio
 
-from metricscale.quantity import format_quantity, parse_quantity
+from metricscale.core.quantity import format_quantity, parse_quantity
 from tests.e2e.test_adapter_auth_support import (
     AGGREGATED_ACCEPT,
     CUSTOM,

@@ -24,11 +24,11 @@ from typing import Any
 
 from aiohttp import web
 
-from adapter.app import create_app
-from adapter.config import parse_config
-from adapter.security import AdapterSecurity, build_security
+from adapter.http.app import create_app
+from adapter.rules.config import parse_config
+from adapter.security.delegation import AdapterSecurity, build_security
+from adapter.security.tls import ReloadingServerContext
 from adapter.settings import parse_settings
-from adapter.tls import ReloadingServerContext
 from metricscale import pki
 from tests.fakes.exporter import Exporter
 from tests.fakes.kube_api import FakeKubeAPI

@@ -15,7 +15,7 @@ from typing import Any
 
 import aiohttp
 
-from autoscaler.persistence import HISTORY_ANNOTATION
+from autoscaler.decision.persistence import HISTORY_ANNOTATION
 from tests.e2e.test_autoscaler_support import (
     GROUP,
     NS,

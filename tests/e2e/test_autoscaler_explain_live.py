@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from metricscale.cli import main
+from cli.main import main
 from tests.e2e.test_autoscaler_support import (
     GROUP,
     PLURAL,

@@ -24,10 +24,10 @@ from typing import Any
 import yaml
 from aiohttp import web
 
-from autoscaler.leader import LeaderElectionConfig
+from autoscaler.controller.leader import LeaderElectionConfig
+from autoscaler.decision.settings import Settings
 from autoscaler.model import parse_selector
 from autoscaler.server import AutoscalerServer, Options
-from autoscaler.settings import Settings
 from metricscale import pki
 from tests.fakes.exporter import Exporter
 from tests.fakes.kube_api import FakeKubeAPI

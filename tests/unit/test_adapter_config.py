@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from adapter.config import ConfigError, parse_config, parse_prometheus_duration
-from adapter.defaults import DEFAULT_CONFIG_YAML, default_config
-from adapter.resources import GroupResource
+from adapter.rules.config import ConfigError, parse_config, parse_prometheus_duration
+from adapter.rules.defaults import DEFAULT_CONFIG_YAML, default_config
+from adapter.rules.resources import GroupResource
 
 RULE = """
 - seriesQuery: 'http_requests_total{namespace!=""}'

@@ -6,9 +6,9 @@ import re
 
 import pytest
 
-from adapter.config import parse_config
-from adapter.defaults import CONFIG_GEN_DEFAULTS_YAML
-from adapter.naming import (
+from adapter.rules.config import parse_config
+from adapter.rules.defaults import CONFIG_GEN_DEFAULTS_YAML
+from adapter.rules.naming import (
     NameMatcher,
     NamingError,
     RegexError,

@@ -13,9 +13,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from adapter.config import AdapterConfig, parse_config
-from adapter.defaults import default_config
-from adapter.query import (
+from adapter.api.routes import CustomMetricRoute, ExternalMetricRoute, parse_route
+from adapter.rules.config import AdapterConfig, parse_config
+from adapter.rules.defaults import default_config
+from adapter.rules.query import (
     RuleQueryError,
     UnsupportedSelectorError,
     build_custom_query,
@@ -24,11 +25,10 @@ from adapter.query import (
     escape_regex,
     match_samples,
 )
-from adapter.registry import MetricRegistry, SeriesShape, build_registry
-from adapter.resources import GroupResource, ResourceCatalog, ResourceMapper
-from adapter.routes import CustomMetricRoute, ExternalMetricRoute, parse_route
-from adapter.templating import parse_template
-from metricscale.selectors import Operator, Requirement, Selector, parse_selector
+from adapter.rules.registry import MetricRegistry, SeriesShape, build_registry
+from adapter.rules.resources import GroupResource, ResourceCatalog, ResourceMapper
+from adapter.rules.templating import parse_template
+from metricscale.core.selectors import Operator, Requirement, Selector, parse_selector
 from tests.fakes.tools import require_tool
 
 NOW = datetime(2024, 5, 1, 12, 0, tzinfo=UTC)

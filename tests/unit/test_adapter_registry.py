@@ -7,15 +7,15 @@ from datetime import UTC, datetime
 
 import pytest
 
-from adapter.config import AdapterConfig, parse_config
-from adapter.registry import (
+from adapter.rules.config import AdapterConfig, parse_config
+from adapter.rules.registry import (
     MetricRegistry,
     SeriesShape,
     build_registry,
     empty_registry,
     series_shapes,
 )
-from adapter.resources import GroupResource, ResourceCatalog, ResourceInfo
+from adapter.rules.resources import GroupResource, ResourceCatalog, ResourceInfo
 
 NOW = datetime(2024, 5, 1, 12, 0, tzinfo=UTC)
 CATALOG = ResourceCatalog.from_resources([

@@ -6,7 +6,7 @@ import re
 
 import pytest
 
-from adapter.resources import (
+from adapter.rules.resources import (
     GroupResource,
     LabelTemplateError,
     NoLabelForResourceError,

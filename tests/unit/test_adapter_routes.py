@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from adapter.resources import GroupResource
-from adapter.routes import (
+from adapter.api.routes import (
     CustomMetricRoute,
     ExternalMetricRoute,
     GroupListRoute,
@@ -15,7 +14,8 @@ from adapter.routes import (
     RouteRejection,
     parse_route,
 )
-from metricscale.selectors import Selector, parse_selector
+from adapter.rules.resources import GroupResource
+from metricscale.core.selectors import Selector, parse_selector
 
 CUSTOM = "/apis/custom.metrics.k8s.io/v1beta2"
 EXTERNAL = "/apis/external.metrics.k8s.io/v1beta1"

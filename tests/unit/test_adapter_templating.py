@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from adapter.templating import (
+from adapter.rules.templating import (
     GoStruct,
     TemplateExecutionError,
     TemplateSyntaxError,

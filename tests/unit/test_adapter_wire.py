@@ -10,8 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from adapter.resources import CustomMetricKey, GroupResource, ResourceInfo
-from adapter.wire import (
+from adapter.api.wire import (
     AGGREGATED_DISCOVERY_CONTENT_TYPES,
     CustomMetricValue,
     ExternalMetricValue,
@@ -38,8 +37,9 @@ from adapter.wire import (
     service_unavailable,
     unauthorized,
 )
-from metricscale.quantity import parse_quantity
-from metricscale.selectors import label_selector_json, parse_selector
+from adapter.rules.resources import CustomMetricKey, GroupResource, ResourceInfo
+from metricscale.core.quantity import parse_quantity
+from metricscale.core.selectors import label_selector_json, parse_selector
 
 NOON = datetime(2024, 5, 1, 12, 0, tzinfo=UTC)
 POD = ResourceInfo("pods", "pod", "Pod", "", "v1", True)

@@ -7,7 +7,8 @@ from typing import Any
 
 import pytest
 
-from adapter.auth import (
+from adapter.api.wire import internal_error, unauthorized
+from adapter.auth.decisions import (
     ANONYMOUS,
     NO_CA,
     AuthConfigError,
@@ -61,8 +62,7 @@ from adapter.auth import (
     unescape_extra_key,
     with_authenticated_group,
 )
-from adapter.wire import internal_error, unauthorized
-from metricscale.selectors import quote_go_string
+from metricscale.core.selectors import quote_go_string
 
 CA_PEM = "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n"
 VERIFIED = ChainCheck(ChainVerdict.VERIFIED)

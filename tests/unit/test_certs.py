@@ -15,8 +15,8 @@ import yaml
 from cryptography import x509
 from cryptography.x509.oid import ExtendedKeyUsageOID
 
-from metricscale import cli, pki
-from metricscale.certs import (
+from cli import main as cli
+from cli.certs import (
     CertsError,
     CertsOptions,
     ensure_certificates,
@@ -24,6 +24,7 @@ from metricscale.certs import (
     plan_certificates,
     serving_names,
 )
+from metricscale import pki
 
 REPO = Path(__file__).resolve().parents[2]
 NOW = datetime(2026, 3, 1, tzinfo=UTC)

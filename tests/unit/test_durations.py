@@ -1,4 +1,4 @@
-"""Go durations (metricscale.durations): what each program's parse_duration wrapper builds on."""
+"""Go durations (metricscale.core.durations): what each program's duration parser builds on."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from decimal import Decimal
 
 import pytest
 
-from metricscale.durations import DurationError, parse_duration
+from metricscale.core.durations import DurationError, parse_duration
 
 
 @pytest.mark.parametrize(("text", "seconds"), [

@@ -16,7 +16,7 @@ from aiohttp import web
 from kubernetes_asyncio.client import ApiClient, Configuration, CoreV1Api, CustomObjectsApi
 from kubernetes_asyncio.client.exceptions import ApiException
 
-from metricscale.informer import (
+from metricscale.kube.informer import (
     METADATA_LIST_ACCEPT,
     METADATA_WATCH_ACCEPT,
     ApiFunctionSource,

@@ -8,7 +8,7 @@ from typing import Any
 
 from kubernetes_asyncio.client import ApiClient, AppsV1Api, CoreV1Api, CustomObjectsApi
 
-from metricscale.informer import (
+from metricscale.kube.informer import (
     ApiFunctionSource,
     Backoff,
     Informer,

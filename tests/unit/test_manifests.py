@@ -15,8 +15,8 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from metricscale import certs
-from metricscale.certs import CertsOptions, ensure_certificates
+from cli import certs
+from cli.certs import CertsOptions, ensure_certificates
 from tests.fakes.tools import require_tool
 
 REPO = Path(__file__).resolve().parents[2]
@@ -167,7 +167,7 @@ def test_default_rules_map_labels_explicitly_and_never_via_job() -> None:
 
 
 def test_default_rules_parse_with_the_adapters_own_parser_without_warnings() -> None:
-    from adapter.config import parse_config
+    from adapter.rules.config import parse_config
 
     configmap = one(OBJECTS, "ConfigMap", "metricscale-adapter-config")
     config = parse_config(configmap["data"]["config.yaml"])

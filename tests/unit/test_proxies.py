@@ -1,11 +1,12 @@
-"""Choosing the proxy (metricscale.proxies), shared by the Prometheus and Kubernetes clients."""
+"""Choosing the proxy (metricscale.core.proxies), shared by the Prometheus and Kubernetes
+clients."""
 
 from __future__ import annotations
 
 import pytest
 from yarl import URL
 
-from metricscale.proxies import ProxyChoice, proxy_for
+from metricscale.core.proxies import ProxyChoice, proxy_for
 
 PROXY = URL("http://proxy:3128")
 

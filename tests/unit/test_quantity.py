@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from metricscale.quantity import (
+from metricscale.core.quantity import (
     Format,
     QuantityError,
     format_milli,

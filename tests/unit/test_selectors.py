@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from metricscale.selectors import (
+from metricscale.core.selectors import (
     Operator,
     Requirement,
     Selector,

@@ -18,7 +18,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.hazmat.primitives.serialization import Encoding
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-from adapter.auth import (
+from adapter.auth.decisions import (
     ANONYMOUS,
     Authenticated,
     AuthenticationConfig,
@@ -31,7 +31,7 @@ from adapter.auth import (
     authenticate_certificate,
     finish_authentication,
 )
-from adapter.tls import (
+from adapter.security.tls import (
     ReloadingServerContext,
     TLSConfigError,
     build_server_context,

@@ -1,0 +1,231 @@
+"""Request paths of the metrics APIs, parsed into typed routes (no I/O, no registry).
+
+`parse_route(raw_path, query_string)` takes the path exactly as it arrived (still
+percent-encoded, so `%2F` inside a segment cannot split it) and returns what was asked for,
+or a `RouteRejection` carrying the status the client gets (aggregation-contract.md §8.1, §9).
+Metric, object and namespace names are never empty, `.` or `..`, and never contain `/`, `%`
+or `?` once decoded.
+"""
+
+from __future__ import annotations
+
+import re
+import urllib.parse
+from collections.abc import Mapping
+from dataclasses import dataclass
+from types import MappingProxyType
+
+from adapter.rules.resources import NAMESPACES, GroupResource
+from metricscale.core.selectors import Selector, SelectorError, parse_selector
+
+__all__ = [
+    "API_GROUP_VERSIONS",
+    "CUSTOM_METRICS_GROUP",
+    "CUSTOM_METRICS_VERSIONS",
+    "EXTERNAL_METRICS_GROUP",
+    "EXTERNAL_METRICS_VERSIONS",
+    "CustomMetricRoute",
+    "ExternalMetricRoute",
+    "GroupListRoute",
+    "GroupRoute",
+    "ResourceListRoute",
+    "Route",
+    "RouteRejection",
+    "parse_route",
+]
+
+CUSTOM_METRICS_GROUP = "custom.metrics.k8s.io"
+EXTERNAL_METRICS_GROUP = "external.metrics.k8s.io"
+CUSTOM_METRICS_VERSIONS = ("v1beta2", "v1beta1")  # preference order
+EXTERNAL_METRICS_VERSIONS = ("v1beta1",)
+# Both groups, in the order `/apis` lists them, each with its versions in preference order.
+API_GROUP_VERSIONS: Mapping[str, tuple[str, ...]] = MappingProxyType({
+    CUSTOM_METRICS_GROUP: CUSTOM_METRICS_VERSIONS,
+    EXTERNAL_METRICS_GROUP: EXTERNAL_METRICS_VERSIONS})
+
+
+@dataclass(frozen=True)
+class GroupListRoute:
+    """`GET /apis`."""
+
+
+@dataclass(frozen=True)
+class GroupRoute:
+    """`GET /apis/<group>`."""
+
+    group: str
+
+
+@dataclass(frozen=True)
+class ResourceListRoute:
+    """`GET /apis/<group>/<version>` (discovery)."""
+
+    group: str
+    version: str
+
+
+@dataclass(frozen=True)
+class CustomMetricRoute:
+    """A custom metric request.
+
+    `resource` is as written (`pod`, `deployments.apps`): normalise it through the catalog.
+    `name` None means `*` (select objects with `label_selector`). `namespace` is None for the
+    root-scoped shapes and for a namespace's own metrics (`namespaces/{ns}/metrics/{metric}`,
+    where `resource` is namespaces and `name` is the namespace).
+    """
+
+    version: str
+    resource: GroupResource
+    namespace: str | None
+    name: str | None
+    metric: str
+    label_selector: Selector
+    metric_selector: Selector
+    namespace_metric: bool = False
+
+
+@dataclass(frozen=True)
+class ExternalMetricRoute:
+    """`GET /apis/external.metrics.k8s.io/v1beta1/namespaces/{ns}/{metric}`."""
+
+    namespace: str
+    metric: str
+    selector: Selector
+
+
+@dataclass(frozen=True)
+class RouteRejection:
+    """The request cannot be served: answer `code` with this reason and message."""
+
+    code: int
+    reason: str
+    message: str
+
+
+Route = (GroupListRoute | GroupRoute | ResourceListRoute | CustomMetricRoute
+         | ExternalMetricRoute | RouteRejection)
+
+_NOT_FOUND = RouteRejection(404, "NotFound", "the server could not find the requested resource")
+_INVALID_PATH = RouteRejection(400, "BadRequest", "invalid request path")
+_ALL_NAMESPACES = RouteRejection(
+    400, "BadRequest", 'namespace "*" is not supported: request one namespace at a time')
+_BAD_ESCAPE = re.compile(r"%(?![0-9A-Fa-f]{2})")
+
+
+class _Rejected(Exception):
+    def __init__(self, rejection: RouteRejection) -> None:
+        super().__init__(rejection.message)
+        self.rejection = rejection
+
+
+def _decode(segment: str) -> str:
+    if _BAD_ESCAPE.search(segment):
+        raise _Rejected(_INVALID_PATH)
+    try:
+        return urllib.parse.unquote(segment, errors="strict")
+    except UnicodeDecodeError:
+        raise _Rejected(_INVALID_PATH) from None
+
+
+def _name(text: str) -> str:
+    """A metric, object or namespace name: anything else can never exist (404)."""
+    if not text or text in (".", "..") or any(char in text for char in "/%?"):
+        raise _Rejected(_NOT_FOUND)
+    return text
+
+
+def _query(query_string: str) -> dict[str, str]:
+    values: dict[str, str] = {}
+    for key, value in urllib.parse.parse_qsl(query_string, keep_blank_values=True):
+        values.setdefault(key, value)  # the first occurrence wins, as Go's Query().Get
+    return values
+
+
+def _selector(text: str) -> Selector:
+    try:
+        return parse_selector(text)
+    except SelectorError as error:
+        raise _Rejected(RouteRejection(400, "BadRequest", str(error))) from None
+
+
+def parse_route(raw_path: str, query_string: str = "") -> Route | None:
+    """Parse a request path; None when it is not under `/apis` or names another API group."""
+    path = raw_path.split("?", 1)[0]
+    if not path.startswith("/"):
+        return None
+    segments = path[1:].split("/")
+    if segments[0] != "apis":
+        return None
+    # A trailing slash is accepted on the discovery paths only (/apis/, /apis/g/, /apis/g/v/).
+    if len(segments) <= 4 and len(segments) > 1 and segments[-1] == "":
+        segments = segments[:-1]
+    try:
+        return _route(segments[1:], _query(query_string))
+    except _Rejected as rejected:
+        return rejected.rejection
+
+
+def _route(segments: list[str], query: dict[str, str]) -> Route | None:
+    if not segments:
+        return GroupListRoute()
+    group = _decode(segments[0])
+    versions = API_GROUP_VERSIONS.get(group)
+    if versions is None:
+        return None
+    if len(segments) == 1:
+        return GroupRoute(group)
+    version = _decode(segments[1])
+    if version not in versions:
+        return _NOT_FOUND
+    rest = [_decode(segment) for segment in segments[2:]]
+    if not rest:
+        return ResourceListRoute(group, version)
+    if group == EXTERNAL_METRICS_GROUP:
+        return _external(rest, query)
+    return _custom(version, rest=rest, query=query)
+
+
+def _external(rest: list[str], query: dict[str, str]) -> Route:
+    if len(rest) != 3 or rest[0] != "namespaces":
+        return _NOT_FOUND
+    if rest[1] == "*":
+        return _ALL_NAMESPACES
+    namespace, metric = _name(rest[1]), _name(rest[2])
+    return ExternalMetricRoute(namespace, metric, _selector(query.get("labelSelector", "")))
+
+
+def _custom(version: str, *, rest: list[str], query: dict[str, str]) -> Route:
+    metric_selector = _selector(query.get("metricLabelSelector", ""))
+    if rest[0] == "namespaces":
+        if len(rest) == 3:
+            return _INVALID_PATH  # `namespaces/{ns}/metrics`, `namespaces/*/{metric}`
+        if len(rest) == 4:
+            if rest[2] != "metrics":
+                return _NOT_FOUND
+            metric = _name(rest[3])
+            if rest[1] == "*":
+                return CustomMetricRoute(version, NAMESPACES, None, None, metric,
+                                         _selector(query.get("labelSelector", "")),
+                                         metric_selector, namespace_metric=True)
+            return CustomMetricRoute(version, NAMESPACES, None, _name(rest[1]), metric,
+                                     Selector(), metric_selector, namespace_metric=True)
+        if len(rest) != 5:
+            return _NOT_FOUND
+        if rest[1] == "*":
+            return _ALL_NAMESPACES
+        namespace = _name(rest[1])
+        resource_text, name_text, metric_text = rest[2:]
+    elif len(rest) == 3:
+        namespace = None
+        resource_text, name_text, metric_text = rest
+    else:
+        return _NOT_FOUND
+    resource = GroupResource.parse(_name(resource_text))
+    if not resource.resource:
+        return _NOT_FOUND
+    metric = _name(metric_text)
+    if name_text == "*":
+        return CustomMetricRoute(version, resource, namespace, None, metric,
+                                 _selector(query.get("labelSelector", "")), metric_selector)
+    return CustomMetricRoute(version, resource, namespace, _name(name_text), metric, Selector(),
+                             metric_selector)

@@ -1,0 +1,1 @@
+"""Authentication and authorization decisions, as pure code (the generic apiserver's rules)."""

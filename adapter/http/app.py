@@ -1,0 +1,693 @@
+"""The adapter's aiohttp application: AppKeys, lifecycle contexts, middlewares and routes.
+
+`create_app` builds the whole server as a value: every client and background task is opened in
+a `cleanup_ctx` inside the running loop and closed in reverse order. Requests pass three
+middlewares, outermost first: request metrics, error mapping (every failure becomes a `Status`
+body, never a traceback), and the authentication/authorization seam, which runs before routing
+(an unauthorized caller gets 401/403 even for a path that would be 404), as the generic
+Kubernetes API server does. Until the auth wiring lands, `ALLOW_ALL_AUTHENTICATOR` and
+`ALLOW_ALL_AUTHORIZER` fill the seam.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import platform
+import sys
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any, Protocol
+
+from aiohttp import web
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    CollectorRegistry,
+    Counter,
+    Histogram,
+    ProcessCollector,
+    generate_latest,
+)
+
+from adapter.api.routes import (
+    API_GROUP_VERSIONS,
+    EXTERNAL_METRICS_GROUP,
+    CustomMetricRoute,
+    ExternalMetricRoute,
+    GroupListRoute,
+    GroupRoute,
+    ResourceListRoute,
+    RouteRejection,
+    parse_route,
+)
+from adapter.api.wire import (
+    AGGREGATED_DISCOVERY_CONTENT_TYPES,
+    bad_request,
+    internal_error,
+    method_not_allowed,
+    not_acceptable,
+    render_aggregated_discovery,
+    render_api_group,
+    render_api_group_list,
+    render_custom_resource_list,
+    render_external_resource_list,
+    route_not_found,
+    status_body,
+    unauthorized,
+)
+from adapter.auth.decisions import (
+    ANONYMOUS,
+    AUTHENTICATION_FAILED_CAUSE,
+    AUTHORIZATION_FAILED_CAUSE,
+    Authenticated,
+    AuthenticationFailure,
+    AuthMethod,
+    AuthorizationDecision,
+    Decision,
+    RequestAttributes,
+    RequestAttributesError,
+    RequestPathError,
+    UserInfo,
+    decode_request_path,
+    forbidden_status,
+    request_attributes,
+)
+from adapter.http.handlers import Answer, ApiError, MetricsService
+from adapter.kube import objects as kube
+from adapter.prometheus.client import PrometheusClient
+from adapter.prometheus.relisting import Discovery, DiscoveryMetrics
+from adapter.rules.config import AdapterConfig
+from adapter.security.tls import peer_certificate_der
+from adapter.settings import AdapterSettings
+from metricscale import __version__
+from metricscale.kube.informer import start_guarded_task
+
+__all__ = [
+    "ALLOW_ALL_AUTHENTICATOR",
+    "ALLOW_ALL_AUTHORIZER",
+    "CLOCK_KEY",
+    "CONFIG_KEY",
+    "DISCOVERY_KEY",
+    "HEALTH_KEY",
+    "KUBE_API_KEY",
+    "KUBE_DISCOVERY_KEY",
+    "METRICS_REGISTRY_KEY",
+    "OBJECT_CACHES_KEY",
+    "PROMETHEUS_KEY",
+    "SERVICE_KEY",
+    "SETTINGS_KEY",
+    "USER_KEY",
+    "AuthCheckUnavailable",
+    "Authenticator",
+    "Authorizer",
+    "HealthChecks",
+    "IncomingRequest",
+    "create_app",
+    "negotiate_json",
+]
+
+logger = logging.getLogger(__name__)
+
+JSON_CONTENT_TYPE = "application/json"
+TEXT_CONTENT_TYPE = "text/plain; charset=utf-8"
+NOSNIFF: Mapping[str, str] = MappingProxyType({"X-Content-Type-Options": "nosniff"})
+# How long the first metric discovery pass waits for the cluster's resource discovery, so that
+# overrides naming CRDs are normalised against the real cluster rather than the built-in list.
+_FIRST_KUBE_DISCOVERY_WAIT = 5.0
+_API_PREFIXES = ("/apis", "/api")
+
+
+# --------------------------------------------------------------------------------------------
+# The authentication / authorization seam
+
+
+@dataclass(frozen=True)
+class IncomingRequest:
+    """What the auth chain needs to know about a request, before any routing."""
+
+    method: str
+    raw_path: str  # as sent, percent-encoded, without the query
+    raw_query: str  # as sent, percent-encoded
+    headers: tuple[tuple[str, str], ...]  # in arrival order, repeated names kept
+    peer_certificate_der: bytes | None  # the TLS client's leaf certificate
+
+
+class AuthCheckUnavailable(Exception):
+    """A TokenReview or SubjectAccessReview could not be made: the request gets a 500."""
+
+
+class Authenticator(Protocol):
+    """Who is asking: a user, or a failure (401). Raise AuthCheckUnavailable for a 500."""
+
+    async def authenticate(self, request: IncomingRequest,
+                           ) -> Authenticated | AuthenticationFailure: ...
+
+
+class Authorizer(Protocol):
+    """Whether `user` may do `attributes`. Raise AuthCheckUnavailable for a 500."""
+
+    async def authorize(self, user: UserInfo, attributes: RequestAttributes,
+                        ) -> AuthorizationDecision: ...
+
+
+class _AllowAllAuthenticator:
+    async def authenticate(self, request: IncomingRequest,
+                           ) -> Authenticated | AuthenticationFailure:
+        return Authenticated(ANONYMOUS, AuthMethod.ANONYMOUS)
+
+
+class _AllowAllAuthorizer:
+    async def authorize(self, user: UserInfo, attributes: RequestAttributes,
+                        ) -> AuthorizationDecision:
+        return AuthorizationDecision(Decision.ALLOW)
+
+
+ALLOW_ALL_AUTHENTICATOR: Authenticator = _AllowAllAuthenticator()
+ALLOW_ALL_AUTHORIZER: Authorizer = _AllowAllAuthorizer()
+
+
+# --------------------------------------------------------------------------------------------
+# Health checks
+
+
+@dataclass
+class HealthChecks:
+    """Named checks per endpoint (`healthz`, `livez`, `readyz`); others may add their own."""
+
+    checks: dict[str, list[tuple[str, Callable[[], bool]]]] = field(default_factory=lambda: {
+        "healthz": [], "livez": [], "readyz": []})
+
+    def add(self, endpoints: Sequence[str], name: str, check: Callable[[], bool]) -> None:
+        for endpoint in endpoints:
+            self.checks[endpoint].append((name, check))
+
+    def run(self, endpoint: str) -> list[tuple[str, bool]]:
+        results = []
+        for name, check in self.checks[endpoint]:
+            try:
+                ok = bool(check())
+            except Exception:
+                logger.exception("health check %s raised", name)
+                ok = False
+            results.append((name, ok))
+        return results
+
+
+@dataclass(frozen=True)
+class _RequestMetrics:
+    requests: Counter
+    duration: Histogram
+
+    @classmethod
+    def register(cls, registry: CollectorRegistry) -> _RequestMetrics:
+        return cls(
+            requests=Counter("metricscale_http_requests_total",
+                             "Requests served, by route, method and HTTP status code.",
+                             ["route", "method", "code"], registry=registry),
+            duration=Histogram("metricscale_http_request_duration_seconds",
+                               "Time to answer a request, by route.", ["route"],
+                               registry=registry,
+                               buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25,
+                                        0.5, 1, 2.5, 5, 10, 30)))
+
+
+# --------------------------------------------------------------------------------------------
+# Application keys
+
+SETTINGS_KEY = web.AppKey("settings", AdapterSettings)
+CONFIG_KEY = web.AppKey("config", AdapterConfig)
+CLOCK_KEY: web.AppKey[Callable[[], float]] = web.AppKey("clock")
+METRICS_REGISTRY_KEY = web.AppKey("metrics_registry", CollectorRegistry)
+HEALTH_KEY = web.AppKey("health", HealthChecks)
+AUTHENTICATOR_KEY = web.AppKey("authenticator", Authenticator)
+AUTHORIZER_KEY = web.AppKey("authorizer", Authorizer)
+FATAL_KEY: web.AppKey[Callable[[BaseException], None]] = web.AppKey("on_fatal")
+KUBE_API_KEY = web.AppKey("kube_api", object)
+KUBE_DISCOVERY_KEY = web.AppKey("kube_discovery", kube.Discovery)
+OBJECT_CACHES_KEY = web.AppKey("object_caches", kube.ObjectCaches)
+PROMETHEUS_KEY = web.AppKey("prometheus", PrometheusClient)
+DISCOVERY_KEY = web.AppKey("discovery", Discovery)
+SERVICE_KEY = web.AppKey("service", MetricsService)
+SHUTTING_DOWN_KEY = web.AppKey("shutting_down", asyncio.Event)
+REQUEST_METRICS_KEY = web.AppKey("request_metrics", _RequestMetrics)
+
+USER_KEY = web.RequestKey("user", UserInfo)
+_ROUTE_LABEL = web.RequestKey("route", str)
+
+
+# --------------------------------------------------------------------------------------------
+# Responses
+
+
+def _json(body: Mapping[str, Any] | bytes, *, status: int = 200,
+          headers: Mapping[str, str] | None = None,
+          content_type: str = JSON_CONTENT_TYPE) -> web.Response:
+    """A JSON response; `body` as a value, or already encoded (the metric value lists)."""
+    encoded = body if isinstance(body, bytes) else json.dumps(body, separators=(",", ":")).encode()
+    response = web.Response(body=encoded, status=status, headers=headers)
+    # Set after construction so aiohttp does not append its own charset parameter.
+    response.headers["Content-Type"] = content_type
+    return response
+
+
+def _status(body: Mapping[str, Any], *, headers: Mapping[str, str] | None = None,
+            ) -> web.Response:
+    return _json(body, status=int(body["code"]), headers={**NOSNIFF, **(headers or {})})
+
+
+def _text(text: str, *, status: int = 200) -> web.Response:
+    response = web.Response(text=text, status=status, headers=NOSNIFF)
+    response.headers["Content-Type"] = TEXT_CONTENT_TYPE
+    return response
+
+
+def _warning_header(warnings: Sequence[str]) -> dict[str, str]:
+    """RFC 7234 `Warning: 299 - "text"`, as kube-apiserver sends them (kubectl prints them)."""
+    if not warnings:
+        return {}
+    quoted = []
+    for text in warnings:
+        clean = "".join(char if char.isprintable() and ord(char) < 128 else "?"
+                        for char in text)
+        quoted.append('299 - "' + clean.replace("\\", "\\\\").replace('"', '\\"') + '"')
+    return {"Warning": ", ".join(quoted)}
+
+
+_ZERO_QUALITY = frozenset({"0", "0.0", "0.00", "0.000"})
+
+
+def _media_ranges(accept: str) -> Iterator[tuple[str, dict[str, str]]]:
+    """Each media range of `Accept` (lower-cased) with its parameters; `q=0` ranges left out."""
+    for media_range in accept.split(","):
+        media, *parameters = (part.strip() for part in media_range.split(";"))
+        params = {}
+        for parameter in parameters:
+            key, _, value = parameter.partition("=")
+            params[key.strip().lower()] = value.strip()
+        if params.get("q", "1") not in _ZERO_QUALITY:
+            yield media.lower(), params
+
+
+def _plain_json_fits(media: str, params: Mapping[str, str]) -> bool:
+    # `as`, `g` and `v` ask for another kind of document (a Table, a discovery list).
+    return media in ("*/*", "application/*") or (
+        media == "application/json" and not {"as", "g", "v"} & params.keys())
+
+
+def negotiate_json(accept: str | None) -> bool:
+    """Whether plain JSON satisfies `Accept` (absent, `application/json`, `application/*`,
+    `*/*`). `application/json;as=Table;…` asks for another kind and does not count."""
+    if not accept or not accept.strip():
+        return True
+    return any(_plain_json_fits(media, params) for media, params in _media_ranges(accept))
+
+
+def _aggregated_discovery_version(accept: str | None) -> str | None:
+    """`v2`/`v2beta1` if `Accept` asks for aggregated discovery first, else None."""
+    if not accept:
+        return None
+    for media, params in _media_ranges(accept):
+        if (media == "application/json" and params.get("g") == "apidiscovery.k8s.io"
+                and params.get("as") == "APIGroupDiscoveryList"
+                and params.get("v") in AGGREGATED_DISCOVERY_CONTENT_TYPES):
+            return params["v"]
+        if _plain_json_fits(media, params):
+            return None
+    return None
+
+
+# --------------------------------------------------------------------------------------------
+# Middlewares
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+@web.middleware
+async def _observe(request: web.Request, handler: Handler) -> web.StreamResponse:
+    metrics = request.app[REQUEST_METRICS_KEY]
+    started = time.perf_counter()
+    code = 500
+    try:
+        response = await handler(request)
+        code = response.status
+        return response
+    except web.HTTPException as exc:
+        code = exc.status
+        raise
+    finally:
+        route = request.get(_ROUTE_LABEL, "other")
+        metrics.requests.labels(route, request.method, str(code)).inc()
+        metrics.duration.labels(route).observe(time.perf_counter() - started)
+        # A failing /readyz is expected while starting and stopping; it has its own log line.
+        if code >= 500 and route != "health":
+            logger.warning("%s %s -> %d", request.method, request.rel_url.raw_path, code)
+        else:
+            logger.debug("%s %s -> %d", request.method, request.rel_url.raw_path, code)
+
+
+def _in_api(path: str) -> bool:
+    return any(path == prefix or path.startswith(prefix + "/") for prefix in _API_PREFIXES)
+
+
+@web.middleware
+async def _errors(request: web.Request, handler: Handler) -> web.StreamResponse:
+    try:
+        return await handler(request)
+    except ApiError as error:
+        return _status(error.body)
+    except web.HTTPNotFound:
+        request[_ROUTE_LABEL] = "not_found"
+        if _in_api(request.rel_url.raw_path):
+            return _status(route_not_found())
+        return _text("404 page not found\n", status=404)
+    except web.HTTPMethodNotAllowed:
+        if _in_api(request.rel_url.raw_path):
+            return _status(method_not_allowed())
+        return _text("405 method not allowed\n", status=405)
+    except web.HTTPException:
+        raise
+    except asyncio.CancelledError:
+        raise
+    except Exception:
+        logger.exception("unexpected error answering %s %s", request.method,
+                         request.rel_url.raw_path)
+        return _status(internal_error("an unexpected error occurred; see the adapter's log"))
+
+
+@web.middleware
+async def _guard(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """Authentication, then path checks, then authorization: all before the route runs."""
+    url = request.rel_url
+    transport = request.transport
+    ssl_object = transport.get_extra_info("ssl_object") if transport is not None else None
+    incoming = IncomingRequest(
+        method=request.method, raw_path=url.raw_path, raw_query=url.raw_query_string,
+        headers=tuple((str(k), str(v)) for k, v in request.headers.items()),
+        peer_certificate_der=peer_certificate_der(ssl_object))
+    try:
+        authenticated = await request.app[AUTHENTICATOR_KEY].authenticate(incoming)
+    except AuthCheckUnavailable as error:
+        logger.warning("authentication could not be completed: %s", error)
+        return _status(internal_error(AUTHENTICATION_FAILED_CAUSE))
+    if isinstance(authenticated, AuthenticationFailure):
+        logger.info("401 for %s %s: %s", request.method, url.raw_path,
+                    "; ".join(authenticated.errors))
+        return _status(unauthorized())
+    try:
+        path = decode_request_path(url.raw_path)
+    except RequestPathError as error:
+        return _status(bad_request(str(error)))
+    try:
+        attributes = request_attributes(method=request.method, path=path,
+                                        query=tuple(url.query.items()))
+    except RequestAttributesError as error:
+        logger.warning("cannot authorize %s: %s", url.raw_path, error)
+        return _status(internal_error(AUTHORIZATION_FAILED_CAUSE))
+    try:
+        decision = await request.app[AUTHORIZER_KEY].authorize(authenticated.user, attributes)
+    except AuthCheckUnavailable as error:
+        logger.warning("authorization could not be completed: %s", error)
+        return _status(internal_error(AUTHORIZATION_FAILED_CAUSE))
+    if decision.error:
+        logger.warning("authorization failed for %s: %s", url.raw_path, decision.error)
+        return _status(internal_error(AUTHORIZATION_FAILED_CAUSE))
+    if decision.decision is not Decision.ALLOW:
+        return _status(forbidden_status(user=authenticated.user, attributes=attributes,
+                                        reason=decision.reason))
+    request[USER_KEY] = authenticated.user
+    return await handler(request)
+
+
+# --------------------------------------------------------------------------------------------
+# Handlers: health, version, metrics, OpenAPI
+
+
+def _health_handler(endpoint: str) -> Handler:
+    async def handle(request: web.Request) -> web.StreamResponse:
+        request[_ROUTE_LABEL] = "health"
+        health = request.app[HEALTH_KEY]
+        single = request.match_info.get("check")
+        results = health.run(endpoint)
+        if single is not None:
+            single_ok = dict(results).get(single)
+            if single_ok is None:
+                return _text("404 page not found\n", status=404)
+            if single_ok:
+                return _text("ok")
+            return _text(f"internal server error: {single} check failed\n", status=500)
+        excluded = {value for key, value in request.rel_url.query.items() if key == "exclude"}
+        lines = []
+        failed = False
+        for name, ok in results:
+            if name in excluded:
+                lines.append(f"[+]{name} excluded: ok\n")
+                excluded.discard(name)
+            elif ok:
+                lines.append(f"[+]{name} ok\n")
+            else:
+                lines.append(f"[-]{name} failed: reason withheld\n")
+                failed = True
+        if excluded:
+            names = ",".join(json.dumps(name) for name in sorted(excluded))
+            lines.append(f"warn: some health checks cannot be excluded: no matches for {names}\n")
+        if failed:
+            logger.info("%s failed: %s", endpoint,
+                        ", ".join(name for name, ok in results if not ok))
+            return _text("".join(lines) + f"{endpoint} check failed\n", status=500)
+        if "verbose" not in request.rel_url.query:
+            return _text("ok")
+        return _text("".join(lines) + f"{endpoint} check passed\n")
+
+    return handle
+
+
+async def _version(request: web.Request) -> web.StreamResponse:
+    request[_ROUTE_LABEL] = "version"
+    major, minor, *_ = [*__version__.split("."), "0", "0"]
+    return _json({
+        "major": major, "minor": minor, "gitVersion": f"v{__version__}", "gitCommit": "",
+        "gitTreeState": "", "buildDate": "",
+        "goVersion": f"python{platform.python_version()}",
+        "compiler": sys.implementation.name,
+        "platform": f"{platform.system().lower()}/{platform.machine()}"})
+
+
+async def _metrics(request: web.Request) -> web.StreamResponse:
+    request[_ROUTE_LABEL] = "metrics"
+    body = generate_latest(request.app[METRICS_REGISTRY_KEY])
+    response = web.Response(body=body)
+    response.headers["Content-Type"] = CONTENT_TYPE_LATEST
+    return response
+
+
+async def _openapi_v2(request: web.Request) -> web.StreamResponse:
+    request[_ROUTE_LABEL] = "openapi"
+    # A minimal valid Swagger 2.0 document (contract §6); /openapi/v3 is a 404, after which the
+    # aggregator converts this one.
+    return _json({"swagger": "2.0",
+                  "info": {"title": "metricscale-adapter", "version": __version__},
+                  "paths": {}})
+
+
+# --------------------------------------------------------------------------------------------
+# Handlers: the API groups
+
+
+def _resource_list(app: web.Application, *, group: str, version: str) -> dict[str, Any]:
+    registry = app[DISCOVERY_KEY].registry
+    if group == EXTERNAL_METRICS_GROUP:
+        return render_external_resource_list(metrics=registry.external_metrics())
+    return render_custom_resource_list(version=version, metrics=registry.custom_metrics())
+
+
+def _rejection(route: RouteRejection) -> dict[str, Any]:
+    if route.code == 404:
+        return route_not_found()
+    return status_body(code=route.code, reason=route.reason, message=route.message)
+
+
+async def _api(request: web.Request) -> web.StreamResponse:
+    url = request.rel_url
+    request[_ROUTE_LABEL] = "api"
+    route = parse_route(url.raw_path, url.raw_query_string)
+    if route is None:
+        raise ApiError(route_not_found())
+    if isinstance(route, RouteRejection):
+        raise ApiError(_rejection(route))
+    if request.method != "GET":
+        raise ApiError(method_not_allowed())
+    accept = request.headers.get("Accept")
+    app = request.app
+    if isinstance(route, GroupListRoute):
+        request[_ROUTE_LABEL] = "discovery"
+        aggregated = _aggregated_discovery_version(accept)
+        if aggregated is not None:
+            document = render_aggregated_discovery(
+                [(group, [(version, _resource_list(app, group=group, version=version))
+                          for version in versions])
+                 for group, versions in API_GROUP_VERSIONS.items()],
+                version=aggregated)
+            return _json(document, headers={"Vary": "Accept"},
+                         content_type=AGGREGATED_DISCOVERY_CONTENT_TYPES[aggregated])
+        _require_json(accept)
+        return _json(render_api_group_list(tuple(API_GROUP_VERSIONS.items())),
+                     headers={"Vary": "Accept"})
+    _require_json(accept)
+    if isinstance(route, GroupRoute):
+        request[_ROUTE_LABEL] = "discovery"
+        versions = API_GROUP_VERSIONS[route.group]
+        return _json(render_api_group(group=route.group, versions=versions))
+    if isinstance(route, ResourceListRoute):
+        request[_ROUTE_LABEL] = "discovery"
+        return _json(_resource_list(app, group=route.group, version=route.version))
+    service = app[SERVICE_KEY]
+    answer: Answer
+    if isinstance(route, CustomMetricRoute):
+        request[_ROUTE_LABEL] = "custom_metric"
+        answer = await service.custom_metric(route)
+    elif isinstance(route, ExternalMetricRoute):
+        request[_ROUTE_LABEL] = "external_metric"
+        answer = await service.external_metric(route)
+    else:  # pragma: no cover - parse_route returns nothing else
+        raise ApiError(route_not_found())
+    return _json(answer.body, headers=_warning_header(answer.warnings))
+
+
+def _require_json(accept: str | None) -> None:
+    if not negotiate_json(accept):
+        raise ApiError(not_acceptable())
+
+
+async def _api_not_found(request: web.Request) -> web.StreamResponse:
+    request[_ROUTE_LABEL] = "not_found"
+    raise ApiError(route_not_found())
+
+
+# --------------------------------------------------------------------------------------------
+# Lifecycle contexts
+
+
+async def _kube_context(app: web.Application) -> AsyncIterator[None]:
+    settings = app[SETTINGS_KEY]
+    on_fatal = app[FATAL_KEY]
+    async with kube.connect(kubeconfig=settings.kubeconfig, on_failure=on_fatal) as api:
+        app[KUBE_API_KEY] = api
+        discovery = kube.Discovery(api, refresh_interval=float(settings.relist_interval),
+                                   registry=app[METRICS_REGISTRY_KEY])
+        app[KUBE_DISCOVERY_KEY] = discovery
+        try:
+            async with asyncio.timeout(_FIRST_KUBE_DISCOVERY_WAIT):
+                await discovery.refresh()
+        except (kube.KubeError, TimeoutError) as error:
+            logger.warning("the cluster's resources are not discovered yet (%s); the built-in "
+                           "list answers until they are", error or "timed out")
+        discovery.start(on_failure=on_fatal)
+        caches = kube.ObjectCaches(api, discovery, on_failure=on_fatal)
+        app[OBJECT_CACHES_KEY] = caches
+        try:
+            yield
+        finally:
+            await caches.close()
+            await discovery.stop()
+
+
+async def _prometheus_context(app: web.Application) -> AsyncIterator[None]:
+    settings = app[SETTINGS_KEY]
+    if settings.prometheus is None:
+        raise ValueError("the adapter needs --prometheus-url")
+    async with PrometheusClient(settings.prometheus,
+                                registry=app[METRICS_REGISTRY_KEY]) as client:
+        app[PROMETHEUS_KEY] = client
+        yield
+
+
+async def _discovery_context(app: web.Application) -> AsyncIterator[None]:
+    settings = app[SETTINGS_KEY]
+    kube_discovery = app[KUBE_DISCOVERY_KEY]
+    discovery = Discovery(
+        config=app[CONFIG_KEY], lister=app[PROMETHEUS_KEY],
+        catalog=lambda: kube_discovery.catalog, interval=settings.relist_interval,
+        max_age=settings.max_age, metrics=DiscoveryMetrics.register(app[METRICS_REGISTRY_KEY]),
+        clock=app[CLOCK_KEY])
+    app[DISCOVERY_KEY] = discovery
+    app[SERVICE_KEY] = MetricsService(registry=lambda: discovery.registry,
+                                      objects=app[OBJECT_CACHES_KEY],
+                                      backend=app[PROMETHEUS_KEY], clock=app[CLOCK_KEY])
+    task = start_guarded_task(discovery.run(), name="metric discovery",
+                              on_failure=app[FATAL_KEY])
+    try:
+        yield
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+
+def _register_health(app: web.Application) -> HealthChecks:
+    health = HealthChecks()
+    health.add(("healthz", "livez", "readyz"), "ping", lambda: True)
+    # Not gated on the cluster's resource discovery: through kube-apiserver that discovery
+    # includes this adapter's own APIServices, which stay unavailable until it is ready, and
+    # the built-in resource list answers meanwhile.
+    health.add(("readyz",), "metric-discovery",
+               lambda: DISCOVERY_KEY in app and app[DISCOVERY_KEY].has_succeeded)
+    health.add(("readyz",), "shutdown", lambda: not app[SHUTTING_DOWN_KEY].is_set())
+    return health
+
+
+def _log_fatal(error: BaseException) -> None:
+    logger.critical("a background task failed; the adapter cannot go on: %r", error)
+
+
+def create_app(*, settings: AdapterSettings, config: AdapterConfig,
+               authenticator: Authenticator = ALLOW_ALL_AUTHENTICATOR,
+               authorizer: Authorizer = ALLOW_ALL_AUTHORIZER,
+               clock: Callable[[], float] = time.time,
+               on_fatal: Callable[[BaseException], None] = _log_fatal,
+               metrics_registry: CollectorRegistry | None = None) -> web.Application:
+    """The adapter as an aiohttp Application; nothing is opened until it starts.
+
+    `on_fatal` is called when a background task dies (the server then stops the process).
+    """
+    app = web.Application(middlewares=[_observe, _errors, _guard])
+    registry = metrics_registry or CollectorRegistry(auto_describe=True)
+    if metrics_registry is None:
+        ProcessCollector(registry=registry)
+    app[SETTINGS_KEY] = settings
+    app[CONFIG_KEY] = config
+    app[CLOCK_KEY] = clock
+    app[METRICS_REGISTRY_KEY] = registry
+    app[REQUEST_METRICS_KEY] = _RequestMetrics.register(registry)
+    app[AUTHENTICATOR_KEY] = authenticator
+    app[AUTHORIZER_KEY] = authorizer
+    app[FATAL_KEY] = on_fatal
+    app[SHUTTING_DOWN_KEY] = asyncio.Event()
+    app[HEALTH_KEY] = _register_health(app)
+
+    app.cleanup_ctx.append(_kube_context)
+    app.cleanup_ctx.append(_prometheus_context)
+    app.cleanup_ctx.append(_discovery_context)
+
+    router = app.router
+    for endpoint in ("healthz", "livez", "readyz"):
+        handler = _health_handler(endpoint)
+        router.add_get(f"/{endpoint}", handler, allow_head=False)
+        router.add_get(f"/{endpoint}/{{check}}", handler, allow_head=False)
+    router.add_get("/version", _version, allow_head=False)
+    router.add_get("/version/", _version, allow_head=False)
+    router.add_get("/metrics", _metrics, allow_head=False)
+    router.add_get("/openapi/v2", _openapi_v2, allow_head=False)
+    router.add_route("*", "/apis", _api)
+    router.add_route("*", "/apis/{tail:.*}", _api)
+    router.add_route("*", "/api", _api_not_found)
+    router.add_route("*", "/api/{tail:.*}", _api_not_found)
+    return app
+
+
+def mark_shutting_down(app: web.Application) -> None:
+    """From now on /readyz fails, so endpoints drop this pod before it stops serving."""
+    app[SHUTTING_DOWN_KEY].set()

@@ -1,0 +1,1 @@
+"""The adapter's Kubernetes operations: object caches and the authentication ConfigMap."""

@@ -1,0 +1,818 @@
+"""The async Prometheus HTTP API client: one keep-alive session, auth, single-flight, metrics.
+
+Works with anything that speaks Prometheus' `/api/v1` (Thanos, Mimir/Cortex, VictoriaMetrics):
+the base URL's path is kept as a prefix, so `http://thanos:9090/prom` queries
+`http://thanos:9090/prom/api/v1/query`.
+
+Decisions worth knowing (the README's differences section quotes them):
+
+* Queries go by POST (form body) unless GET is chosen, so a 2,000-pod regex never meets a URL
+  length limit (prometheus-adapter defaults to GET).
+* Single-flight: identical instant queries in flight at the same time share one backend request.
+  A query joins a request already in flight for the same PromQL when their evaluation times
+  are at most `coalesce_window` (1 s by default) apart; it then gets the answer evaluated at
+  the first caller's time, exactly as sent (milliseconds). Every waiter gets the same result
+  or the same error. Times are never rounded: rounding down would hide samples scraped in the
+  last second, rounding up would stamp answers in the future. A waiter that is cancelled
+  leaves the shared request running for the others.
+* Result cache (off by default: `cache_ttl` 0): with a TTL, a successful answer is reused for
+  the same PromQL asked at most `cache_ttl` seconds (by the callers' evaluation times) from
+  the time it was evaluated at, e.g. several HPAs, or both adapter replicas' callers, reading
+  one metric within a scrape interval. The answer keeps its own evaluation time (item
+  timestamps say how old it is). Errors are never cached; at most 4,096 entries are kept.
+* Bearer token file: re-read when its inode, size or mtime changes (a rotated projected token);
+  one trailing line break (LF or CRLF) is removed, because editors and `echo` add one and an
+  HTTP header cannot carry it. prometheus-adapter sends the contents verbatim, so a token file
+  ending in a newline breaks it. A file that vanishes mid-rotation keeps the last token in use.
+* Response codes: 2xx, 400, 422 and 503 are read as Prometheus JSON (as upstream does);
+  anything else is an error carrying the code.
+* Error messages (`str(exc)`) are safe to show; what the backend said is in `exc.detail`, for logs.
+* Proxies: `HTTP_PROXY`/`HTTPS_PROXY`/`NO_PROXY` (either case) apply as with aiohttp's
+  `trust_env` (and, for these variables, prometheus-adapter's Go client), but are read once at
+  start for the one configured URL (`proxy_for`), not twice per request in worker threads
+  (~0.5 ms a query). Credentials in the proxy URL go in `Proxy-Authorization`; an `https://`
+  proxy is not supported by aiohttp and is ignored with a warning, as `trust_env` did; `.netrc`
+  is not read (prometheus-adapter never read it either).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import codecs
+import contextlib
+import json
+import logging
+import math
+import os
+import re
+import ssl
+import string
+import urllib.parse
+import urllib.request
+from collections.abc import AsyncIterator, Mapping, Sequence
+from dataclasses import dataclass
+from decimal import ROUND_FLOOR, Decimal
+from typing import Any, Literal, NamedTuple
+
+import aiohttp
+from multidict import CIMultiDict
+from prometheus_client import CollectorRegistry, Counter, Histogram
+from yarl import URL
+
+from metricscale.core.proxies import proxy_for
+
+__all__ = [
+    "PrometheusClient",
+    "PrometheusConfigError",
+    "PrometheusError",
+    "PrometheusQueryError",
+    "PrometheusSettings",
+    "PrometheusUnavailable",
+    "QueryResult",
+    "Scalar",
+    "UnexpectedResultType",
+    "Vector",
+    "VectorSample",
+    "encode_form",
+    "format_time",
+    "parse_header",
+    "parse_query_response",
+]
+
+logger = logging.getLogger(__name__)
+
+Method = Literal["POST", "GET"]
+
+# Codes whose bodies Prometheus' own Go client reads as API JSON (prometheus-adapter does too).
+_API_JSON_CODES = frozenset({400, 422, 503})
+# Prometheus' errorType values that mean "try again later" rather than "this query is wrong".
+_TRANSIENT_ERROR_TYPES = frozenset({"timeout", "canceled", "unavailable", "internal"})
+_KNOWN_ERROR_TYPES = frozenset(
+    {"bad_data", "execution", "timeout", "canceled", "unavailable", "internal", "not_found",
+     "not_acceptable"})
+_HEADER_NAME = re.compile(r"^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$")
+_SERIES_CHUNK = 1 << 16
+_MILLISECOND = Decimal("0.001")
+_MISSING = object()
+_NO_LABELS: dict[str, str] = {}  # a sample without "metric" (never changed)
+_STR_ONLY = frozenset({str})
+_SERIES_PREFIX = re.compile(rb'^\s*\{\s*"status"\s*:\s*"success"\s*,\s*"data"\s*:\s*\[')
+
+
+# ---------------------------------------------------------------------------------------------
+# Errors
+
+
+class PrometheusError(Exception):
+    """Base: `str()` is safe for API clients; `detail` holds backend text for logs only."""
+
+    def __init__(self, message: str, *, reason: str, detail: str = "",
+                 status: int | None = None, error_type: str | None = None) -> None:
+        super().__init__(message)
+        self.reason = reason          # bounded vocabulary, also the metrics label
+        self.detail = detail
+        self.status = status          # HTTP status from the backend, if one answered
+        self.error_type = error_type  # Prometheus' errorType, if it sent one
+
+
+class PrometheusUnavailable(PrometheusError):
+    """Prometheus could not answer now: transport error, timeout, 429, 5xx, transient errorType."""
+
+
+class PrometheusQueryError(PrometheusError):
+    """Prometheus answered that the request is wrong (4xx, bad_data, execution) or sent bad data."""
+
+
+class UnexpectedResultType(PrometheusQueryError):
+    """An instant query answered with a matrix or a string: no metric value can come from it."""
+
+
+class PrometheusConfigError(ValueError):
+    """Settings that cannot work (conflicting auth, a header without a name, a bad URL...)."""
+
+
+# ---------------------------------------------------------------------------------------------
+# Settings
+
+
+def parse_header(text: str) -> tuple[str, str]:
+    """`Name=value` (split on the first `=`; no `=` means an empty value, as upstream does)."""
+    name, _, value = text.partition("=")
+    name = name.strip()
+    if not name or not _HEADER_NAME.match(name):
+        raise PrometheusConfigError(f"--prometheus-header {name!r}: not a header name")
+    if "\r" in value or "\n" in value:
+        raise PrometheusConfigError(f"--prometheus-header {name}: the value has a line break")
+    return name, value
+
+
+@dataclass(frozen=True)
+class PrometheusSettings:
+    """Everything the client needs; built from flags by the adapter's settings module."""
+
+    url: str
+    headers: tuple[tuple[str, str], ...] = ()
+    bearer_token_file: str | None = None
+    basic_auth_username: str | None = None
+    basic_auth_password_file: str | None = None
+    client_cert_file: str | None = None
+    client_key_file: str | None = None
+    ca_file: str | None = None
+    insecure_skip_verify: bool = False
+    timeout: float = 30.0
+    method: Method = "POST"
+    coalesce_window: float = 1.0
+    max_connections: int = 100
+    cache_ttl: float = 0.0
+
+    def __post_init__(self) -> None:
+        url = URL(self.url)
+        if url.scheme not in ("http", "https") or not url.host:
+            raise PrometheusConfigError("--prometheus-url must be an http:// or https:// URL")
+        if self.method not in ("POST", "GET"):
+            raise PrometheusConfigError("--prometheus-verb must be GET or POST")
+        if not (self.timeout > 0 and math.isfinite(self.timeout)):
+            raise PrometheusConfigError("--prometheus-timeout must be a positive duration")
+        if not (self.coalesce_window >= 0 and math.isfinite(self.coalesce_window)):
+            raise PrometheusConfigError("the coalesce window must be a non-negative duration")
+        if not (self.cache_ttl >= 0 and math.isfinite(self.cache_ttl)):
+            raise PrometheusConfigError("--prometheus-cache-ttl must not be negative")
+        if self.bearer_token_file and (self.basic_auth_username or self.basic_auth_password_file):
+            raise PrometheusConfigError("use either a bearer token file or basic auth, not both")
+        if bool(self.basic_auth_username) != bool(self.basic_auth_password_file):
+            raise PrometheusConfigError("basic auth needs both a username and a password file")
+        if self.basic_auth_username and ":" in self.basic_auth_username:
+            raise PrometheusConfigError("a basic auth username cannot contain ':'")
+        if bool(self.client_cert_file) != bool(self.client_key_file):
+            raise PrometheusConfigError("a client certificate needs both the certificate and key")
+        authorizes = self.bearer_token_file or self.basic_auth_username
+        for name, value in self.headers:
+            parse_header(f"{name}={value}")
+            if authorizes and name.lower() == "authorization":
+                raise PrometheusConfigError(
+                    "an Authorization header conflicts with the bearer token or basic auth")
+
+
+_FORM_CONTENT_TYPE = "application/x-www-form-urlencoded"
+# quote_plus for ASCII text in one str.translate: a 100-pod query is ~850 characters, and
+# aiohttp's FormData (urlencode, one quote per character class lookup) costs ~50 µs a request.
+_FORM_UNRESERVED = frozenset(string.ascii_letters + string.digits + "_.-~")
+_FORM_ASCII = {code: chr(code) if chr(code) in _FORM_UNRESERVED else "+" if code == 0x20
+               else f"%{code:02X}" for code in range(0x80)}
+
+
+def _form_text(text: str) -> str:
+    return text.translate(_FORM_ASCII) if text.isascii() else urllib.parse.quote_plus(text)
+
+
+def encode_form(params: Sequence[tuple[str, str]]) -> bytes:
+    """An `application/x-www-form-urlencoded` body: the bytes `urllib.parse.urlencode` makes."""
+    return "&".join(_form_text(name) + "=" + _form_text(value)
+                    for name, value in params).encode("ascii")
+
+
+# ---------------------------------------------------------------------------------------------
+# Results
+
+
+class VectorSample(NamedTuple):
+    """One sample of an instant vector (a tuple: a 100-pod answer builds 100 of them)."""
+
+    labels: Mapping[str, str]
+    timestamp: Decimal           # Unix seconds, exactly as Prometheus wrote it
+    value: str                   # Prometheus' string: "1.5", "NaN", "+Inf"
+
+
+@dataclass(frozen=True)
+class Vector:
+    samples: tuple[VectorSample, ...]
+    warnings: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Scalar:
+    timestamp: Decimal
+    value: str
+    warnings: tuple[str, ...] = ()
+
+
+QueryResult = Vector | Scalar
+
+
+def format_time(seconds: float | Decimal) -> str:
+    """Unix seconds as Prometheus takes them: milliseconds, the rest cut off."""
+    value = seconds if isinstance(seconds, Decimal) else Decimal(repr(float(seconds)))
+    return str(value.quantize(_MILLISECOND, rounding=ROUND_FLOOR))
+
+
+# The two helpers below run once per sample (100s per request): exact type checks (what
+# json.loads makes: never a subclass; `bool` is not an `int` here) rather than isinstance chains.
+
+
+def _sample_pair(raw: object) -> tuple[Decimal, str]:
+    if type(raw) is list and len(raw) == 2:
+        stamp, value = raw
+        if type(value) is str:
+            if type(stamp) is float:
+                return _exact_time(stamp), value
+            if type(stamp) is int:
+                return Decimal(stamp), value
+    raise _bad_response("a sample that is not [time, \"value\"]")
+
+
+def _exact_time(stamp: float) -> Decimal:
+    """A sample time as Prometheus wrote it.
+
+    Prometheus writes the shortest text that reads back as the same float64 (Go's
+    FormatFloat(t, 'f', -1, 64)), and Python's repr is the shortest such text too: the same
+    digits, so the Decimal is exact without a parse_float hook on every number.
+    """
+    if not math.isfinite(stamp):
+        raise _bad_response(f"a sample time that is not a finite number ({stamp!r})")
+    return Decimal(repr(stamp))
+
+
+def _labels(raw: object) -> dict[str, str]:
+    # JSON object keys are always strings: only the values need checking.
+    if type(raw) is dict and all(type(value) is str for value in raw.values()):
+        return raw
+    raise _bad_response("a sample whose metric is not a map of strings")
+
+
+def _bad_response(detail: str, *, status: int | None = None) -> PrometheusQueryError:
+    return PrometheusQueryError("Prometheus sent an answer that cannot be read",
+                                reason="bad_response", detail=detail, status=status)
+
+
+def parse_query_response(status: int, body: bytes) -> QueryResult:
+    """Turn one /api/v1/query response into a value or a typed error (pure: tests drive it)."""
+    payload = _read_api_json(status, body)
+    data = payload.get("data")
+    if not isinstance(data, dict):
+        raise _bad_response("no data object", status=status)
+    warnings = _warnings(payload)
+    kind = data.get("resultType")
+    result = data.get("result")
+    if kind == "vector":
+        if not isinstance(result, list):
+            raise _bad_response("a vector that is not a list", status=status)
+        samples: list[VectorSample] = []
+        append = samples.append
+        times: dict[float, Decimal] = {}  # the samples of an instant query share one time
+        for item in result:
+            if type(item) is not dict:
+                raise _bad_response("a vector sample that is not an object", status=status)
+            pair = item.get("value", _MISSING)
+            metric = item.get("metric", _NO_LABELS)
+            # The shape of every sample Prometheus sends, checked inline (this loop runs for
+            # each of 100s of samples); anything else goes through the helpers that say why.
+            if (type(pair) is list and len(pair) == 2 and type(pair[1]) is str
+                    and type(metric) is dict and set(map(type, metric.values())) <= _STR_ONLY):
+                stamp = times.get(pair[0])
+                if stamp is not None:
+                    append(VectorSample(metric, stamp, pair[1]))
+                    continue
+                if type(pair[0]) is float:
+                    stamp = times[pair[0]] = _exact_time(pair[0])  # NaN is never kept
+                    append(VectorSample(metric, stamp, pair[1]))
+                    continue
+            if pair is _MISSING:
+                raise _bad_response("a vector sample without a value (a native histogram?)",
+                                    status=status)
+            append(VectorSample(_labels(metric), *_sample_pair(pair)))
+        return Vector(samples=tuple(samples), warnings=warnings)
+    if kind == "scalar":
+        timestamp, value = _sample_pair(result)
+        return Scalar(timestamp=timestamp, value=value, warnings=warnings)
+    if kind in ("matrix", "string"):
+        raise UnexpectedResultType(
+            f"the query returned a {kind}; a metric needs an instant vector or a scalar",
+            reason="unexpected_result_type", detail=f"resultType {kind}", status=status)
+    raise _bad_response(f"unknown resultType {kind!r}", status=status)
+
+
+def _warnings(payload: Mapping[str, Any]) -> tuple[str, ...]:
+    raw = payload.get("warnings")
+    return tuple(str(w) for w in raw) if isinstance(raw, list) else ()
+
+
+def _read_api_json(status: int, body: bytes) -> Mapping[str, Any]:
+    """Check the status code and the API envelope; returns the successful payload."""
+    if not (200 <= status < 300 or status in _API_JSON_CODES):
+        raise _error_for_code(status, body)
+    try:
+        payload = json.loads(body)
+    except (ValueError, UnicodeDecodeError):
+        if status == 503:
+            raise PrometheusUnavailable("Prometheus is unavailable", reason="unavailable",
+                                        detail="503 without a JSON body", status=status) from None
+        raise _bad_response(f"HTTP {status} with a body that is not JSON", status=status) from None
+    if not isinstance(payload, dict):
+        raise _bad_response("the answer is not a JSON object", status=status)
+    if payload.get("status") == "success" and 200 <= status < 300:
+        return payload
+    error_type = payload.get("errorType")
+    error_type = error_type if isinstance(error_type, str) else None
+    detail = f"{error_type}: {payload.get('error')}"
+    reason = error_type if error_type in _KNOWN_ERROR_TYPES else "error"
+    if status == 503 or error_type in _TRANSIENT_ERROR_TYPES:
+        raise PrometheusUnavailable("Prometheus could not evaluate the query now", reason=reason,
+                                    detail=detail, status=status, error_type=error_type)
+    raise PrometheusQueryError("Prometheus rejected the query", reason=reason, detail=detail,
+                               status=status, error_type=error_type)
+
+
+def _error_for_code(status: int, body: bytes) -> PrometheusError:
+    snippet = body[:200].decode("utf-8", "replace")
+    detail = f"unknown response code {status}: {snippet}"
+    if status == 429 or status >= 500:
+        return PrometheusUnavailable("Prometheus is unavailable", reason=f"http_{status // 100}xx",
+                                     detail=detail, status=status)
+    return PrometheusQueryError("Prometheus refused the request", reason=f"http_{status // 100}xx",
+                                detail=detail, status=status)
+
+
+# ---------------------------------------------------------------------------------------------
+# Credentials read from files
+
+
+class _SecretFile:
+    """A credential file re-read when it changes; its contents are never logged."""
+
+    def __init__(self, path: str, what: str) -> None:
+        self._path = path
+        self._what = what
+        self._stamp: tuple[int, int, int] | None = None
+        self._value: str | None = None
+
+    def read(self) -> str:
+        try:
+            st = os.stat(self._path)
+            stamp = (st.st_ino, st.st_size, st.st_mtime_ns)
+            if stamp != self._stamp:
+                with open(self._path, encoding="utf-8") as f:
+                    text = f.read()
+                text = text.removesuffix("\n").removesuffix("\r")
+                if not text or "\n" in text or "\r" in text:
+                    raise ValueError("empty, or more than one line")
+                self._value, self._stamp = text, stamp
+                logger.info("read the Prometheus %s from %s", self._what, self._path)
+        except (OSError, ValueError, UnicodeDecodeError) as exc:
+            if self._value is None:
+                raise PrometheusUnavailable(
+                    f"the Prometheus {self._what} cannot be read", reason="credentials",
+                    detail=f"{self._path}: {type(exc).__name__}") from None
+            logger.warning("cannot re-read the Prometheus %s from %s (%s); keeping the last one",
+                           self._what, self._path, type(exc).__name__)
+        assert self._value is not None
+        return self._value
+
+
+# ---------------------------------------------------------------------------------------------
+# Metrics
+
+
+@dataclass(frozen=True)
+class _Metrics:
+    duration: Histogram
+    errors: Counter
+    shared: Counter
+    cached: Counter
+
+    @classmethod
+    def register(cls, registry: CollectorRegistry) -> _Metrics:
+        return cls(
+            duration=Histogram(
+                "metricscale_prometheus_request_duration_seconds",
+                "Time of requests to Prometheus (failures included), by API endpoint.",
+                ["endpoint"], registry=registry,
+                buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)),
+            errors=Counter(
+                "metricscale_prometheus_request_errors_total",
+                "Failed requests to Prometheus, by API endpoint and reason.",
+                ["endpoint", "reason"], registry=registry),
+            shared=Counter(
+                "metricscale_prometheus_requests_shared_total",
+                "Queries answered by joining an identical request already in flight.",
+                ["endpoint"], registry=registry),
+            cached=Counter(
+                "metricscale_prometheus_cache_hits_total",
+                "Queries answered from the result cache (--prometheus-cache-ttl).",
+                ["endpoint"], registry=registry),
+        )
+
+
+# ---------------------------------------------------------------------------------------------
+# The client
+
+
+@dataclass(frozen=True)
+class _Flight:
+    task: asyncio.Task[QueryResult]
+    at: Decimal
+
+
+@dataclass(frozen=True)
+class _Cached:
+    at: Decimal  # the evaluation time the answer was asked for
+    result: QueryResult
+
+
+_CACHE_LIMIT = 4096
+
+
+class PrometheusClient:
+    """One aiohttp session to one Prometheus-compatible backend.
+
+    Use `async with PrometheusClient(settings, registry=r) as client:` (or `start()`/`close()`)
+    inside the running loop. One client per registry: it registers its metrics there.
+    """
+
+    def __init__(self, settings: PrometheusSettings, *,
+                 registry: CollectorRegistry | None = None) -> None:
+        self.settings = settings
+        self._base = URL(settings.url)
+        self._prefix = self._base.path.rstrip("/")
+        self._urls = {endpoint: self._base.with_path(f"{self._prefix}/api/v1/{endpoint}")
+                      for endpoint in ("query", "series")}
+        self._proxy_options: dict[str, Any] = {}
+        self._headers: CIMultiDict[str] = CIMultiDict(settings.headers)
+        self._token = (_SecretFile(settings.bearer_token_file, "bearer token")
+                       if settings.bearer_token_file else None)
+        self._password = (_SecretFile(settings.basic_auth_password_file, "basic auth password")
+                          if settings.basic_auth_password_file else None)
+        self._metrics = _Metrics.register(registry or CollectorRegistry(auto_describe=True))
+        self._session: aiohttp.ClientSession | None = None
+        self._flights: dict[tuple[str, str], list[_Flight]] = {}
+        self._window = Decimal(repr(settings.coalesce_window))
+        self._cache_ttl = Decimal(repr(settings.cache_ttl))
+        self._cache: dict[str, _Cached] = {}  # by PromQL, oldest evaluation time first
+        self.backend_requests = 0
+
+    # -- lifecycle -----------------------------------------------------------------------
+
+    def _ssl_context(self) -> ssl.SSLContext | None:
+        s = self.settings
+        if self._base.scheme != "https":
+            return None
+        try:
+            context = ssl.create_default_context(cafile=s.ca_file)
+            if s.client_cert_file:
+                context.load_cert_chain(s.client_cert_file, keyfile=s.client_key_file)
+        except (OSError, ssl.SSLError) as exc:
+            raise PrometheusConfigError(
+                f"cannot load the Prometheus TLS files: {type(exc).__name__}: {exc}") from None
+        if s.insecure_skip_verify:
+            context.check_hostname = False
+            context.verify_mode = ssl.CERT_NONE
+        return context
+
+    async def start(self) -> None:
+        """Open the session (must run inside the event loop)."""
+        if self._session is not None:
+            return
+        context = self._ssl_context()
+        # HTTP(S)_PROXY/NO_PROXY apply, as they do to prometheus-adapter's Go client; read once
+        # here rather than through trust_env, which asks two worker threads on every request.
+        proxy = proxy_for(self._base, urllib.request.getproxies())
+        self._proxy_options = {}
+        self._headers = CIMultiDict(self.settings.headers)
+        if proxy.ignored:
+            logger.warning("not using the proxy set in the environment for %s: %s",
+                           self._base.origin(), proxy.ignored)
+        elif proxy.url is not None:
+            logger.info("Prometheus requests go through the proxy %s", proxy.url)
+            self._proxy_options["proxy"] = proxy.url
+            # Proxy-Authorization goes on the CONNECT for https, on each request for http.
+            if proxy.headers and self._base.scheme == "https":
+                self._proxy_options["proxy_headers"] = dict(proxy.headers)
+            elif proxy.headers:
+                self._headers.extend(proxy.headers)
+        if self.settings.method == "POST":
+            self._headers["Content-Type"] = _FORM_CONTENT_TYPE  # the body is encode_form's
+        connector = aiohttp.TCPConnector(limit=self.settings.max_connections,
+                                         ssl=context if context is not None else True)
+        self._session = aiohttp.ClientSession(
+            connector=connector, trust_env=False, auto_decompress=True,
+            timeout=aiohttp.ClientTimeout(total=self.settings.timeout))
+
+    async def close(self) -> None:
+        """Cancel shared requests still in flight and close the session."""
+        flights = [f for group in self._flights.values() for f in group]
+        self._flights = {}
+        self._cache = {}
+        for flight in flights:
+            flight.task.cancel()
+        for flight in flights:
+            with contextlib.suppress(BaseException):
+                await flight.task
+        session, self._session = self._session, None
+        if session is not None:
+            await session.close()
+
+    async def __aenter__(self) -> PrometheusClient:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.close()
+
+    # -- API -------------------------------------------------------------------------------
+
+    async def query(self, promql: str, *, at: float | Decimal) -> QueryResult:
+        """Instant query evaluated at Unix time `at` (sent with milliseconds).
+
+        Answers from the cache when enabled and fresh; else joins an identical query already in
+        flight whose time is within `coalesce_window`; raises PrometheusUnavailable,
+        PrometheusQueryError or UnexpectedResultType.
+        """
+        when = Decimal(format_time(at))
+        if self._cache_ttl:
+            cached = self._cache.get(promql)
+            if cached is not None and abs(when - cached.at) <= self._cache_ttl:
+                self._metrics.cached.labels("query").inc()
+                return cached.result
+        flights = self._flights.setdefault(("query", promql), [])
+        window = self._window
+        flight = next((f for f in flights if abs(f.at - when) <= window), None)
+        if flight is None:
+            task = asyncio.create_task(self._query_now(promql, str(when)),
+                                       name="prometheus query")
+            flight = _Flight(task, when)
+            flights.append(flight)
+            task.add_done_callback(lambda done: self._landed(("query", promql), flight))
+        else:
+            self._metrics.shared.labels("query").inc()
+        # shield: one caller giving up must not cancel the request the others wait for.
+        return await asyncio.shield(flight.task)
+
+    def _landed(self, key: tuple[str, str], flight: _Flight) -> None:
+        flights = self._flights.get(key)
+        if flights is not None:
+            with contextlib.suppress(ValueError):
+                flights.remove(flight)
+            if not flights:
+                del self._flights[key]
+        if flight.task.cancelled():
+            return
+        # retrieved here: an error nobody awaited is not "lost"
+        if flight.task.exception() is None and self._cache_ttl and key[0] == "query":
+            self._remember(key[1], _Cached(flight.at, flight.task.result()))
+
+    def _remember(self, promql: str, entry: _Cached) -> None:
+        cache = self._cache
+        current = cache.get(promql)
+        if current is not None and current.at > entry.at:
+            return  # a later answer is already kept
+        cache.pop(promql, None)
+        cache[promql] = entry  # insertion order follows evaluation time, near enough
+        horizon = entry.at - self._cache_ttl
+        while cache:
+            oldest = next(iter(cache))
+            if cache[oldest].at >= horizon and len(cache) <= _CACHE_LIMIT:
+                break
+            del cache[oldest]
+
+    async def _query_now(self, promql: str, time_param: str) -> QueryResult:
+        status, body = await self._request(
+            "query", [("query", promql), ("time", time_param)])
+        return parse_query_response(status, body)
+
+    async def series(self, matches: Sequence[str], *, start: float | Decimal,
+                     end: float | Decimal | None = None,
+                     request_timeout: float | None = None) -> AsyncIterator[dict[str, str]]:
+        """/api/v1/series: yields each matching series' label set as it is read.
+
+        Streaming keeps memory proportional to what the caller keeps, not to the answer (a
+        discovery pass over 10^6 series). `start`/`end` are Unix seconds, sent with milliseconds.
+        Iterate it fully or close it (`aclose`), e.g. with `contextlib.aclosing`.
+        """
+        params = [("match[]", m) for m in matches]
+        params.append(("start", format_time(start)))
+        if end is not None:
+            params.append(("end", format_time(end)))
+        async with self._open("series", params, request_timeout=request_timeout) as response:
+            if not 200 <= response.status < 300:
+                body = await self._read(response, "series")
+                try:
+                    _read_api_json(response.status, body)  # raises for every non-2xx code
+                except PrometheusError as exc:
+                    logger.warning("Prometheus series answered %s: %s", response.status,
+                                   exc.detail)
+                    raise self._count(exc, "series") from None
+            reader = _SeriesReader()
+            try:
+                async for chunk in response.content.iter_chunked(_SERIES_CHUNK):
+                    for labels in reader.feed(chunk):
+                        yield labels
+                for labels in reader.finish():
+                    yield labels
+            except PrometheusError as exc:
+                raise self._count(exc, "series") from None
+            except (aiohttp.ClientError, TimeoutError) as exc:
+                raise self._count(_transport_error(exc), "series") from None
+
+    # -- transport ---------------------------------------------------------------------------
+
+    def _count(self, exc: PrometheusError, endpoint: str) -> PrometheusError:
+        self._metrics.errors.labels(endpoint, exc.reason).inc()
+        return exc
+
+    def _request_headers(self) -> CIMultiDict[str]:
+        if self._token is None and self._password is None:
+            return self._headers  # aiohttp copies what it is given; nothing to add
+        headers = CIMultiDict(self._headers)
+        if self._token is not None:
+            headers["Authorization"] = f"Bearer {self._token.read()}"
+        if self._password is not None and self.settings.basic_auth_username:
+            pair = f"{self.settings.basic_auth_username}:{self._password.read()}"
+            headers["Authorization"] = "Basic " + base64.b64encode(pair.encode()).decode("ascii")
+        return headers
+
+    @contextlib.asynccontextmanager
+    async def _open(self, endpoint: str, params: list[tuple[str, str]], *,
+                    request_timeout: float | None = None,
+                    ) -> AsyncIterator[aiohttp.ClientResponse]:
+        """Send one request; the response is open inside the block. Errors are typed."""
+        session = self._session
+        if session is None:
+            raise RuntimeError("PrometheusClient used before start() or after close()")
+        try:
+            headers = self._request_headers()
+        except PrometheusError as exc:
+            raise self._count(exc, endpoint) from None
+        url = self._urls[endpoint]
+        kwargs: dict[str, Any] = {**self._proxy_options, "headers": headers}
+        if request_timeout is not None:
+            kwargs["timeout"] = aiohttp.ClientTimeout(total=request_timeout)
+        if self.settings.method == "POST":
+            kwargs["data"] = encode_form(params)
+            method = "POST"
+        else:
+            url = url.extend_query(params)
+            method = "GET"
+        self.backend_requests += 1
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        try:
+            async with session.request(method, url, **kwargs) as response:
+                yield response
+        except PrometheusError:
+            raise
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            error = _transport_error(exc)
+            logger.warning("Prometheus %s request failed: %s", endpoint, error.detail)
+            raise self._count(error, endpoint) from None
+        finally:
+            self._metrics.duration.labels(endpoint).observe(loop.time() - started)
+
+    async def _read(self, response: aiohttp.ClientResponse, endpoint: str) -> bytes:
+        try:
+            return await response.read()
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            raise self._count(_transport_error(exc), endpoint) from None
+
+    async def _request(self, endpoint: str, params: list[tuple[str, str]]) -> tuple[int, bytes]:
+        async with self._open(endpoint, params) as response:
+            body = await self._read(response, endpoint)
+            status = response.status
+        try:
+            _check_status_only(status, body)
+        except PrometheusError as exc:
+            logger.warning("Prometheus %s answered %s: %s", endpoint, status, exc.detail)
+            raise self._count(exc, endpoint) from None
+        return status, body
+
+
+def _check_status_only(status: int, body: bytes) -> None:
+    """Raise for error answers now (so they are counted once); success is parsed by the caller."""
+    if 200 <= status < 300:
+        return
+    _read_api_json(status, body)  # always raises for a non-2xx code
+
+
+def _transport_error(exc: BaseException) -> PrometheusUnavailable:
+    if isinstance(exc, TimeoutError):  # aiohttp's timeouts are TimeoutError subclasses
+        return PrometheusUnavailable("Prometheus did not answer in time", reason="timeout",
+                                     detail=f"{type(exc).__name__}")
+    return PrometheusUnavailable("Prometheus cannot be reached", reason="connection",
+                                 detail=f"{type(exc).__name__}: {exc}")
+
+
+class _SeriesReader:
+    """Incremental reader of `{"status":"success","data":[{...},...]...}`: one label set at a time.
+
+    The objects are decoded with the C JSON decoder (`raw_decode`); only the envelope is
+    handled here. An answer of any other shape is read whole and parsed normally.
+    """
+
+    def __init__(self) -> None:
+        self._raw = b""                  # bytes before the envelope's prefix is recognised
+        self._text = ""                  # decoded text not consumed yet
+        self._state: Literal["prefix", "items", "tail", "whole"] = "prefix"
+        self._utf8 = codecs.getincrementaldecoder("utf-8")()
+        self._decoder = json.JSONDecoder()
+
+    def feed(self, chunk: bytes) -> list[dict[str, str]]:
+        if self._state == "whole":
+            self._raw += chunk
+            return []
+        if self._state == "prefix":
+            self._raw += chunk
+            match = _SERIES_PREFIX.match(self._raw)
+            if match is None:
+                if len(self._raw) > 256 or not _could_be_prefix(self._raw):
+                    self._state = "whole"
+                return []
+            chunk, self._raw = self._raw[match.end():], b""
+            self._state = "items"
+        try:
+            self._text += self._utf8.decode(chunk)
+        except UnicodeDecodeError:
+            raise _bad_response("series answer is not UTF-8") from None
+        return self._items() if self._state == "items" else []
+
+    def _items(self) -> list[dict[str, str]]:
+        out: list[dict[str, str]] = []
+        text, pos, n = self._text, 0, len(self._text)
+        while True:
+            while pos < n and text[pos] in " \t\r\n,":
+                pos += 1
+            if pos >= n:
+                break
+            if text[pos] == "]":
+                self._state = "tail"
+                pos += 1
+                break
+            try:
+                obj, end = self._decoder.raw_decode(text, pos)
+            except json.JSONDecodeError:
+                break  # an object cut by the chunk boundary: wait for more
+            out.append(_labels(obj))
+            pos = end
+        self._text = text[pos:]
+        return out
+
+    def finish(self) -> list[dict[str, str]]:
+        if self._state in ("whole", "prefix"):
+            payload = _read_api_json(200, self._raw)
+            data = payload.get("data")
+            if not isinstance(data, list):
+                raise _bad_response("series data is not a list")
+            return [_labels(item) for item in data]
+        if self._state != "tail":
+            raise _bad_response("series answer ended early")
+        try:
+            self._text += self._utf8.decode(b"", final=True)
+            json.loads('{"data":[]' + self._text)  # the rest must close the envelope
+        except ValueError:
+            raise _bad_response("series answer ended badly") from None
+        return []
+
+
+def _could_be_prefix(buffer: bytes) -> bool:
+    """Whether more bytes could still complete the standard envelope prefix."""
+    compact = re.sub(rb"\s+", b"", buffer)
+    target = b'{"status":"success","data":['
+    return target.startswith(compact[: len(target)])

@@ -1,0 +1,1 @@
+"""prometheus-adapter's rules as pure code: config, naming, templates, resources, PromQL."""

@@ -1,0 +1,531 @@
+"""prometheus-adapter's configuration file, parsed strictly into immutable, compiled rules.
+
+Strict like go-yaml v2's `UnmarshalStrict`: unknown keys, duplicate keys and wrong types are
+errors, each reported with its field path (`rules[2].name.as`) and line. Then the checks
+prometheus-adapter makes at startup (filters, regexes, `as`, templates) run on every rule, and
+all problems are reported together. Scalars go into string fields as their source text, as
+go-yaml does (`as: 123` is the string "123"). Things upstream accepts but that cannot work
+(a rule without `seriesQuery` or `metricsQuery`) are errors too; things that are merely
+suspicious are returned as warnings.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+
+import yaml
+
+from adapter.rules.naming import (
+    NameMatcher,
+    NamingError,
+    SeriesFilter,
+    make_series_filter,
+    rule_filters,
+)
+from adapter.rules.resources import (
+    GroupResource,
+    LabelTemplate,
+    LabelTemplateError,
+    compile_label_template,
+    is_promql_label_name,
+)
+from adapter.rules.templating import Template, TemplateSyntaxError, parse_template
+from metricscale.core.selectors import quote_go_string
+
+__all__ = [
+    "AdapterConfig",
+    "ConfigError",
+    "ConfigIssue",
+    "DiscoveryRule",
+    "ResourceMappingConfig",
+    "ResourceRule",
+    "ResourceRules",
+    "parse_config",
+    "parse_prometheus_duration",
+]
+
+
+@dataclass(frozen=True)
+class ConfigIssue:
+    """One problem: where (field path, line) and what."""
+
+    path: str
+    message: str
+    line: int | None = None
+
+    def __str__(self) -> str:
+        where = f"{self.path}: " if self.path else ""
+        line = f" (line {self.line})" if self.line is not None else ""
+        return f"{where}{self.message}{line}"
+
+
+class ConfigError(ValueError):
+    """The configuration is not usable; `issues` lists every problem found."""
+
+    def __init__(self, issues: Sequence[ConfigIssue]) -> None:
+        self.issues = tuple(issues)
+        super().__init__("\n".join(str(issue) for issue in self.issues))
+
+
+@dataclass(frozen=True)
+class ResourceMappingConfig:
+    """`resources:` of a rule."""
+
+    template: str = ""
+    label_template: LabelTemplate | None = None
+    overrides: tuple[tuple[str, GroupResource], ...] = ()
+    namespaced: bool | None = None
+
+    @property
+    def is_empty(self) -> bool:
+        return self.label_template is None and not self.overrides
+
+
+@dataclass(frozen=True)
+class DiscoveryRule:
+    """One entry of `rules:` or `externalRules:`, compiled."""
+
+    section: str  # "rules" or "externalRules"
+    index: int
+    series_query: str
+    series_filters: tuple[SeriesFilter, ...]
+    resources: ResourceMappingConfig
+    name_matches: str
+    name_as: str
+    name: NameMatcher
+    metrics_query: str
+    metrics_template: Template
+
+    @property
+    def path(self) -> str:
+        return f"{self.section}[{self.index}]"
+
+    @property
+    def filters(self) -> tuple[SeriesFilter, ...]:
+        """What a series name must pass: `seriesFilters`, then the implicit `is: <matches>`."""
+        return rule_filters(self.series_filters, self.name,
+                            explicit_matches=bool(self.name_matches))
+
+    @property
+    def namespaced(self) -> bool:
+        """For external rules: add the namespace matcher (`resources.namespaced`, default true)."""
+        return self.resources.namespaced is not False
+
+
+@dataclass(frozen=True)
+class ResourceRule:
+    """`resourceRules.cpu` / `resourceRules.memory` (kept for `metrics.k8s.io`)."""
+
+    container_query: str
+    container_template: Template
+    node_query: str
+    node_template: Template
+    resources: ResourceMappingConfig
+    container_label: str
+
+
+@dataclass(frozen=True)
+class ResourceRules:
+    cpu: ResourceRule
+    memory: ResourceRule
+    window: str
+    window_milliseconds: int
+
+
+@dataclass(frozen=True)
+class AdapterConfig:
+    rules: tuple[DiscoveryRule, ...] = ()
+    external_rules: tuple[DiscoveryRule, ...] = ()
+    resource_rules: ResourceRules | None = None
+    warnings: tuple[ConfigIssue, ...] = ()
+
+    def series_queries(self) -> tuple[str, ...]:
+        """Distinct `seriesQuery` strings of all rules, in rule order: one series call each."""
+        return tuple(dict.fromkeys(r.series_query for r in (*self.rules, *self.external_rules)))
+
+
+# --- YAML nodes → checked values ---------------------------------------------------------------
+
+_TAG_PREFIX = "tag:yaml.org,2002:"
+_MERGE = _TAG_PREFIX + "merge"
+_NULL = _TAG_PREFIX + "null"
+_TRUE = frozenset({"y", "Y", "yes", "Yes", "YES", "true", "True", "TRUE", "on", "On", "ON"})
+_FALSE = frozenset({"n", "N", "no", "No", "NO", "false", "False", "FALSE", "off", "Off", "OFF"})
+
+
+def _short_tag(node: yaml.Node) -> str:
+    tag = str(node.tag)
+    return "!!" + tag[len(_TAG_PREFIX):] if tag.startswith(_TAG_PREFIX) else tag
+
+
+def _child_path(path: str, key: str) -> str:
+    """`a.b` for plain keys, `a["x.y"]` for keys a dot would make ambiguous."""
+    if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", key):
+        return f"{path}[{quote_go_string(key)}]"
+    return f"{path}.{key}" if path else key
+
+
+def _is_null(node: yaml.Node | None) -> bool:
+    return node is None or (isinstance(node, yaml.ScalarNode) and node.tag == _NULL)
+
+
+class _Decoder:
+    def __init__(self) -> None:
+        self.issues: list[ConfigIssue] = []
+
+    def issue(self, path: str, message: str, node: yaml.Node | None) -> None:
+        line = None if node is None else node.start_mark.line + 1
+        self.issues.append(ConfigIssue(path, message, line))
+
+    def type_error(self, path: str, node: yaml.Node, go_type: str) -> None:
+        shown = _short_tag(node)
+        if isinstance(node, yaml.ScalarNode):
+            shown += f" `{node.value}`"
+        self.issue(path, f"cannot unmarshal {shown} into {go_type}", node)
+
+    def mapping(self, node: yaml.Node | None, path: str, go_type: str,
+                fields: Sequence[str] | None) -> dict[str, yaml.Node] | None:
+        """Keys → value nodes; `fields=None` accepts any key (a Go map)."""
+        if _is_null(node):
+            return {}
+        assert node is not None
+        if not isinstance(node, yaml.MappingNode):
+            self.type_error(path, node, go_type)
+            return None
+        result: dict[str, yaml.Node] = {}
+        seen: set[str] = set()
+        for key_node, value_node in self._pairs(node):
+            if not isinstance(key_node, yaml.ScalarNode):
+                self.type_error(path, key_node, "string")
+                continue
+            key = "" if key_node.tag == _NULL else str(key_node.value)
+            child = _child_path(path, key)
+            if key in seen:
+                self.issue(child, f"key {quote_go_string(key)} already set in map", key_node)
+                continue
+            seen.add(key)
+            if fields is not None and key not in fields:
+                self.issue(child, f"field {key} not found in type {go_type}", key_node)
+                continue
+            result[key] = value_node
+        return result
+
+    def _pairs(self, node: yaml.MappingNode) -> Iterator[tuple[yaml.Node, yaml.Node]]:
+        """Key/value pairs with YAML merge keys (`<<: *base`) applied underneath."""
+        explicit = [(k, v) for k, v in node.value if k.tag != _MERGE]
+        merged: list[tuple[yaml.Node, yaml.Node]] = []
+        for key_node, value_node in node.value:
+            if key_node.tag != _MERGE:
+                continue
+            sources = value_node.value if isinstance(value_node, yaml.SequenceNode) \
+                else [value_node]
+            for source in sources:
+                if isinstance(source, yaml.MappingNode):
+                    merged.extend(self._pairs(source))
+        explicit_keys = {k.value for k, _ in explicit if isinstance(k, yaml.ScalarNode)}
+        seen: set[str] = set()
+        for key_node, value_node in merged:
+            if isinstance(key_node, yaml.ScalarNode) and key_node.value not in explicit_keys \
+                    and key_node.value not in seen:
+                seen.add(key_node.value)
+                yield key_node, value_node
+        yield from explicit
+
+    def sequence(self, node: yaml.Node | None, path: str, go_type: str) -> list[yaml.Node]:
+        if _is_null(node):
+            return []
+        assert node is not None
+        if not isinstance(node, yaml.SequenceNode):
+            self.type_error(path, node, go_type)
+            return []
+        return list(node.value)
+
+    def string(self, node: yaml.Node | None, path: str) -> str:
+        if _is_null(node):
+            return ""
+        assert node is not None
+        if not isinstance(node, yaml.ScalarNode):
+            self.type_error(path, node, "string")
+            return ""
+        return str(node.value)
+
+    def boolean(self, node: yaml.Node | None, path: str) -> bool | None:
+        if _is_null(node):
+            return None
+        assert node is not None
+        if isinstance(node, yaml.ScalarNode) and node.tag in (_TAG_PREFIX + "bool",
+                                                                _TAG_PREFIX + "str"):
+            if node.value in _TRUE and (node.tag.endswith("bool") or node.style is None):
+                return True
+            if node.value in _FALSE and (node.tag.endswith("bool") or node.style is None):
+                return False
+        self.type_error(path, node, "bool")
+        return None
+
+
+# --- sections ----------------------------------------------------------------------------------
+
+_RULE_FIELDS = ("seriesQuery", "seriesFilters", "resources", "name", "metricsQuery")
+_RESOURCE_FIELDS = ("template", "overrides", "namespaced")
+_RESOURCE_RULE_FIELDS = ("containerQuery", "nodeQuery", "resources", "containerLabel")
+_EQUALITY_WITH_REGEX = re.compile(r'__name__\s*!?=\s*"[^"]*[\^$*+?()\[\]|\\]')
+_DURATION = re.compile(r"(?:([0-9]+)y)?(?:([0-9]+)w)?(?:([0-9]+)d)?(?:([0-9]+)h)?"
+                       r"(?:([0-9]+)m)?(?:([0-9]+)s)?(?:([0-9]+)ms)?")
+_DURATION_UNITS_MS = (365 * 86_400_000, 7 * 86_400_000, 86_400_000, 3_600_000, 60_000, 1000, 1)
+
+
+def parse_prometheus_duration(text: str) -> int:
+    """Prometheus' `model.ParseDuration` (`1m30s`, `5m`, `1d`; no decimals) in milliseconds."""
+    if text == "0":
+        return 0
+    if not text:
+        raise ValueError("empty duration string")
+    match = _DURATION.fullmatch(text)
+    if match is None or not any(match.groups()):
+        raise ValueError(f"not a valid duration string: {quote_go_string(text)}")
+    return sum(int(value) * unit for value, unit in zip(match.groups(), _DURATION_UNITS_MS,
+                                                        strict=True) if value)
+
+
+class _ConfigBuilder:
+    def __init__(self) -> None:
+        self.decoder = _Decoder()
+        self.warnings: list[ConfigIssue] = []
+
+    @property
+    def issues(self) -> list[ConfigIssue]:
+        return self.decoder.issues
+
+    def warn(self, path: str, message: str, node: yaml.Node | None) -> None:
+        line = None if node is None else node.start_mark.line + 1
+        self.warnings.append(ConfigIssue(path, message, line))
+
+    def config(self, root: yaml.Node | None) -> AdapterConfig:
+        top = self.decoder.mapping(root, "", "config.MetricsDiscoveryConfig",
+                                   ("rules", "externalRules", "resourceRules"))
+        if top is None:
+            return AdapterConfig()
+        rules = self.rules(top.get("rules"), "rules")
+        external = self.rules(top.get("externalRules"), "externalRules")
+        resource_rules = None
+        if not _is_null(top.get("resourceRules")):
+            resource_rules = self.resource_rules(top["resourceRules"])
+        return AdapterConfig(rules, external, resource_rules, tuple(self.warnings))
+
+    def rules(self, node: yaml.Node | None, section: str) -> tuple[DiscoveryRule, ...]:
+        built: list[DiscoveryRule] = []
+        for index, item in enumerate(self.decoder.sequence(node, section,
+                                                           "[]config.DiscoveryRule")):
+            rule = self.rule(item, section, index)
+            if rule is not None:
+                built.append(rule)
+        return tuple(built)
+
+    def rule(self, node: yaml.Node, section: str, index: int) -> DiscoveryRule | None:
+        path = f"{section}[{index}]"
+        before = len(self.issues)
+        fields = self.decoder.mapping(node, path, "config.DiscoveryRule", _RULE_FIELDS)
+        if fields is None:
+            return None
+        string = self.decoder.string
+        series_query = string(fields.get("seriesQuery"), f"{path}.seriesQuery")
+        if not series_query.strip() and "seriesQuery" not in fields:
+            self.decoder.issue(f"{path}.seriesQuery", "required: the series selector that "
+                               "discovery sends to /api/v1/series", node)
+        elif not series_query.strip():
+            self.decoder.issue(f"{path}.seriesQuery", "must not be empty", fields["seriesQuery"])
+        elif _EQUALITY_WITH_REGEX.search(series_query):
+            self.warn(f"{path}.seriesQuery", "__name__ is compared with = or != against a "
+                      "value that looks like a regex; use =~ or !~", fields["seriesQuery"])
+        filters = self.series_filters(fields.get("seriesFilters"), f"{path}.seriesFilters")
+        resources = self.resources(fields.get("resources"), f"{path}.resources")
+        name_fields = self.decoder.mapping(fields.get("name"), f"{path}.name",
+                                           "config.NameMapping", ("matches", "as")) or {}
+        matches = string(name_fields.get("matches"), f"{path}.name.matches")
+        as_ = string(name_fields.get("as"), f"{path}.name.as")
+        metrics_query = string(fields.get("metricsQuery"), f"{path}.metricsQuery")
+        name = self.name_matcher(matches, as_, series_query, path, name_fields)
+        template = self.metrics_template(metrics_query, f"{path}.metricsQuery",
+                                         fields.get("metricsQuery") or node)
+        if name is None or template is None or filters is None or resources is None \
+                or len(self.issues) > before:
+            return None
+        rule = DiscoveryRule(section, index, series_query, filters, resources, matches, as_,
+                             name, metrics_query, template)
+        self.rule_warnings(rule, fields, node)
+        return rule
+
+    def rule_warnings(self, rule: DiscoveryRule, fields: dict[str, yaml.Node],
+                      node: yaml.Node) -> None:
+        path = rule.path
+        if rule.section == "rules":
+            if rule.resources.is_empty:
+                self.warn(f"{path}.resources", "maps no label to a resource (no template, no "
+                          "overrides), so this rule never lists a metric", node)
+            if rule.resources.namespaced is not None:
+                self.warn(f"{path}.resources.namespaced", "has no effect on rules; it only "
+                          "applies to externalRules", fields.get("resources"))
+        elif rule.namespaced and rule.resources.label_template is None and not any(
+                resource.resource.lower() in ("namespace", "namespaces")
+                and not resource.group for _, resource in rule.resources.overrides):
+            self.warn(f"{path}.resources", "no label maps to namespaces, so every request of "
+                      "this external rule fails; add an override such as "
+                      "`namespace: {resource: namespace}` or set `namespaced: false`",
+                      fields.get("resources") or node)
+
+    def series_filters(self, node: yaml.Node | None,
+                       path: str) -> tuple[SeriesFilter, ...] | None:
+        filters: list[SeriesFilter] = []
+        ok = True
+        for index, item in enumerate(self.decoder.sequence(node, path, "[]config.RegexFilter")):
+            item_path = f"{path}[{index}]"
+            before = len(self.issues)
+            fields = self.decoder.mapping(item, item_path, "config.RegexFilter", ("is", "isNot"))
+            if fields is None or len(self.issues) > before:
+                ok = False
+                continue
+            is_ = self.decoder.string(fields.get("is"), f"{item_path}.is")
+            is_not = self.decoder.string(fields.get("isNot"), f"{item_path}.isNot")
+            try:
+                filters.append(make_series_filter(is_=is_, is_not=is_not))
+            except NamingError as error:
+                self.decoder.issue(item_path, str(error), item)
+                ok = False
+        return tuple(filters) if ok else None
+
+    def resources(self, node: yaml.Node | None, path: str) -> ResourceMappingConfig | None:
+        before = len(self.issues)
+        fields = self.decoder.mapping(node, path, "config.ResourceMapping", _RESOURCE_FIELDS)
+        if fields is None:
+            return None
+        template = self.decoder.string(fields.get("template"), f"{path}.template")
+        namespaced = self.decoder.boolean(fields.get("namespaced"), f"{path}.namespaced")
+        overrides: list[tuple[str, GroupResource]] = []
+        override_map = self.decoder.mapping(fields.get("overrides"), f"{path}.overrides",
+                                            "map[string]config.GroupResource", None) or {}
+        for label, value in override_map.items():
+            item_path = _child_path(f"{path}.overrides", label)
+            entry = self.decoder.mapping(value, item_path, "config.GroupResource",
+                                         ("group", "resource"))
+            if entry is None:
+                continue
+            group = self.decoder.string(entry.get("group"), f"{item_path}.group")
+            resource = self.decoder.string(entry.get("resource"), f"{item_path}.resource")
+            if not is_promql_label_name(label):
+                self.decoder.issue(item_path, f"{quote_go_string(label)} is not a valid "
+                                   "Prometheus label name", value)
+            if not resource:
+                self.decoder.issue(f"{item_path}.resource", "required: the resource this label "
+                                   "names (e.g. pod, deployment)", value)
+            overrides.append((label, GroupResource(resource, group)))
+        label_template = None
+        if template:
+            try:
+                label_template = compile_label_template(template)
+            except LabelTemplateError as error:
+                self.decoder.issue(f"{path}.template", str(error), fields.get("template"))
+        if len(self.issues) > before:
+            return None
+        return ResourceMappingConfig(template, label_template, tuple(overrides), namespaced)
+
+    def name_matcher(self, matches: str, as_: str, series_query: str, path: str,
+                     fields: dict[str, yaml.Node]) -> NameMatcher | None:
+        try:
+            return NameMatcher.from_config(matches=matches, as_=as_, series_query=series_query)
+        except NamingError as error:
+            where = "as" if str(error).startswith("must specify") else "matches"
+            self.decoder.issue(f"{path}.name.{where}", str(error),
+                               fields.get(where) or fields.get("matches"))
+            return None
+
+    def metrics_template(self, source: str, path: str, node: yaml.Node | None,
+                         *, required: bool = True) -> Template | None:
+        if not source and required:
+            self.decoder.issue(path, "required: the PromQL template each request renders "
+                               "(prometheus-adapter has no default and fails every request)",
+                               node)
+            return None
+        try:
+            return parse_template(source, name="metrics-query")
+        except TemplateSyntaxError as error:
+            self.decoder.issue(path, f"unable to parse metrics query template "
+                               f"{quote_go_string(source)}: {error}", node)
+            return None
+
+    def resource_rules(self, node: yaml.Node) -> ResourceRules | None:
+        path = "resourceRules"
+        fields = self.decoder.mapping(node, path, "config.ResourceRules",
+                                      ("cpu", "memory", "window"))
+        if fields is None:
+            return None
+        rules: list[ResourceRule | None] = []
+        for key in ("cpu", "memory"):
+            if _is_null(fields.get(key)):
+                self.decoder.issue(f"{path}.{key}", "required: containerQuery, nodeQuery, "
+                                   "resources and containerLabel", fields.get(key) or node)
+                rules.append(None)
+            else:
+                rules.append(self.resource_rule(fields[key], f"{path}.{key}", node))
+        cpu, memory = rules
+        window = self.decoder.string(fields.get("window"), f"{path}.window")
+        milliseconds = 0
+        try:
+            milliseconds = parse_prometheus_duration(window) if window else 0
+        except ValueError as error:
+            self.decoder.issue(f"{path}.window", str(error), fields.get("window"))
+            return None
+        if cpu is None or memory is None:
+            return None
+        return ResourceRules(cpu, memory, window, milliseconds)
+
+    def resource_rule(self, node: yaml.Node | None, path: str,
+                      parent: yaml.Node) -> ResourceRule | None:
+        before = len(self.issues)
+        fields = self.decoder.mapping(node, path, "config.ResourceRule", _RESOURCE_RULE_FIELDS)
+        if fields is None:
+            return None
+        string = self.decoder.string
+        container_query = string(fields.get("containerQuery"), f"{path}.containerQuery")
+        node_query = string(fields.get("nodeQuery"), f"{path}.nodeQuery")
+        container_label = string(fields.get("containerLabel"), f"{path}.containerLabel")
+        resources = self.resources(fields.get("resources"), f"{path}.resources")
+        container_template = self.metrics_template(
+            container_query, f"{path}.containerQuery", fields.get("containerQuery") or parent)
+        node_template = self.metrics_template(node_query, f"{path}.nodeQuery",
+                                              fields.get("nodeQuery") or parent)
+        if resources is not None and resources.is_empty:
+            self.decoder.issue(f"{path}.resources", "required: map the pods, nodes and "
+                               "namespaces resources to labels (overrides or a template)",
+                               fields.get("resources") or parent)
+        if not container_label:
+            self.warn(f"{path}.containerLabel", "empty: pod metrics cannot be split into "
+                      "containers", fields.get("containerLabel") or parent)
+        if len(self.issues) > before or resources is None or container_template is None \
+                or node_template is None:
+            return None
+        return ResourceRule(container_query, container_template, node_query, node_template,
+                            resources, container_label)
+
+
+def parse_config(text: str) -> AdapterConfig:
+    """Parse and check a whole configuration; raise ConfigError listing every problem."""
+    try:
+        root = yaml.compose(text, Loader=yaml.SafeLoader)
+    except yaml.MarkedYAMLError as error:
+        mark = error.problem_mark or error.context_mark
+        line = None if mark is None else mark.line + 1
+        problem = " ".join(p for p in (error.context, error.problem) if p)
+        raise ConfigError([ConfigIssue("", f"yaml: {problem}", line)]) from None
+    except yaml.YAMLError as error:
+        raise ConfigError([ConfigIssue("", f"yaml: {error}")]) from None
+    builder = _ConfigBuilder()
+    config = builder.config(root)
+    if builder.issues:
+        raise ConfigError(sorted(builder.issues, key=_issue_order))
+    return config
+
+
+def _issue_order(issue: ConfigIssue) -> tuple[int, str]:
+    return (issue.line or 0, issue.path)

@@ -1,0 +1,1 @@
+"""Delegated authentication and authorization against the cluster, and serving TLS."""

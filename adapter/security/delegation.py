@@ -1,0 +1,689 @@
+"""Delegated authentication and authorization with I/O: TokenReview, SubjectAccessReview, CAs.
+
+The decisions are :mod:`adapter.auth.decisions`'s; this module feeds them. It implements the
+`Authenticator` and `Authorizer` seam of :mod:`adapter.http.app` (front proxy and client certificate
+from the TLS peer, bearer tokens through TokenReviews, SubjectAccessReviews, both cached and
+coalesced), keeps the current `AuthenticationConfig` from the flags and the
+`kube-system/extension-apiserver-authentication` ConfigMap, and pushes its CA bundles into the
+`ReloadingServerContext` so a rotated front-proxy CA applies to new connections at once.
+
+Tokens are never logged, nor kept as cache keys: only a short digest prefix is ever shown.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import random
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, Generic, TypeVar
+
+from aiohttp import web
+from aiohttp.http_exceptions import HttpProcessingError
+
+from adapter.auth.decisions import (
+    DEFAULT_EXTRA_HEADERS_PREFIXES,
+    DEFAULT_GROUP_HEADERS,
+    DEFAULT_PRIVILEGED_GROUPS,
+    DEFAULT_USERNAME_HEADERS,
+    REVIEW_RETRY_DELAYS_SECONDS,
+    AlwaysAllowPaths,
+    AuthConfigError,
+    Authenticated,
+    AuthenticationConfig,
+    AuthenticationFailure,
+    AuthenticatorResult,
+    AuthorizationDecision,
+    Decision,
+    RequestAttributes,
+    ReviewResponseError,
+    ReviewStatus,
+    TTLCache,
+    Unauthenticated,
+    UserInfo,
+    authenticate_certificate,
+    authentication_from_flags,
+    authorize_without_review,
+    decide_from_review,
+    extract_bearer_token,
+    finish_authentication,
+    merge_authentication_config,
+    needs_cluster_lookup,
+    parse_always_allow_paths,
+    parse_extension_apiserver_authentication,
+    read_subject_access_review,
+    read_token_review,
+    review_cache_key,
+    review_ttl,
+    should_cache_review,
+    should_retry_review,
+    subject_access_review_body,
+    token_cache_key,
+    token_review_body,
+)
+from adapter.http.app import (
+    ALLOW_ALL_AUTHENTICATOR,
+    ALLOW_ALL_AUTHORIZER,
+    FATAL_KEY,
+    HEALTH_KEY,
+    AuthCheckUnavailable,
+    Authenticator,
+    Authorizer,
+    IncomingRequest,
+)
+from adapter.kube import objects as kube
+from adapter.security.tls import (
+    ReloadingServerContext,
+    TLSConfigError,
+    TrustBundle,
+    client_ca_pems,
+    inspect_peer_certificate,
+    load_trust_bundle,
+)
+from adapter.settings import AdapterSettings, AuthFlags
+from metricscale.kube.informer import InformerFailed, parse_retry_after, start_guarded_task
+
+__all__ = [
+    "AUTH_CONFIG_CHECK",
+    "INSECURE_CHECK",
+    "AdapterSecurity",
+    "AuthenticationSource",
+    "DelegatedAuthenticator",
+    "DelegatedAuthorizer",
+    "ReviewClient",
+    "ReviewFailed",
+    "SecurityConfigError",
+    "build_security",
+    "withhold_unparsed_requests",
+]
+
+logger = logging.getLogger(__name__)
+
+TOKEN_REVIEWS_PATH = "/apis/authentication.k8s.io/v1/tokenreviews"
+SUBJECT_ACCESS_REVIEWS_PATH = "/apis/authorization.k8s.io/v1/subjectaccessreviews"
+# The webhook clients' per-call timeout and backoff jitter (wait.Backoff{Jitter: 0.2}).
+REVIEW_TIMEOUT_SECONDS = 10.0
+_REVIEW_JITTER = 0.2
+# A Retry-After longer than this is not waited for: the caller is waiting on the answer.
+_MAX_RETRY_AFTER_SECONDS = 5.0
+# How long start-up waits for the ConfigMap before serving (not ready) without it.
+DEFAULT_CONFIGMAP_SYNC_SECONDS = 10.0
+# How often --client-ca-file / --requestheader-client-ca-file are checked for new content.
+CA_FILE_RELOAD_SECONDS = 10.0
+_TOKEN_DIGEST_SHOWN = 12
+
+AUTH_CONFIG_CHECK = "authentication-config"
+INSECURE_CHECK = "insecure-disable-auth"
+
+Clock = Callable[[], float]
+Sleep = Callable[[float], Awaitable[None]]
+
+
+class SecurityConfigError(ValueError):
+    """Authentication flags or files that cannot be used; the message names what to fix."""
+
+
+class ReviewFailed(Exception):
+    """A TokenReview or SubjectAccessReview could not be made (after retries, if retryable)."""
+
+    def __init__(self, message: str, *, status: int | None = None,
+                 retry_after: float | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+        self.retry_after = retry_after
+
+
+def token_label(token: str) -> str:
+    """What may be logged about a token: a short prefix of its SHA-256 digest."""
+    return f"sha256:{token_cache_key(token)[:_TOKEN_DIGEST_SHOWN]}"
+
+
+# --------------------------------------------------------------------------------------------
+# Posting reviews
+
+
+class ReviewClient:
+    """POSTs review objects to kube-apiserver, retrying as the Go webhook clients do.
+
+    Connection errors, timeouts, 429 and 5xx are retried (500 ms, ×1.5, 5 attempts in all,
+    20 % jitter, 10 s per attempt); anything else fails at once. Bodies are read by
+    `kube.post_json`, never by the client library, whose debug log would print a TokenReview
+    answer (the token included), and never logged here. The `ApiClient` arrives when the app
+    starts (`api`); before that every review fails.
+    """
+
+    def __init__(self, *, sleep: Sleep = asyncio.sleep, jitter: Callable[[], float] = random.random,
+                 timeout: float = REVIEW_TIMEOUT_SECONDS) -> None:
+        self.api: kube.KubeClient | None = None
+        self._sleep = sleep
+        self._jitter = jitter
+        self._timeout = timeout
+
+    async def create(self, path: str, body: Mapping[str, Any]) -> Mapping[str, Any]:
+        """The created object as kube-apiserver returned it; raises ReviewFailed."""
+        attempts = len(REVIEW_RETRY_DELAYS_SECONDS) + 1
+        for attempt in range(attempts):
+            try:
+                return await self._post_once(path, body)
+            except ReviewFailed as error:
+                if attempt == attempts - 1 or not should_retry_review(error.status):
+                    raise
+                delay = REVIEW_RETRY_DELAYS_SECONDS[attempt]
+                delay *= 1 + _REVIEW_JITTER * self._jitter()
+                if error.retry_after is not None:
+                    delay = max(delay, min(error.retry_after, _MAX_RETRY_AFTER_SECONDS))
+                logger.debug("retrying %s in %.2fs: %s", path, delay, error)
+                await self._sleep(delay)
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    async def _post_once(self, path: str, body: Mapping[str, Any]) -> Mapping[str, Any]:
+        api = self.api
+        if api is None:
+            raise ReviewFailed("the Kubernetes API client is not open yet")
+        try:
+            answer = await kube.post_json(api, path, body=body, request_timeout=self._timeout)
+        except kube.KubeError as error:
+            raise ReviewFailed(f"POST {path}: {error}") from None
+        status, payload = answer.status, answer.body
+        if not 200 <= status < 300:
+            raise ReviewFailed(f"POST {path}: the API server answered {status}", status=status,
+                               retry_after=parse_retry_after(answer.headers.get("Retry-After")))
+        try:
+            parsed = json.loads(payload)
+        except ValueError:
+            raise ReviewFailed(f"POST {path}: the answer is not JSON", status=status) from None
+        if not isinstance(parsed, Mapping):
+            raise ReviewFailed(f"POST {path}: the answer is not an object", status=status)
+        return parsed
+
+
+# --------------------------------------------------------------------------------------------
+# One call per key at a time
+
+V = TypeVar("V")
+
+
+class _SingleFlight(Generic[V]):
+    """Concurrent callers with the same key share one call (as Go's cached authenticators do).
+
+    The call runs as its own task, so a caller that gives up does not cancel it for the others.
+    """
+
+    def __init__(self) -> None:
+        self._calls: dict[str, asyncio.Task[V]] = {}
+
+    async def run(self, key: str, call: Callable[[], Awaitable[V]]) -> V:
+        task = self._calls.get(key)
+        if task is None:
+            task = asyncio.ensure_future(call())
+            self._calls[key] = task
+            task.add_done_callback(lambda done: self._finished(key, done))
+        return await asyncio.shield(task)
+
+    def _finished(self, key: str, task: asyncio.Task[V]) -> None:
+        if self._calls.get(key) is task:
+            del self._calls[key]
+        if not task.cancelled():
+            task.exception()  # retrieved here: every waiter may have gone
+
+    async def close(self) -> None:
+        tasks, self._calls = list(self._calls.values()), {}
+        for task in tasks:
+            task.cancel()
+        for task in tasks:
+            with contextlib.suppress(BaseException):
+                await task
+
+
+# --------------------------------------------------------------------------------------------
+# The authentication configuration
+
+
+def _read_pem_file(flag: str, path: str | None) -> bytes | None:
+    if not path:
+        return None
+    try:
+        return Path(path).read_bytes()
+    except OSError as error:
+        raise SecurityConfigError(f"{flag} {path}: {error.strerror or error}") from None
+
+
+def _flags_config(flags: AuthFlags) -> AuthenticationConfig:
+    try:
+        return authentication_from_flags(
+            client_ca_pem=_read_pem_file("--client-ca-file", flags.client_ca_file),
+            requestheader_client_ca_pem=_read_pem_file(
+                "--requestheader-client-ca-file", flags.requestheader_client_ca_file),
+            requestheader_allowed_names=flags.requestheader_allowed_names,
+            requestheader_username_headers=(flags.requestheader_username_headers
+                                            or DEFAULT_USERNAME_HEADERS),
+            requestheader_uid_headers=flags.requestheader_uid_headers or (),
+            requestheader_group_headers=(flags.requestheader_group_headers
+                                         or DEFAULT_GROUP_HEADERS),
+            requestheader_extra_headers_prefix=(flags.requestheader_extra_headers_prefix
+                                                or DEFAULT_EXTRA_HEADERS_PREFIXES),
+        )
+    except AuthConfigError as error:
+        raise SecurityConfigError(str(error)) from None
+
+
+@dataclass(frozen=True)
+class _Trust:
+    """A configuration with its CA bundles parsed once (not per request)."""
+
+    config: AuthenticationConfig
+    request_header_ca: TrustBundle | None
+    client_ca: TrustBundle | None
+
+
+def _trust(config: AuthenticationConfig) -> _Trust:
+    return _Trust(
+        config=config,
+        request_header_ca=load_trust_bundle(
+            config.request_header.ca_pem if config.request_header else None),
+        client_ca=load_trust_bundle(config.client_ca_pem))
+
+
+class AuthenticationSource:
+    """The authentication configuration in force: flags, merged over the ConfigMap's values.
+
+    Flags override the ConfigMap part by part (client CA; front-proxy block). Each change is
+    parsed fully before it is used: a ConfigMap or CA file that does not parse keeps the
+    previous configuration (logged). On every change the TLS context is given the new CA
+    bundles, so new connections are verified against them without a restart.
+    """
+
+    def __init__(self, *, flags: AuthFlags, tls: ReloadingServerContext | None) -> None:
+        self._flags = flags
+        self._tls = tls
+        self._flag_config = _flags_config(flags)
+        self.needs_lookup = needs_cluster_lookup(
+            self._flag_config, skip_lookup=flags.authentication_skip_lookup)
+        self._cluster: AuthenticationConfig | None = None
+        self._lookup_synced: Callable[[], bool] = lambda: False
+        self.generation = 0
+        try:
+            self._trust = self._install(merge_authentication_config(self._flag_config, None))
+        except TLSConfigError as error:
+            raise SecurityConfigError(str(error)) from None
+
+    @property
+    def config(self) -> AuthenticationConfig:
+        return self._trust.config
+
+    @property
+    def request_header_ca(self) -> TrustBundle | None:
+        return self._trust.request_header_ca
+
+    @property
+    def client_ca(self) -> TrustBundle | None:
+        return self._trust.client_ca
+
+    @property
+    def loaded(self) -> bool:
+        """Ready to authenticate as configured: no lookup needed, or the ConfigMap was read."""
+        return not self.needs_lookup or self._lookup_synced()
+
+    def follow_lookup(self, synced: Callable[[], bool]) -> None:
+        """Where `loaded` learns whether the ConfigMap has been read (found or not)."""
+        self._lookup_synced = synced
+
+    def _install(self, config: AuthenticationConfig) -> _Trust:
+        trust = _trust(config)  # raises TLSConfigError before anything changes
+        if self._tls is not None:
+            self._tls.set_client_cas(client_ca_pems(config))
+        self.generation += 1
+        return trust
+
+    def _apply(self, config: AuthenticationConfig, *, what: str) -> None:
+        if config == self._trust.config:
+            return
+        try:
+            self._trust = self._install(config)
+        except TLSConfigError as error:
+            logger.error("keeping the previous authentication configuration: %s: %s",
+                         what, error)
+            return
+        header = config.request_header
+        allowed = "-"
+        if header is not None:
+            allowed = ",".join(header.allowed_names) or "any"
+        logger.info(
+            "authentication configuration from %s: request-header CA %s (allowed names %s), "
+            "client CA %s", what, "set" if header else "none", allowed,
+            "set" if config.client_ca_pem else "none")
+
+    def apply_configmap(self, data: Mapping[str, str] | None) -> None:
+        """The informer's callback: the ConfigMap's data, or None when it was deleted."""
+        name = f"{kube.AUTHENTICATION_NAMESPACE}/{kube.AUTHENTICATION_CONFIGMAP}"
+        if data is None:
+            # kube-apiserver rewrites it within a minute; dropping trust meanwhile would only
+            # turn the aggregator away.
+            logger.warning("%s was deleted; keeping the configuration read from it", name)
+            return
+        try:
+            cluster = parse_extension_apiserver_authentication(data)
+        except AuthConfigError as error:
+            logger.error("ignoring an unusable %s: %s", name, error)
+            return
+        self._cluster = cluster
+        self._apply(merge_authentication_config(self._flag_config, cluster), what=name)
+
+    @property
+    def has_ca_files(self) -> bool:
+        return bool(self._flags.client_ca_file or self._flags.requestheader_client_ca_file)
+
+    def reload_files(self) -> bool:
+        """Re-read --client-ca-file / --requestheader-client-ca-file; True if that changed them."""
+        if not self.has_ca_files:
+            return False
+        try:
+            flag_config = _flags_config(self._flags)
+        except SecurityConfigError as error:
+            logger.warning("keeping the previous CA files: %s", error)
+            return False
+        if flag_config == self._flag_config:
+            return False
+        self._flag_config = flag_config
+        before = self.generation
+        self._apply(merge_authentication_config(flag_config, self._cluster), what="CA files")
+        return self.generation != before
+
+
+# --------------------------------------------------------------------------------------------
+# Authentication
+
+
+class DelegatedAuthenticator:
+    """Front proxy and client certificate (no I/O), then bearer token through a TokenReview.
+
+    TokenReview answers, authenticated or not, are cached for `token_ttl` seconds under a
+    digest of the token; failures to make the review are not cached and give a 500.
+    """
+
+    def __init__(self, *, source: AuthenticationSource, reviews: ReviewClient,
+                 token_ttl: float = 10.0, clock: Clock = time.time) -> None:
+        self._source = source
+        self._reviews = reviews
+        self._token_ttl = token_ttl
+        self._clock = clock
+        self._cache: TTLCache[str, AuthenticatorResult] = TTLCache()
+        self._flights: _SingleFlight[AuthenticatorResult] = _SingleFlight()
+
+    async def authenticate(self, request: IncomingRequest,
+                           ) -> Authenticated | AuthenticationFailure:
+        source = self._source
+        peer = None
+        if request.peer_certificate_der is not None:
+            peer = inspect_peer_certificate(
+                request.peer_certificate_der, request_header_ca=source.request_header_ca,
+                client_ca=source.client_ca, now=datetime.fromtimestamp(self._clock(), UTC))
+        certificate = authenticate_certificate(config=source.config, peer=peer,
+                                               headers=request.headers)
+        if isinstance(certificate, Authenticated):
+            return finish_authentication(certificate)
+        token = extract_bearer_token(request.headers)
+        if token is None:
+            return finish_authentication(certificate)
+        return finish_authentication(certificate, await self._review_token(token))
+
+    async def _review_token(self, token: str) -> AuthenticatorResult:
+        key = token_cache_key(token)
+        cached = self._cache.get(key, now=self._clock())
+        if cached is not None:
+            return cached
+        return await self._flights.run(key, lambda: self._create_review(token, key))
+
+    async def _create_review(self, token: str, key: str) -> AuthenticatorResult:
+        try:
+            answer = await self._reviews.create(TOKEN_REVIEWS_PATH, token_review_body(token))
+            result = read_token_review(answer)
+        except ReviewFailed as error:
+            logger.warning("TokenReview for token %s could not be made: %s",
+                           token_label(token), error)
+            raise AuthCheckUnavailable("TokenReview failed") from None
+        except ReviewResponseError as error:
+            logger.warning("TokenReview for token %s: unusable answer: %s",
+                           token_label(token), error)
+            raise AuthCheckUnavailable("TokenReview failed") from None
+        self._cache.put(key, result, ttl=self._token_ttl, now=self._clock())
+        if isinstance(result, Unauthenticated):
+            logger.debug("token %s was not authenticated", token_label(token))
+        return result
+
+    async def close(self) -> None:
+        await self._flights.close()
+
+
+# --------------------------------------------------------------------------------------------
+# Authorization
+
+
+class DelegatedAuthorizer:
+    """Privileged groups and always-allowed paths locally, everything else by SubjectAccessReview.
+
+    Answers are cached under the JSON of the review's spec (allowed and denied answers for their
+    own TTLs); a review that cannot be made raises AuthCheckUnavailable (a 500).
+    """
+
+    def __init__(self, *, reviews: ReviewClient, always_allow_paths: AlwaysAllowPaths,
+                 authorized_ttl: float = 10.0, unauthorized_ttl: float = 10.0,
+                 clock: Clock = time.time,
+                 privileged_groups: tuple[str, ...] = DEFAULT_PRIVILEGED_GROUPS) -> None:
+        self._reviews = reviews
+        self._always_allow_paths = always_allow_paths
+        self._authorized_ttl = authorized_ttl
+        self._unauthorized_ttl = unauthorized_ttl
+        self._clock = clock
+        self._privileged_groups = privileged_groups
+        self._cache: TTLCache[str, ReviewStatus] = TTLCache()
+        self._flights: _SingleFlight[ReviewStatus] = _SingleFlight()
+
+    async def authorize(self, user: UserInfo, attributes: RequestAttributes,
+                        ) -> AuthorizationDecision:
+        local = authorize_without_review(
+            user=user, attributes=attributes, always_allow_paths=self._always_allow_paths,
+            privileged_groups=self._privileged_groups)
+        if local.decision is not Decision.NO_OPINION:
+            return local
+        body = subject_access_review_body(user, attributes)
+        key = review_cache_key(body["spec"])
+        cacheable = should_cache_review(attributes)
+        cached = self._cache.get(key, now=self._clock()) if cacheable else None
+        if cached is None:
+            cached = await self._flights.run(
+                key, lambda: self._create_review(body=body, key=key, cacheable=cacheable))
+        return decide_from_review(cached)
+
+    async def _create_review(self, *, body: Mapping[str, Any], key: str,
+                             cacheable: bool) -> ReviewStatus:
+        try:
+            status = read_subject_access_review(
+                await self._reviews.create(SUBJECT_ACCESS_REVIEWS_PATH, body))
+        except (ReviewFailed, ReviewResponseError) as error:
+            logger.warning("SubjectAccessReview for user %r could not be made: %s",
+                           body["spec"].get("user", ""), error)
+            raise AuthCheckUnavailable("SubjectAccessReview failed") from None
+        if cacheable:
+            self._cache.put(key, status, now=self._clock(), ttl=review_ttl(
+                status, authorized_ttl=self._authorized_ttl,
+                unauthorized_ttl=self._unauthorized_ttl))
+        if status.evaluation_error:
+            logger.info("SubjectAccessReview for user %r: evaluation error: %s",
+                        body["spec"].get("user", ""), status.evaluation_error)
+        return status
+
+    async def close(self) -> None:
+        await self._flights.close()
+
+
+# --------------------------------------------------------------------------------------------
+# Logs
+
+
+class _WithholdUnparsedRequests(logging.Filter):
+    """aiohttp logs a request it cannot parse with the offending bytes, an oversized
+    `Authorization` header included; keep the event, drop the bytes (and the traceback)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        error = record.exc_info[1] if record.exc_info else None
+        if isinstance(error, HttpProcessingError):
+            event = record.getMessage()
+            record.msg = "%s: %d %s (request bytes withheld: they may hold credentials)"
+            record.args = (event, error.code, type(error).__name__)
+            record.exc_info = None
+            record.exc_text = None
+            # A client's malformed request is not the server's error.
+            record.levelno, record.levelname = logging.INFO, logging.getLevelName(logging.INFO)
+        return True
+
+
+def withhold_unparsed_requests(logger: logging.Logger) -> None:
+    """Install the filter on the logger aiohttp's server writes to (idempotent)."""
+    if not any(isinstance(f, _WithholdUnparsedRequests) for f in logger.filters):
+        logger.addFilter(_WithholdUnparsedRequests())
+
+
+# --------------------------------------------------------------------------------------------
+# Wiring
+
+
+@dataclass
+class AdapterSecurity:
+    """What the composition root hands to `create_app`, then installs on the app it made."""
+
+    authenticator: Authenticator
+    authorizer: Authorizer
+    source: AuthenticationSource | None = None
+    token_reviews: ReviewClient | None = None
+    access_reviews: ReviewClient | None = None
+    authentication_kubeconfig: str | None = None
+    authorization_kubeconfig: str | None = None
+    sync_timeout: float = DEFAULT_CONFIGMAP_SYNC_SECONDS
+    informer_options: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def disabled(self) -> bool:
+        return self.source is None
+
+    def install(self, app: web.Application) -> None:
+        """Add the readiness check and the context that opens the clients and the informer."""
+        withhold_unparsed_requests(logging.getLogger("aiohttp.server"))
+        health = app[HEALTH_KEY]
+        if self.source is None:
+            # Passes, so the line shows in /readyz?verbose without making the pod unready.
+            health.add(("readyz",), INSECURE_CHECK, lambda: True)
+            return
+        source = self.source
+        health.add(("readyz",), AUTH_CONFIG_CHECK, lambda: source.loaded)
+        app.cleanup_ctx.append(self._context)
+
+    async def _context(self, app: web.Application) -> AsyncIterator[None]:
+        assert self.source is not None and self.token_reviews is not None
+        assert self.access_reviews is not None
+        on_fatal = app[FATAL_KEY]
+        async with contextlib.AsyncExitStack() as stack:
+            authn_api = await stack.enter_async_context(kube.connect(
+                kubeconfig=self.authentication_kubeconfig, on_failure=on_fatal))
+            authz_api = authn_api
+            if self.authorization_kubeconfig != self.authentication_kubeconfig:
+                authz_api = await stack.enter_async_context(kube.connect(
+                    kubeconfig=self.authorization_kubeconfig, on_failure=on_fatal))
+            self.token_reviews.api = authn_api
+            self.access_reviews.api = authz_api
+            stack.callback(self._forget_clients)
+            if isinstance(self.authenticator, DelegatedAuthenticator):
+                stack.push_async_callback(self.authenticator.close)
+            if isinstance(self.authorizer, DelegatedAuthorizer):
+                stack.push_async_callback(self.authorizer.close)
+            if self.source.needs_lookup:
+                await self._follow_configmap(authn_api, stack=stack, on_fatal=on_fatal)
+            if self.source.has_ca_files:
+                reload = start_guarded_task(self._reload_ca_files(), name="CA file reload",
+                                            on_failure=on_fatal)
+                stack.push_async_callback(_cancel, reload)
+            yield
+
+    def _forget_clients(self) -> None:
+        assert self.token_reviews is not None and self.access_reviews is not None
+        self.token_reviews.api = None
+        self.access_reviews.api = None
+
+    async def _follow_configmap(self, api: kube.KubeClient, *, stack: contextlib.AsyncExitStack,
+                                on_fatal: Callable[[BaseException], None]) -> None:
+        assert self.source is not None
+        informer = kube.authentication_config_informer(
+            api, on_change=self.source.apply_configmap, **self.informer_options)
+        self.source.follow_lookup(lambda: informer.has_synced)
+        informer.start(on_failure=on_fatal)
+        stack.push_async_callback(informer.stop)
+        try:
+            synced = await informer.wait_synced(self.sync_timeout)
+        except InformerFailed:
+            return  # on_fatal has been told
+        if not synced:
+            logger.warning(
+                "%s/%s is not read yet (%s); /readyz fails until it is. The adapter needs the "
+                "extension-apiserver-authentication-reader Role in kube-system.",
+                kube.AUTHENTICATION_NAMESPACE, kube.AUTHENTICATION_CONFIGMAP,
+                informer.last_error or "no answer")
+        elif self.source.config.request_header is None:
+            logger.warning("no request-header CA (ConfigMap or --requestheader-client-ca-file): "
+                           "requests proxied by kube-apiserver cannot be authenticated")
+
+    async def _reload_ca_files(self) -> None:
+        assert self.source is not None
+        while True:
+            await asyncio.sleep(CA_FILE_RELOAD_SECONDS)
+            self.source.reload_files()
+
+
+async def _cancel(task: asyncio.Task[Any]) -> None:
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
+
+
+def build_security(settings: AdapterSettings, *, tls: ReloadingServerContext | None,
+                   clock: Clock = time.time, sleep: Sleep = asyncio.sleep,
+                   jitter: Callable[[], float] = random.random,
+                   sync_timeout: float = DEFAULT_CONFIGMAP_SYNC_SECONDS,
+                   informer_options: Mapping[str, Any] | None = None) -> AdapterSecurity:
+    """The authenticator, authorizer and configuration source the flags ask for.
+
+    Reads the CA files of the flags now (raises SecurityConfigError); opens nothing: the
+    Kubernetes clients and the ConfigMap informer start with the app (`install`).
+    `--authentication-kubeconfig` (else `--kubeconfig`, else in-cluster) is used for
+    TokenReviews and the ConfigMap; `--authorization-kubeconfig` (else the former) for reviews
+    of access. `informer_options` go to the ConfigMap's Informer (tests shorten its backoff).
+    """
+    flags = settings.auth
+    if flags.insecure_disable_auth:
+        return AdapterSecurity(authenticator=ALLOW_ALL_AUTHENTICATOR,
+                               authorizer=ALLOW_ALL_AUTHORIZER)
+    try:
+        always_allow = parse_always_allow_paths(flags.authorization_always_allow_paths)
+    except AuthConfigError as error:
+        raise SecurityConfigError(f"--authorization-always-allow-paths: {error}") from None
+    source = AuthenticationSource(flags=flags, tls=tls)
+    token_reviews = ReviewClient(sleep=sleep, jitter=jitter)
+    access_reviews = ReviewClient(sleep=sleep, jitter=jitter)
+    authentication_kubeconfig = flags.authentication_kubeconfig or settings.kubeconfig
+    return AdapterSecurity(
+        authenticator=DelegatedAuthenticator(
+            source=source, reviews=token_reviews, token_ttl=float(flags.token_cache_ttl),
+            clock=clock),
+        authorizer=DelegatedAuthorizer(
+            reviews=access_reviews, always_allow_paths=always_allow,
+            authorized_ttl=float(flags.authorized_cache_ttl),
+            unauthorized_ttl=float(flags.unauthorized_cache_ttl), clock=clock),
+        source=source, token_reviews=token_reviews, access_reviews=access_reviews,
+        authentication_kubeconfig=authentication_kubeconfig,
+        authorization_kubeconfig=flags.authorization_kubeconfig or authentication_kubeconfig,
+        sync_timeout=sync_timeout, informer_options=dict(informer_options or {}))

@@ -1,0 +1,1 @@
+"""The controller's I/O shell: work queue and workers, one reconcile, watches, leader election."""

@@ -1,0 +1,181 @@
+"""`metricscale explain --live`: a decision snapshot captured from a cluster, with the history the
+controller persisted, made of the same requests one reconcile makes.
+
+The snapshot is what `metricscale explain FILE` reads (see snapshot.md): the autoscaler as the
+API returns it, the target's Scale (or the error reading it), the pods its selector picks, one
+metrics API answer per metric, and the stabilization history read back as a new leader would
+read it. `explain` then decides exactly as the controller would.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime
+from typing import Any, Protocol
+
+from prometheus_client import CollectorRegistry
+
+from autoscaler.controller.reconciler import MetricsAPI, fetch_metric, needs_metrics
+from autoscaler.decision.persistence import (
+    history_from_annotations,
+    history_from_status,
+    restore_history,
+)
+from autoscaler.decision.settings import Settings, render_settings
+from autoscaler.decision.snapshot import SNAPSHOT_API_VERSION, SNAPSHOT_KIND, SnapshotError
+from autoscaler.errors import KubeError, ScaleTargetError
+from autoscaler.kube.metrics_api import MetricsClient
+from autoscaler.kube.operations import (
+    AUTOSCALER_GROUP,
+    AUTOSCALER_PLURAL,
+    AUTOSCALER_VERSION,
+    ErrorContext,
+    ResourceMapping,
+    ScaleTargetRef,
+    load_configuration,
+    open_kube_client,
+)
+from autoscaler.kube.operations import Scale as TargetScale
+from autoscaler.model import (
+    HPA_KIND,
+    ModelError,
+    format_time_precise,
+    parse_autoscaler,
+    render_history,
+)
+from autoscaler.model import Scale as ModelScale
+
+__all__ = ["CaptureAPI", "capture_document", "capture_snapshot", "object_path"]
+
+
+class CaptureAPI(Protocol):
+    """The reads a capture makes (autoscaler.kube.operations.KubeClient)."""
+
+    async def get_json(self, path: str, *, query: Sequence[tuple[str, str]] = (),
+                       operation: str, resource: str,
+                       context: ErrorContext | None = None) -> Any: ...
+
+    async def resolve_scale_target(self, ref: ScaleTargetRef) -> ResourceMapping: ...
+
+    async def get_scale(self, target: ResourceMapping, *, namespace: str,
+                        name: str) -> TargetScale: ...
+
+
+def object_path(*, namespace: str, name: str, hpa: bool) -> str:
+    if hpa:
+        return f"/apis/autoscaling/v2/namespaces/{namespace}/horizontalpodautoscalers/{name}"
+    return (f"/apis/{AUTOSCALER_GROUP}/{AUTOSCALER_VERSION}/namespaces/{namespace}/"
+            f"{AUTOSCALER_PLURAL}/{name}")
+
+
+async def capture_snapshot(kube: CaptureAPI, metrics: MetricsAPI, *, namespace: str, name: str,
+                           hpa: bool, now: datetime, settings: Settings) -> dict[str, Any]:
+    """The snapshot document of one autoscaler now; raises SnapshotError when the autoscaler
+    itself cannot be read (everything else is recorded as the error it was)."""
+    where = f"{'HorizontalPodAutoscaler' if hpa else 'Autoscaler'} {namespace}/{name}"
+    try:
+        raw = await kube.get_json(object_path(namespace=namespace, name=name, hpa=hpa),
+                                  operation="explain", resource="autoscaler")
+    except KubeError as err:
+        raise SnapshotError("live", f"cannot read {where}: {err}") from None
+    if not isinstance(raw, Mapping):
+        raise SnapshotError("live", f"cannot read {where}: not an object")
+    document: dict[str, Any] = dict(raw)
+    document.setdefault("apiVersion", "autoscaling/v2" if hpa else
+                        f"{AUTOSCALER_GROUP}/{AUTOSCALER_VERSION}")
+    document.setdefault("kind", HPA_KIND if hpa else "Autoscaler")
+    try:
+        autoscaler = parse_autoscaler(document, "autoscaler")
+    except ModelError as err:
+        raise SnapshotError(err.path, err.message) from None
+
+    ref = autoscaler.spec.scale_target_ref
+    scale_document: dict[str, Any]
+    scale: ModelScale | None = None
+    try:
+        mapping = await kube.resolve_scale_target(
+            ScaleTargetRef(api_version=ref.api_version, kind=ref.kind, name=ref.name))
+        target_scale = await kube.get_scale(mapping, namespace=namespace, name=ref.name)
+        scale_document = dict(target_scale.raw) or {
+            "spec": {"replicas": target_scale.spec_replicas},
+            "status": {"replicas": target_scale.status_replicas,
+                       "selector": target_scale.selector}}
+        scale = ModelScale(spec_replicas=target_scale.spec_replicas,
+                           status_replicas=target_scale.status_replicas,
+                           selector=target_scale.selector, name=ref.name, namespace=namespace)
+    except (ScaleTargetError, KubeError) as err:
+        scale_document = {"error": str(err)}
+
+    pods: Any = []
+    answers: list[Any] = [None] * len(autoscaler.spec.metrics)
+    if scale is not None and scale.selector:
+        try:
+            pods = await kube.get_json(f"/api/v1/namespaces/{namespace}/pods",
+                                       query=[("labelSelector", scale.selector)],
+                                       operation="explain", resource="pods")
+        except KubeError as err:
+            raise SnapshotError("live", f"cannot list the pods of {where}: {err}") from None
+        if needs_metrics(autoscaler, scale, settings=settings):
+            raw_spec = document.get("spec") if isinstance(document.get("spec"), Mapping) else {}
+            raw_metrics = raw_spec.get("metrics") if isinstance(raw_spec, Mapping) else None
+            if not isinstance(raw_metrics, list) or len(raw_metrics) != len(answers):
+                raw_metrics = [None] * len(answers)
+            answers = list(await asyncio.gather(*(
+                fetch_metric(metrics, metric=spec, raw_metric=raw_metric, namespace=namespace,
+                             selector=scale.selector)
+                for spec, raw_metric in zip(autoscaler.spec.metrics, raw_metrics, strict=True))))
+
+    snapshot: dict[str, Any] = {
+        "apiVersion": SNAPSHOT_API_VERSION, "kind": SNAPSHOT_KIND,
+        "now": format_time_precise(now), "settings": render_settings(settings),
+        "autoscaler": document, "scale": scale_document, "pods": pods, "metrics": answers,
+    }
+    try:
+        annotations = (document.get("metadata") or {}).get("annotations")
+        persisted = (history_from_annotations(annotations) if hpa
+                     else history_from_status(document.get("status")))
+    except ModelError:
+        persisted = None  # explained as a first sync, as the controller would start
+    if persisted is not None:
+        snapshot["history"] = render_history(restore_history(persisted, now=now))
+    return snapshot
+
+
+def _split(target: str) -> tuple[str, str]:
+    namespace, slash, name = target.partition("/")
+    if not slash or not namespace or not name:
+        raise SnapshotError("live", f"expected NAMESPACE/NAME, not {target!r}")
+    return namespace, name
+
+
+async def _capture(args: argparse.Namespace) -> dict[str, Any]:
+    namespace, name = _split(args.live)
+    try:
+        configuration = await load_configuration(kubeconfig=getattr(args, "kubeconfig", None)
+                                                 or None, context=getattr(args, "context", None))
+    except Exception as err:  # the loaders raise anything from ConfigException to OSError
+        raise SnapshotError("live", f"no cluster configuration: {err}") from None
+    async with open_kube_client(configuration, registry=CollectorRegistry(),
+                                reporting_instance="metricscale-explain") as kube:
+        return await capture_snapshot(kube, MetricsClient(kube), namespace=namespace, name=name,
+                                      hpa=bool(getattr(args, "hpa", False)),
+                                      now=datetime.now(UTC), settings=Settings())
+
+
+def capture_document(args: argparse.Namespace) -> dict[str, Any]:
+    """`explain --live NAMESPACE/NAME`: capture the snapshot (and write it to
+    `--save-snapshot FILE` when asked); raises SnapshotError naming what failed."""
+    document = asyncio.run(_capture(args))
+    save = getattr(args, "save_snapshot", None)
+    if save:
+        try:
+            with open(save, "w", encoding="utf-8") as handle:
+                json.dump(document, handle, indent=2)
+                handle.write("\n")
+        except OSError as err:
+            raise SnapshotError("save-snapshot",
+                                f"cannot write {save}: {err.strerror or err}") from None
+    return document

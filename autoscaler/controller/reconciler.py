@@ -1,0 +1,535 @@
+"""One reconcile of one autoscaler: read, decide, write (`Reconciler.reconcile_once`).
+
+The steps are upstream's `reconcileAutoscaler` with the I/O around the pure decision: the
+autoscaler and its pods come from the watch caches, the target's scale is one GET, each metric
+one GET through the API server; `decide` computes; the scale is written (update with the
+resourceVersion, re-read and retried on 409, unless dry run) and `complete` applies the
+outcome; Events are posted best effort; the status is written only when it changed, with the
+history that upstream keeps only in memory (see autoscaler.decision.persistence). In a steady state
+that is one scale GET and one metrics GET per metric: no other request.
+
+Every write first asks the leader guard, so a replica that lost its lease writes nothing more.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+from datetime import datetime, timedelta
+from typing import Any, Protocol
+
+from autoscaler.controller.watching import AutoscalerEntry, AutoscalerKey, SelectorRegistry
+from autoscaler.controller.workqueue import ControllerMetrics, ReconcileResult
+from autoscaler.decision.conditions import ABLE_TO_SCALE
+from autoscaler.decision.decide import (
+    SCALE_WRITE_SUCCEEDED,
+    Decision,
+    Event,
+    ScaleWriteResult,
+    complete,
+    decide,
+)
+from autoscaler.decision.persistence import (
+    HISTORY_ANNOTATION,
+    format_reference,
+    format_targets,
+    history_from_annotations,
+    history_from_status,
+    history_horizon,
+    is_dry_run,
+    needs_persisting,
+    render_history_annotation,
+    render_persisted_history,
+    restore_history,
+)
+from autoscaler.decision.settings import Settings
+from autoscaler.errors import (
+    ConnectionFailed,
+    KubeError,
+    MetricsError,
+    ScaleTargetError,
+    ServerError,
+    TooManyRequests,
+)
+from autoscaler.kube.metrics_api import CUSTOM_METRICS_GROUP, EXTERNAL_METRICS_GROUP
+from autoscaler.kube.operations import (
+    KubeWrites,
+    ObjectReference,
+    ResourceMapping,
+    ScaleTargetRef,
+)
+from autoscaler.kube.operations import Scale as TargetScale
+from autoscaler.model import (
+    HPA_KIND,
+    Autoscaler,
+    AutoscalerStatus,
+    History,
+    MetricFetchError,
+    MetricInput,
+    MetricSpec,
+    ModelError,
+    Pod,
+    Scale,
+    ScaleError,
+    parse_metric_input,
+    render_status,
+)
+
+__all__ = [
+    "DRY_RUN_EVENT_REASON",
+    "Caches",
+    "KubeWrites",
+    "LeaderCheck",
+    "MetricsAPI",
+    "Reconciler",
+    "fetch_metric",
+    "metric_input_from_error",
+]
+
+logger = logging.getLogger(__name__)
+
+DRY_RUN_EVENT_REASON = "DryRunRescale"
+DRY_RUN_CONDITION_REASON = "DryRun"
+_PREFIXES: Mapping[str, str] = {
+    "Resource": "unable to fetch metrics from resource metrics API: ",
+    "ContainerResource": "unable to fetch metrics from resource metrics API: ",
+    "Pods": "unable to fetch metrics from custom metrics API: ",
+    "Object": "unable to fetch metrics from custom metrics API: ",
+    "External": "unable to fetch metrics from external metrics API: ",
+}
+# The list kind each metric type reads, for an empty answer.
+_LIST_KINDS: Mapping[str, tuple[str, str]] = {
+    "Resource": ("PodMetricsList", "metrics.k8s.io/v1beta1"),
+    "ContainerResource": ("PodMetricsList", "metrics.k8s.io/v1beta1"),
+    "Pods": ("MetricValueList", f"{CUSTOM_METRICS_GROUP}/v1beta2"),
+    "External": ("ExternalMetricValueList", f"{EXTERNAL_METRICS_GROUP}/v1beta1"),
+}
+_TRANSIENT = (TooManyRequests, ServerError, ConnectionFailed)
+
+
+class MetricsAPI(Protocol):
+    """autoscaler.kube.metrics_api.MetricsClient."""
+
+    async def get_resource_metrics(self, *, namespace: str,
+                                   pod_selector: str) -> dict[str, Any]: ...
+
+    async def get_pods_metric(self, *, namespace: str, metric_name: str, pod_selector: str,
+                              metric_selector: Mapping[str, Any] | None) -> dict[str, Any]: ...
+
+    async def get_object_metric(self, *, namespace: str, metric_name: str,
+                                described_object: Mapping[str, Any],
+                                metric_selector: Mapping[str, Any] | None) -> dict[str, Any]: ...
+
+    async def get_external_metric(self, *, namespace: str, metric_name: str,
+                                  metric_selector: Mapping[str, Any] | None
+                                  ) -> dict[str, Any]: ...
+
+
+class LeaderCheck(Protocol):
+    def ensure(self) -> None: ...
+
+
+class Caches(Protocol):
+    """What a reconcile reads from the watch caches (autoscaler.controller.watching.Watching)."""
+
+    @property
+    def registry(self) -> SelectorRegistry: ...
+
+    def get(self, key: AutoscalerKey) -> AutoscalerEntry | None: ...
+
+    def select_pods(self, namespace: str, selector: str) -> list[Pod]: ...
+
+
+class _AlwaysLeader:
+    def ensure(self) -> None:
+        return None
+
+
+# --------------------------------------------------------------------------------------------
+# Metrics: one request per metric, as the wire value a snapshot holds
+
+
+def metric_input_from_error(metric_type: str, error: MetricsError) -> Any:
+    """A failed metrics call as a snapshot's `metrics[i]`: the list it stands for when the
+    API answered an empty list, else `{"error": ...}` without the client's prefix (the
+    decision adds upstream's prefix itself)."""
+    text = error.message
+    if text.startswith("no metrics returned from") and metric_type in _LIST_KINDS:
+        kind, api_version = _LIST_KINDS[metric_type]
+        return {"kind": kind, "apiVersion": api_version, "items": []}
+    prefix = _PREFIXES.get(metric_type, "")
+    if prefix and text.startswith(prefix):
+        text = text[len(prefix):]
+    return {"error": text}
+
+
+def _raw_metric_selector(raw_metric: Mapping[str, Any] | None, source: str) -> Any:
+    if not raw_metric:
+        return None
+    source_spec = raw_metric.get(source)
+    if not isinstance(source_spec, Mapping):
+        return None
+    metric = source_spec.get("metric")
+    return metric.get("selector") if isinstance(metric, Mapping) else None
+
+
+async def fetch_metric(metrics: MetricsAPI, *, metric: MetricSpec,
+                       raw_metric: Mapping[str, Any] | None, namespace: str,
+                       selector: str) -> Any:
+    """The metrics API's answer for one spec.metrics entry, in snapshot form: the list, or
+    `{"error": ...}`, or None for a metric type nobody asks about."""
+    try:
+        if metric.type in {"Resource", "ContainerResource"}:
+            return await metrics.get_resource_metrics(namespace=namespace,
+                                                      pod_selector=selector)
+        if metric.type == "Pods" and metric.pods is not None:
+            return await metrics.get_pods_metric(
+                namespace=namespace, metric_name=metric.pods.metric.name, pod_selector=selector,
+                metric_selector=_raw_metric_selector(raw_metric, "pods"))
+        if metric.type == "Object" and metric.object is not None:
+            described = metric.object.described_object
+            return await metrics.get_object_metric(
+                namespace=namespace, metric_name=metric.object.metric.name,
+                described_object={"apiVersion": described.api_version,
+                                  "kind": described.kind, "name": described.name},
+                metric_selector=_raw_metric_selector(raw_metric, "object"))
+        if metric.type == "External" and metric.external is not None:
+            return await metrics.get_external_metric(
+                namespace=namespace, metric_name=metric.external.metric.name,
+                metric_selector=_raw_metric_selector(raw_metric, "external"))
+    except MetricsError as err:
+        return metric_input_from_error(metric.type, err)
+    return None
+
+
+def _metric_inputs(specs: Sequence[MetricSpec], answers: Sequence[Any]) -> list[MetricInput]:
+    inputs: list[MetricInput] = []
+    for index, (spec, answer) in enumerate(zip(specs, answers, strict=True)):
+        try:
+            inputs.append(parse_metric_input(answer, f"metrics[{index}]", metric_type=spec.type))
+        except ModelError as err:
+            inputs.append(MetricFetchError(message=f"the metrics API answered what the "
+                                                   f"autoscaler cannot read: {err}"))
+    return inputs
+
+
+def needs_metrics(autoscaler: Autoscaler, scale: Scale, *, settings: Settings) -> bool:
+    """Whether the decision will look at metrics (upstream asks for none otherwise)."""
+    spec = autoscaler.spec
+    minimum = spec.min_replicas if spec.min_replicas is not None else 1
+    if not scale.selector:
+        return False
+    if scale.spec_replicas == 0:
+        return settings.scale_to_zero
+    return minimum <= scale.spec_replicas <= spec.max_replicas
+
+
+# --------------------------------------------------------------------------------------------
+# Dry run
+
+
+def as_dry_run(decision: Decision, *, old: AutoscalerStatus, settings: Settings,
+               now: datetime) -> Decision:
+    """What a rescale would have done, without doing it: the new size in desiredReplicas, an
+    AbleToScale reason and an Event that say so; no lastScaleTime, no scale event recorded.
+    `settings` and `now` are those `decide` was called with."""
+    pending = decision.pending
+    if pending is None:
+        return decision
+    done = complete(decision, write_result=SCALE_WRITE_SUCCEEDED, settings=settings, now=now)
+    message = (f"dry run: the HPA controller would have updated the target scale to "
+               f"{decision.new_replicas}")
+    conditions = tuple(
+        replace(c, reason=DRY_RUN_CONDITION_REASON, message=message)
+        if c.type == ABLE_TO_SCALE and c.reason == "SucceededRescale" else c
+        for c in done.status.conditions)
+    status = replace(done.status, conditions=conditions, last_scale_time=old.last_scale_time)
+    events = tuple(
+        Event("Normal", DRY_RUN_EVENT_REASON, f"{e.message}; dry run: the target was not scaled")
+        if e.reason == "SuccessfulRescale" else e for e in done.events)
+    return replace(done, status=status, events=events, scale_updated=False,
+                   history=pending.history, status_changed=status != old,
+                   desired_replicas=decision.new_replicas,
+                   explanation=(*done.explanation,
+                                "Dry run: the target's scale was not written."))
+
+
+# --------------------------------------------------------------------------------------------
+# The reconciler
+
+
+@dataclass
+class _Memory:
+    """What the controller remembers of one autoscaler between reconciles."""
+
+    history: History
+    persisted: History | None  # the history the autoscaler carries (last written or read)
+
+
+def _status_core(status: AutoscalerStatus) -> AutoscalerStatus:
+    return replace(status, observed_generation=None)
+
+
+class Reconciler:
+    """Reads from the caches, decides, writes; one instance per controller."""
+
+    def __init__(
+        self,
+        *,
+        kube: KubeWrites,
+        metrics: MetricsAPI,
+        watching: Caches,
+        settings: Settings,
+        dry_run: bool = False,
+        leader: LeaderCheck | None = None,
+        controller_metrics: ControllerMetrics | None = None,
+    ) -> None:
+        self._kube = kube
+        self._metrics = metrics
+        self._watching = watching
+        self._settings = settings
+        self._dry_run = dry_run
+        self._leader = leader or _AlwaysLeader()
+        self._stats = controller_metrics
+        self._memory: dict[AutoscalerKey, _Memory] = {}
+        self._reported_invalid: dict[AutoscalerKey, int | None] = {}
+
+    # -- memory --
+
+    def forget(self, key: AutoscalerKey) -> None:
+        self._memory.pop(key, None)
+        self._reported_invalid.pop(key, None)
+        self._watching.registry.remove(key)
+
+    def reset(self) -> None:
+        self._memory.clear()
+
+    def history_of(self, key: AutoscalerKey) -> History | None:
+        memory = self._memory.get(key)
+        return memory.history if memory is not None else None
+
+    def _remember(self, entry: AutoscalerEntry, now: datetime) -> _Memory:
+        memory = self._memory.get(entry.key)
+        if memory is not None:
+            return memory
+        try:
+            persisted = (history_from_annotations(entry.annotations)
+                         if entry.key.kind == HPA_KIND else history_from_status(entry.status))
+        except ModelError as err:
+            logger.warning("the persisted history cannot be read (%s); starting afresh", err)
+            persisted = None
+        memory = _Memory(history=restore_history(persisted, now=now), persisted=persisted)
+        self._memory[entry.key] = memory
+        return memory
+
+    # -- the step --
+
+    async def reconcile_once(self, key: AutoscalerKey, now: datetime) -> ReconcileResult:
+        entry = self._watching.get(key)
+        if entry is None:
+            self.forget(key)
+            return ReconcileResult("gone")
+        autoscaler = entry.autoscaler
+        if autoscaler is None:
+            return await self._invalid(entry, now)
+        memory = self._remember(entry, now)
+        namespace = autoscaler.metadata.namespace
+        ref = autoscaler.spec.scale_target_ref
+
+        mapping: ResourceMapping | None = None
+        target_scale: TargetScale | None = None
+        scale: Scale | ScaleError
+        failed, retry_after = False, None
+        try:
+            mapping = await self._kube.resolve_scale_target(
+                ScaleTargetRef(api_version=ref.api_version, kind=ref.kind, name=ref.name))
+            target_scale = await self._kube.get_scale(mapping, namespace=namespace,
+                                                      name=ref.name)
+            scale = Scale(spec_replicas=target_scale.spec_replicas,
+                          status_replicas=target_scale.status_replicas,
+                          selector=target_scale.selector, name=ref.name, namespace=namespace)
+        except (ScaleTargetError, KubeError) as err:
+            scale = ScaleError(message=str(err))
+            if isinstance(err, _TRANSIENT):
+                failed, retry_after = True, getattr(err, "retry_after", None)
+
+        pods = []
+        others: dict[str, str] = {}
+        inputs: list[MetricInput] = [None] * len(autoscaler.spec.metrics)
+        if isinstance(scale, Scale) and scale.selector:
+            self._watching.registry.update(key, scale.selector)
+            pods = self._watching.select_pods(namespace, scale.selector)
+            others = self._watching.registry.others_for(key, pods)
+            if needs_metrics(autoscaler, scale, settings=self._settings):
+                inputs = await self._fetch_metrics(autoscaler, entry=entry,
+                                                   selector=scale.selector)
+
+        decision = decide(autoscaler=autoscaler, scale=scale, pods=pods, metrics=inputs,
+                          history=memory.history, now=now, settings=self._settings,
+                          other_selectors=others)
+        dry_run = is_dry_run(entry.annotations, globally=self._dry_run)
+        outcome = self._outcome(decision, scale, dry_run=dry_run)
+        if decision.rescale:
+            if dry_run:
+                decision = as_dry_run(decision, old=autoscaler.status,
+                                      settings=self._settings, now=now)
+            else:
+                assert mapping is not None and target_scale is not None
+                self._leader.ensure()
+                try:
+                    await self._kube.update_scale(mapping, namespace=namespace, name=ref.name,
+                                                  scale=target_scale,
+                                                  replicas=decision.new_replicas)
+                    result = SCALE_WRITE_SUCCEEDED
+                except KubeError as err:
+                    result = ScaleWriteResult(error=str(err))
+                    failed, retry_after = True, getattr(err, "retry_after", None)
+                    outcome = "failed_rescale"
+                decision = complete(decision, write_result=result, settings=self._settings,
+                                    now=now)
+        memory.history = decision.history
+        self._log(decision, autoscaler, dry_run=dry_run)
+
+        await self._post_events(entry, decision.events, now=now)
+        if not await self._write_status(entry, autoscaler=autoscaler, decision=decision,
+                                        memory=memory, now=now):
+            failed = True
+        if self._stats is not None:
+            self._stats.decisions.labels(outcome).inc()
+        return ReconcileResult(outcome, failed=failed, retry_after=retry_after)
+
+    async def _fetch_metrics(self, autoscaler: Autoscaler, *, entry: AutoscalerEntry,
+                             selector: str) -> list[MetricInput]:
+        raw_spec = entry.raw.get("spec")
+        raw_metrics = raw_spec.get("metrics") if isinstance(raw_spec, Mapping) else None
+        specs = autoscaler.spec.metrics
+        if not isinstance(raw_metrics, list) or len(raw_metrics) != len(specs):
+            raw_metrics = [None] * len(specs)
+        answers = await asyncio.gather(*(
+            fetch_metric(self._metrics, metric=spec, raw_metric=raw, selector=selector,
+                         namespace=autoscaler.metadata.namespace)
+            for spec, raw in zip(specs, raw_metrics, strict=True)))
+        return _metric_inputs(specs, answers)
+
+    # -- outcomes and logs --
+
+    @staticmethod
+    def _outcome(decision: Decision, scale: Scale | ScaleError, *, dry_run: bool) -> str:
+        if isinstance(scale, ScaleError):
+            return "failed_get_scale"
+        if decision.rescale:
+            direction = "scale_up" if decision.new_replicas > scale.spec_replicas \
+                else "scale_down"
+            return f"dry_run_{direction}" if dry_run else direction
+        return "failed_metrics" if decision.error is not None else "no_change"
+
+    def _log(self, decision: Decision, autoscaler: Autoscaler, *, dry_run: bool) -> None:
+        reference = format_reference(autoscaler.spec)
+        if decision.rescale:
+            if dry_run:
+                logger.info("dry run: would scale %s to %d (%s)", reference,
+                            decision.new_replicas, decision.rescale_reason)
+            elif decision.scale_updated:
+                logger.info("scaled %s to %d (%s)", reference, decision.new_replicas,
+                            decision.rescale_reason)
+        if decision.error is not None:
+            logger.warning("%s", decision.error)
+
+    # -- writes --
+
+    async def _post_events(self, entry: AutoscalerEntry, events: Sequence[Event], *,
+                           now: datetime) -> None:
+        if not events:
+            return
+        regarding = ObjectReference.from_object(entry.raw)
+        for event in events:
+            if event.type == "Warning" and self._stats is not None:
+                self._stats.errors.labels(event.reason).inc()
+            self._leader.ensure()
+            # One `now` for every event of a reconcile: the client names them uniquely.
+            await self._kube.create_event(
+                regarding=regarding, event_type="Warning" if event.type == "Warning"
+                else "Normal", reason=event.reason, note=event.message, now=now)
+
+    async def _write_status(self, entry: AutoscalerEntry, *, autoscaler: Autoscaler,
+                            decision: Decision, memory: _Memory, now: datetime) -> bool:
+        """Write the status if it changed (and the history if it must); False on failure."""
+        key = entry.key
+        horizon = history_horizon(autoscaler.spec, self._settings)
+        persist = needs_persisting(memory.persisted, decision.history, now=now, horizon=horizon)
+        changed = decision.status != autoscaler.status and (
+            _status_core(decision.status) != _status_core(autoscaler.status))
+        namespace, name = key.namespace, key.name
+        try:
+            if key.kind == HPA_KIND:
+                if changed:
+                    status = render_status(decision.status)
+                    status.pop("observedGeneration", None)
+                    self._leader.ensure()
+                    await self._kube.write_hpa_status(namespace=namespace, name=name,
+                                                      status=status, previous=entry.status)
+                if persist:
+                    await self._write_history_annotation(entry, decision.history, now=now,
+                                                         horizon=horizon)
+                    memory.persisted = decision.history
+                return True
+            extras: dict[str, Any] = {
+                "reference": format_reference(autoscaler.spec),
+                "targets": format_targets(autoscaler.spec, decision.status),
+            }
+            if entry.generation is not None:
+                extras["observedGeneration"] = entry.generation
+            current = entry.status
+            if persist:
+                extras["history"] = render_persisted_history(decision.history, now=now,
+                                                             horizon=horizon)
+            elif current.get("history") is not None:
+                extras["history"] = current["history"]
+            if not changed and not persist and all(current.get(k) == v
+                                                   for k, v in extras.items()):
+                return True  # the steady state: nothing rendered, nothing written
+            status = render_status(decision.status)
+            status.update(extras)
+            self._leader.ensure()
+            await self._kube.write_autoscaler_status(namespace=namespace, name=name,
+                                                     status=status, previous=current)
+        except KubeError as err:
+            logger.warning("failed to update status for %s: %s", name, err)
+            if self._stats is not None:
+                self._stats.errors.labels("FailedUpdateStatus").inc()
+            self._leader.ensure()
+            await self._kube.create_event(regarding=ObjectReference.from_object(entry.raw),
+                                          event_type="Warning", reason="FailedUpdateStatus",
+                                          note=str(err), now=now)
+            return False
+        if persist:
+            memory.persisted = decision.history
+        return True
+
+    async def _write_history_annotation(self, entry: AutoscalerEntry, history: History, *,
+                                        now: datetime, horizon: timedelta) -> None:
+        """A native HPA keeps its history in an annotation (its status schema is fixed)."""
+        value = render_history_annotation(history, now=now, horizon=horizon)
+        self._leader.ensure()
+        await self._kube.patch_hpa_annotations(namespace=entry.key.namespace,
+                                               name=entry.key.name,
+                                               annotations={HISTORY_ANNOTATION: value})
+
+    async def _invalid(self, entry: AutoscalerEntry, now: datetime) -> ReconcileResult:
+        """An object the API server should have refused (e.g. written before a schema change):
+        report it once per generation, and carry on with every other autoscaler."""
+        if self._stats is not None:
+            self._stats.decisions.labels("invalid").inc()
+        if self._reported_invalid.get(entry.key, -1) != entry.generation:
+            self._reported_invalid[entry.key] = entry.generation
+            logger.warning("the autoscaler cannot be used: %s", entry.error)
+            if self._stats is not None:
+                self._stats.errors.labels("InvalidSpec").inc()
+            self._leader.ensure()
+            await self._kube.create_event(regarding=ObjectReference.from_object(entry.raw),
+                                          event_type="Warning", reason="InvalidSpec",
+                                          note=f"the autoscaler cannot be used: {entry.error}",
+                                          now=now)
+        return ReconcileResult("invalid")

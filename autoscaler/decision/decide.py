@@ -1,0 +1,985 @@
+"""One reconcile of an autoscaler, as upstream's horizontal.go makes it, as a pure function.
+
+`decide(...)` computes everything up to the write of the target's scale; when it says
+`rescale`, the caller writes `new_replicas` and hands the outcome to `complete(...)`, which
+applies upstream's after-write rules (SucceededRescale or FailedUpdateScale, the events, the
+scale-event log, lastScaleTime). `decide` already returns the decision as it stands if that
+write succeeds, so `explain` can show it as is.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from datetime import datetime
+
+from autoscaler.decision import behavior as rules
+from autoscaler.decision.conditions import (
+    ABLE_TO_SCALE,
+    FALSE,
+    SCALED_TO_ZERO,
+    SCALING_ACTIVE,
+    SCALING_LIMITED,
+    TRUE,
+    Messages,
+    condition_status,
+    remove_condition,
+    set_condition,
+)
+from autoscaler.decision.replicas import (
+    CalculationError,
+    CalculationNote,
+    ReadinessRules,
+    ReplicaCalculation,
+    Tolerances,
+    get_external_metric_replicas,
+    get_external_per_pod_metric_replicas,
+    get_metric_replicas,
+    get_object_metric_replicas,
+    get_object_per_pod_metric_replicas,
+    get_raw_resource_replicas,
+    get_resource_replicas,
+)
+from autoscaler.decision.settings import Settings
+from autoscaler.model import (
+    Autoscaler,
+    AutoscalerStatus,
+    Behavior,
+    Condition,
+    ContainerResourceMetricStatus,
+    ExternalMetricStatus,
+    History,
+    LabelSelector,
+    MetricIdentifier,
+    MetricInput,
+    MetricSpec,
+    MetricStatus,
+    MetricTarget,
+    MetricValueStatus,
+    ObjectMetricStatus,
+    Pod,
+    PodsMetricStatus,
+    Quantity,
+    ResourceMetricStatus,
+    Scale,
+    ScaleError,
+    Selector,
+    SelectorError,
+    format_label_selector,
+    label_selector_as_selector,
+    parse_selector,
+    pods_matching,
+)
+from metricscale.core.quantity import Format, format_milli
+from metricscale.core.selectors import quote_go_string
+
+__all__ = [
+    "SCALE_WRITE_SUCCEEDED",
+    "Decision",
+    "Event",
+    "Limit",
+    "MetricDetail",
+    "ScaleWriteResult",
+    "approximate_float",
+    "complete",
+    "decide",
+    "tolerances_for",
+]
+
+
+@dataclass(frozen=True)
+class Event:
+    """A Kubernetes Event the controller records on the autoscaler."""
+
+    type: str  # Normal or Warning
+    reason: str
+    message: str
+
+
+@dataclass(frozen=True)
+class Limit:
+    """A rule that changed the replica count, from what to what."""
+
+    rule: str
+    from_replicas: int
+    to_replicas: int
+    detail: str
+
+
+@dataclass(frozen=True)
+class MetricDetail:
+    """One spec.metrics entry: what it proposed and on what grounds (or why it failed)."""
+
+    index: int
+    type: str
+    name: str
+    description: str = ""  # upstream's name for it in messages, e.g. "pods metric qps"
+    proposed_replicas: int | None = None
+    current: str | None = None
+    target: str | None = None
+    ratio: float | None = None
+    error: str | None = None
+    reason: str | None = None
+    ready_pods: int | None = None
+    unready_pods: int | None = None
+    missing_pods: int | None = None
+    ignored_pods: int | None = None
+
+
+@dataclass(frozen=True)
+class ScaleWriteResult:
+    """The outcome of writing scale.spec.replicas: `error` is None on success."""
+
+    error: str | None = None
+
+    @property
+    def succeeded(self) -> bool:
+        return self.error is None
+
+
+SCALE_WRITE_SUCCEEDED = ScaleWriteResult()
+
+
+@dataclass(frozen=True)
+class _Pending:
+    """Everything the after-write step needs (upstream keeps it in local variables)."""
+
+    old_status: AutoscalerStatus
+    conditions: tuple[Condition, ...]
+    metric_statuses: tuple[MetricStatus, ...]
+    current_replicas: int
+    new_replicas: int
+    min_replicas: int
+    reason: str
+    history: History
+    has_object_or_external: bool
+    reference: str
+    error: str | None
+    behavior: Behavior | None
+
+
+@dataclass(frozen=True)
+class Decision:
+    """What one reconcile decided, and what the controller writes and records for it."""
+
+    desired_replicas: int  # the target's size after this reconcile (if the write succeeds)
+    rescale: bool  # scale.spec.replicas is (to be) written with new_replicas
+    new_replicas: int
+    rescale_reason: str
+    scale_updated: bool  # the write happened and succeeded
+    status: AutoscalerStatus
+    status_changed: bool  # upstream skips the status write when False
+    events: tuple[Event, ...]
+    metrics: tuple[MetricDetail, ...]
+    limits: tuple[Limit, ...]
+    history: History
+    explanation: tuple[str, ...]
+    error: str | None = None  # what reconcileAutoscaler returns (for the log)
+    pending: _Pending | None = field(default=None, repr=False, compare=False)
+
+    @property
+    def awaiting_write(self) -> bool:
+        return self.pending is not None
+
+
+# --------------------------------------------------------------------------------------------
+# Helpers
+
+
+def approximate_float(quantity: Quantity) -> float:
+    """Quantity.AsApproximateFloat64: unscaled digits times a power of ten, in float64."""
+    sign, digits, exponent = quantity.value.as_tuple()
+    if not isinstance(exponent, int):
+        return float(quantity.value)
+    base = float(int("".join(map(str, digits)) or "0"))
+    if sign:
+        base = -base
+    if exponent == 0:
+        return base
+    # Go's math.Pow(10, e) is the correctly rounded power for the exponents quantities have
+    return base * math.pow(10.0, exponent)
+
+
+def tolerances_for(autoscaler: Autoscaler, settings: Settings) -> Tolerances:
+    """tolerancesForHpa: the flag's tolerance, per direction overridden by spec.behavior."""
+    down = up = settings.tolerance
+    behavior = autoscaler.spec.behavior
+    if behavior is not None:
+        if behavior.scale_down is not None and behavior.scale_down.tolerance is not None:
+            down = approximate_float(behavior.scale_down.tolerance)
+        if behavior.scale_up is not None and behavior.scale_up.tolerance is not None:
+            up = approximate_float(behavior.scale_up.tolerance)
+    return Tolerances(scale_down=down, scale_up=up)
+
+
+def _group_version_error(api_version: str) -> str | None:
+    """schema.ParseGroupVersion's error, if any."""
+    if not api_version or api_version == "/":
+        return None
+    if api_version.count("/") > 1:
+        return f"unexpected GroupVersion string: {api_version}"
+    return None
+
+
+def _build_quantity(resource: str, milli: int) -> Quantity:
+    """buildQuantity: memory in BinarySI (as metrics-server reports it), the rest DecimalSI."""
+    return Quantity.from_milli(milli, Format.BINARY_SI if resource == "memory"
+                               else Format.DECIMAL_SI)
+
+
+def _finite(value: float) -> float | None:
+    return value if math.isfinite(value) else None
+
+
+def _fmt_milli(milli: int) -> str:
+    return format_milli(milli, Format.DECIMAL_SI)
+
+
+def _fmt_target(target: MetricTarget) -> str:
+    if target.average_utilization is not None and target.average_value is None:
+        return f"{target.average_utilization}%"
+    quantity = target.average_value or target.value
+    return quantity.text if quantity is not None else "(none)"
+
+
+def _with_calculation(detail: MetricDetail, calc: ReplicaCalculation, *, description: str,
+                      current: str) -> MetricDetail:
+    detail = replace(detail, description=description, proposed_replicas=calc.replicas,
+                     current=current, ratio=_finite(calc.ratio), ready_pods=calc.ready_pods)
+    if calc.groups is not None:
+        detail = replace(detail, ready_pods=calc.groups.ready,
+                         unready_pods=len(calc.groups.unready),
+                         missing_pods=len(calc.groups.missing),
+                         ignored_pods=len(calc.groups.ignored))
+    return detail
+
+
+# --------------------------------------------------------------------------------------------
+# One metric: computeReplicasForMetric and computeStatusFor*Metric
+
+
+@dataclass(frozen=True)
+class _MetricOutcome:
+    detail: MetricDetail
+    events: tuple[Event, ...] = ()
+    replicas: int = 0
+    name: str = ""
+    timestamp: datetime | None = None
+    status: MetricStatus | None = None
+    error: str | None = None  # the error computeReplicasForMetric returns
+    condition: tuple[str, str] | None = None  # (reason, message) for ScalingActive=False
+    notes: tuple[CalculationNote, ...] = ()
+
+
+@dataclass(frozen=True)
+class _MetricContext:
+    spec_replicas: int
+    status_replicas: int
+    pods: Sequence[Pod]
+    namespace: str
+    tolerances: Tolerances
+    readiness: ReadinessRules
+
+
+def _failed(detail: MetricDetail, *, reason: str, event_error: str,
+            returned_error: str) -> _MetricOutcome:
+    """getUnableComputeReplicaCountCondition: a Warning event and a proposed condition."""
+    return _MetricOutcome(
+        detail=replace(detail, error=event_error, reason=reason),
+        events=(Event("Warning", reason, event_error),),
+        error=returned_error,
+        condition=(reason, Messages.UNABLE_TO_COMPUTE.format(event_error)),
+    )
+
+
+def _selector_error(selector: LabelSelector | None) -> str | None:
+    try:
+        label_selector_as_selector(selector)
+    except SelectorError as err:
+        return str(err)
+    return None
+
+
+def _resource_metric(index: int, metric: MetricSpec, data: MetricInput,
+                     ctx: _MetricContext) -> _MetricOutcome:
+    container_source = metric.container_resource
+    if container_source is not None:
+        resource, target, container = (container_source.name, container_source.target,
+                                       container_source.container)
+        reason = "FailedGetContainerResourceMetric"
+        wrap = f"failed to get {container} container metric value: "
+    else:
+        assert metric.resource is not None
+        resource, target, container = metric.resource.name, metric.resource.target, ""
+        reason = "FailedGetResourceMetric"
+        wrap = f"failed to get {resource} resource metric value: "
+    detail = MetricDetail(index=index, type=metric.type, name=resource,
+                          target=_fmt_target(target))
+    try:
+        if target.average_value is not None:
+            try:
+                calc = get_raw_resource_replicas(
+                    current_replicas=ctx.spec_replicas, target_usage=target.average_value.milli,
+                    resource=resource, container=container, tolerances=ctx.tolerances,
+                    pods=ctx.pods, metrics=data, rules=ctx.readiness)
+            except CalculationError as err:
+                raise CalculationError(f"failed to get {resource} usage: {err}") from None
+            name = f"{resource} resource"
+            quantity = _build_quantity(resource, calc.usage)
+            current = MetricValueStatus(average_value=quantity)
+            shown = quantity.text
+        elif target.average_utilization is None:
+            raise CalculationError(
+                "invalid resource metric source: neither an average utilization target nor an "
+                "average value (usage) target was set")
+        else:
+            try:
+                calc = get_resource_replicas(
+                    current_replicas=ctx.spec_replicas,
+                    target_utilization=target.average_utilization, resource=resource,
+                    container=container, tolerances=ctx.tolerances, pods=ctx.pods, metrics=data,
+                    rules=ctx.readiness)
+            except CalculationError as err:
+                raise CalculationError(f"failed to get {resource} utilization: {err}") from None
+            name = (f"{resource} container resource utilization (percentage of request)"
+                    if container_source is not None
+                    else f"{resource} resource utilization (percentage of request)")
+            quantity = _build_quantity(resource, calc.usage)
+            current = MetricValueStatus(average_value=quantity,
+                                        average_utilization=calc.utilization)
+            shown = f"{calc.utilization}% ({quantity.text} average)"
+    except CalculationError as err:
+        return _failed(detail, reason=reason, event_error=str(err),
+                       returned_error=wrap + str(err))
+    if container_source is not None:
+        status = MetricStatus(type=metric.type, container_resource=ContainerResourceMetricStatus(
+            name=resource, container=container, current=current))
+    else:
+        status = MetricStatus(type=metric.type, resource=ResourceMetricStatus(
+            name=resource, current=current))
+    detail = _with_calculation(detail, calc, description=name, current=shown)
+    return _MetricOutcome(detail=detail, replicas=calc.replicas, name=name,
+                          timestamp=calc.timestamp, status=status, notes=calc.notes)
+
+
+def _pods_metric(index: int, metric: MetricSpec, data: MetricInput,
+                 ctx: _MetricContext) -> _MetricOutcome:
+    source = metric.pods
+    assert source is not None and source.target.average_value is not None
+    reason = "FailedGetPodsMetric"
+    detail = MetricDetail(index=index, type=metric.type, name=source.metric.name,
+                          target=_fmt_target(source.target))
+    selector_error = _selector_error(source.metric.selector)
+    if selector_error is not None:
+        return _failed(detail, reason=reason, event_error=selector_error,
+                       returned_error=f"failed to get pods metric value: {selector_error}")
+    try:
+        calc = get_metric_replicas(current_replicas=ctx.spec_replicas,
+                                   target_usage=source.target.average_value.milli,
+                                   metric_name=source.metric.name, tolerances=ctx.tolerances,
+                                   pods=ctx.pods, metrics=data, rules=ctx.readiness)
+    except CalculationError as err:
+        return _failed(detail, reason=reason, event_error=str(err),
+                       returned_error=f"failed to get pods metric value: {err}")
+    name = f"pods metric {source.metric.name}"
+    quantity = Quantity.from_milli(calc.usage)
+    status = MetricStatus(type=metric.type, pods=PodsMetricStatus(
+        metric=MetricIdentifier(source.metric.name, source.metric.selector),
+        current=MetricValueStatus(average_value=quantity)))
+    detail = _with_calculation(detail, calc, description=name, current=quantity.text)
+    return _MetricOutcome(detail=detail, replicas=calc.replicas, name=name,
+                          timestamp=calc.timestamp, status=status, notes=calc.notes)
+
+
+def _object_metric(index: int, metric: MetricSpec, data: MetricInput,
+                   ctx: _MetricContext) -> _MetricOutcome:
+    source = metric.object
+    assert source is not None
+    reason = "FailedGetObjectMetric"
+    wrap = "failed to get object metric value: "
+    target = source.target
+    detail = MetricDetail(index=index, type=metric.type, name=source.metric.name,
+                          target=_fmt_target(target))
+    selector_error = _selector_error(source.metric.selector)
+    if selector_error is not None:
+        return _failed(detail, reason=reason, event_error=selector_error,
+                       returned_error=wrap + selector_error)
+    identifier = MetricIdentifier(source.metric.name, source.metric.selector)
+    ref = source.described_object
+    if target.type == "Value" and target.value is not None:
+        try:
+            calc = get_object_metric_replicas(
+                current_replicas=ctx.spec_replicas, target_usage=target.value.milli,
+                metric_name=source.metric.name, object_kind=ref.kind, object_name=ref.name,
+                namespace=ctx.namespace, tolerances=ctx.tolerances, pods=ctx.pods, metrics=data)
+        except CalculationError as err:
+            return _failed(detail, reason=reason, event_error=str(err),
+                           returned_error=wrap + str(err))
+        quantity = Quantity.from_milli(calc.usage)
+        current = MetricValueStatus(value=quantity)
+        name = f"{ref.kind} metric {source.metric.name}"
+    elif target.type == "AverageValue" and target.average_value is not None:
+        try:
+            calc = get_object_per_pod_metric_replicas(
+                status_replicas=ctx.status_replicas,
+                target_average_usage=target.average_value.milli,
+                metric_name=source.metric.name, object_kind=ref.kind, object_name=ref.name,
+                namespace=ctx.namespace, tolerances=ctx.tolerances, metrics=data)
+        except CalculationError as err:
+            return _failed(detail, reason=reason, event_error=str(err),
+                           returned_error=f"{wrap}failed to get {source.metric.name} "
+                                          f"object metric: {err}")
+        quantity = Quantity.from_milli(calc.usage)
+        current = MetricValueStatus(average_value=quantity)
+        # upstream names Object AverageValue metrics like External ones
+        name = (f"external metric {source.metric.name}"
+                f"({format_label_selector(source.metric.selector)})")
+    else:
+        message = ("invalid object metric source: neither a value target nor an average value "
+                   "target was set")
+        return _failed(detail, reason=reason, event_error=message, returned_error=wrap + message)
+    status = MetricStatus(type=metric.type, object=ObjectMetricStatus(
+        metric=identifier, current=current, described_object=ref))
+    detail = _with_calculation(detail, calc, description=name, current=quantity.text)
+    return _MetricOutcome(detail=detail, replicas=calc.replicas, name=name,
+                          timestamp=calc.timestamp, status=status, notes=calc.notes)
+
+
+def _external_metric(index: int, metric: MetricSpec, data: MetricInput,
+                     ctx: _MetricContext) -> _MetricOutcome:
+    source = metric.external
+    assert source is not None
+    reason = "FailedGetExternalMetric"
+    metric_name = source.metric.name
+    wrap = f"failed to get {metric_name} external metric value: "
+    target = source.target
+    detail = MetricDetail(index=index, type=metric.type, name=metric_name,
+                          target=_fmt_target(target))
+    selector_text = format_label_selector(source.metric.selector)
+    name = f"external metric {metric_name}({selector_text})"
+    identifier = MetricIdentifier(metric_name, source.metric.selector)
+    if target.average_value is not None:
+        try:
+            selector_error = _selector_error(source.metric.selector)
+            if selector_error is not None:
+                raise CalculationError(selector_error)
+            calc = get_external_per_pod_metric_replicas(
+                status_replicas=ctx.status_replicas,
+                target_usage_per_pod=target.average_value.milli, metric_name=metric_name,
+                namespace=ctx.namespace, selector_text=selector_text,
+                tolerances=ctx.tolerances, metrics=data)
+        except CalculationError as err:
+            return _failed(detail, reason=reason, event_error=str(err),
+                           returned_error=f"{wrap}failed to get {metric_name} external "
+                                          f"metric: {err}")
+        quantity = Quantity.from_milli(calc.usage)
+        current = MetricValueStatus(average_value=quantity)
+    elif target.value is not None:
+        try:
+            selector_error = _selector_error(source.metric.selector)
+            if selector_error is not None:
+                raise CalculationError(selector_error)
+            calc = get_external_metric_replicas(
+                current_replicas=ctx.spec_replicas, target_usage=target.value.milli,
+                metric_name=metric_name, namespace=ctx.namespace, selector_text=selector_text,
+                tolerances=ctx.tolerances, pods=ctx.pods, metrics=data)
+        except CalculationError as err:
+            return _failed(detail, reason=reason, event_error=str(err),
+                           returned_error=f"{wrap}failed to get external metric "
+                                          f"{metric_name}: {err}")
+        quantity = Quantity.from_milli(calc.usage)
+        current = MetricValueStatus(value=quantity)
+    else:
+        message = ("invalid external metric source: neither a value target nor an average value "
+                   "target was set")
+        return _failed(detail, reason=reason, event_error=message, returned_error=wrap + message)
+    status = MetricStatus(type=metric.type, external=ExternalMetricStatus(
+        metric=identifier, current=current))
+    detail = _with_calculation(detail, calc, description=name, current=quantity.text)
+    return _MetricOutcome(detail=detail, replicas=calc.replicas, name=name,
+                          timestamp=calc.timestamp, status=status, notes=calc.notes)
+
+
+def _compute_replicas_for_metric(index: int, metric: MetricSpec, data: MetricInput,
+                                 ctx: _MetricContext) -> _MetricOutcome:
+    if metric.type in {"Resource", "ContainerResource"}:
+        return _resource_metric(index, metric, data, ctx)
+    if metric.type == "Pods":
+        return _pods_metric(index, metric, data, ctx)
+    if metric.type == "Object":
+        return _object_metric(index, metric, data, ctx)
+    if metric.type == "External":
+        return _external_metric(index, metric, data, ctx)
+    message = f"unknown metric source type {quote_go_string(metric.type)}"
+    detail = MetricDetail(index=index, type=metric.type, name="")
+    return _failed(detail, reason="InvalidMetricSourceType", event_error=message,
+                   returned_error=message)
+
+
+# --------------------------------------------------------------------------------------------
+# All metrics: computeReplicasForMetrics
+
+
+@dataclass(frozen=True)
+class _MetricsResult:
+    replicas: int  # -1: failure, nothing to scale on
+    name: str
+    statuses: tuple[MetricStatus, ...]
+    error: str | None
+    conditions: tuple[Condition, ...]
+    events: tuple[Event, ...]
+    details: tuple[MetricDetail, ...]
+    notes: tuple[CalculationNote, ...]
+    blocked_scale_down: int | None  # the valid proposal a failing metric refused
+    index: int = -1  # the metric whose proposal won
+
+
+def _selector_problem(autoscaler: Autoscaler, scale: Scale, pods: Sequence[Pod],
+                      other_selectors: Mapping[str, str]
+                      ) -> tuple[Selector | None, tuple[str, str, str, str] | None, list[Pod]]:
+    """validateAndParseSelector: (selector, (event reason, event text, condition reason,
+    condition message, error)?, listed pods)."""
+    if not scale.selector:
+        return None, ("SelectorRequired", "selector is required", "InvalidSelector",
+                      Messages.MISSING_SELECTOR), []
+    try:
+        selector = parse_selector(scale.selector)
+    except SelectorError as err:
+        message = f"couldn't convert selector into a corresponding internal selector object: {err}"
+        return None, ("InvalidSelector", message, "InvalidSelector", message), []
+    namespace = autoscaler.metadata.namespace
+    listed = pods_matching(pods, selector, namespace)
+    if listed:
+        for other, text in sorted(other_selectors.items()):
+            try:
+                other_selector = parse_selector(text)
+            except SelectorError:
+                continue
+            if any(other_selector.matches(pod.labels) for pod in listed):
+                keys = f"[{namespace}/{autoscaler.metadata.name} {namespace}/{other}]"
+                message = (f"pods by selector {scale.selector} are controlled by more than one "
+                           f"HPA (e.g. {keys})")
+                return None, ("AmbiguousSelector", message, "AmbiguousSelector", message), []
+    return selector, None, listed
+
+
+def _compute_replicas_for_metrics(*, autoscaler: Autoscaler, scale: Scale, pods: Sequence[Pod],
+                                  metrics: Sequence[MetricInput], conditions: tuple[Condition, ...],
+                                  settings: Settings, now: datetime,
+                                  other_selectors: Mapping[str, str]) -> _MetricsResult:
+    selector, problem, listed = _selector_problem(autoscaler, scale, pods, other_selectors)
+    if problem is not None or selector is None:
+        assert problem is not None
+        event_reason, event_text, condition_reason, condition_message = problem
+        conditions = set_condition(conditions, type=SCALING_ACTIVE, status=FALSE,
+                                   reason=condition_reason, message=condition_message, now=now)
+        return _MetricsResult(replicas=-1, name="", statuses=(), error=event_text,
+                              conditions=conditions,
+                              events=(Event("Warning", event_reason, event_text),), details=(),
+                              notes=(), blocked_scale_down=None)
+
+    specs = autoscaler.spec.metrics
+    ctx = _MetricContext(
+        spec_replicas=scale.spec_replicas, status_replicas=scale.status_replicas, pods=listed,
+        namespace=autoscaler.metadata.namespace,
+        tolerances=tolerances_for(autoscaler, settings),
+        readiness=ReadinessRules(cpu_initialization_period=settings.cpu_initialization_period,
+                                 initial_readiness_delay=settings.initial_readiness_delay,
+                                 now=now))
+    statuses = [MetricStatus() for _ in specs]
+    events: list[Event] = []
+    details: list[MetricDetail] = []
+    invalid = 0
+    first_error: str | None = None
+    first_condition: tuple[str, str] | None = None
+    replicas = 0
+    name = ""
+    notes: tuple[CalculationNote, ...] = ()
+    winner = -1
+    for index, metric in enumerate(specs):
+        data = metrics[index] if index < len(metrics) else None
+        outcome = _compute_replicas_for_metric(index, metric, data, ctx)
+        events.extend(outcome.events)
+        details.append(outcome.detail)
+        if outcome.error is not None:
+            if invalid <= 0:
+                first_error, first_condition = outcome.error, outcome.condition
+            invalid += 1
+            continue
+        assert outcome.status is not None
+        statuses[index] = outcome.status
+        if replicas == 0 or outcome.replicas > replicas:
+            replicas, name, notes = outcome.replicas, outcome.name, outcome.notes
+            winner = index
+
+    error = None
+    if first_error is not None:
+        error = f"invalid metrics ({invalid} invalid out of {len(specs)}), first error is: " \
+                f"{first_error}"
+    if invalid >= len(specs) or (invalid > 0 and replicas < scale.spec_replicas):
+        reason, message = first_condition or ("", "")
+        conditions = set_condition(conditions, type=SCALING_ACTIVE, status=FALSE, reason=reason,
+                                   message=message, now=now)
+        return _MetricsResult(
+            replicas=-1, name="", statuses=tuple(statuses), error=error, conditions=conditions,
+            events=tuple(events), details=tuple(details), notes=(),
+            blocked_scale_down=replicas if invalid < len(specs) else None)
+    conditions = set_condition(conditions, type=SCALING_ACTIVE, status=TRUE,
+                               reason="ValidMetricFound",
+                               message=Messages.VALID_METRIC_FOUND.format(name), now=now)
+    return _MetricsResult(replicas=replicas, name=name, statuses=tuple(statuses), error=error,
+                          conditions=conditions, events=tuple(events), details=tuple(details),
+                          notes=notes, blocked_scale_down=None, index=winner)
+
+
+# --------------------------------------------------------------------------------------------
+# The reconcile
+
+
+def _status_changed(old: AutoscalerStatus, new: AutoscalerStatus) -> bool:
+    return old != new
+
+
+_LIMIT_RULES_LEGACY = {"TooFewReplicas": "MinReplicas", "TooManyReplicas": "MaxReplicas",
+                       "ScaleUpLimit": "ScaleUpLimit"}
+_LIMIT_RULES_BEHAVIOR = {"TooFewReplicas": "MinReplicas", "TooManyReplicas": "MaxReplicas",
+                         "ScaleUpLimit": "ScaleUpPolicy", "ScaleDownLimit": "ScaleDownPolicy"}
+
+
+def decide(*, autoscaler: Autoscaler, scale: Scale | ScaleError, pods: Sequence[Pod],
+           metrics: Sequence[MetricInput], history: History, now: datetime,
+           settings: Settings, other_selectors: Mapping[str, str] | None = None) -> Decision:
+    """One reconcile of `autoscaler` (reconcileAutoscaler), up to the write of the scale.
+
+    `metrics[i]` is what the metrics API returned for `spec.metrics[i]` (or the error).
+    `other_selectors` maps the names of the other autoscalers in the namespace to their
+    targets' selectors (for upstream's AmbiguousSelector check); `explain` has none.
+    """
+    spec = autoscaler.spec
+    old = autoscaler.status
+    ref = spec.scale_target_ref
+    reference = f"{ref.kind}/{autoscaler.metadata.namespace}/{ref.name}"
+    explanation: list[str] = []
+
+    gv_error = _group_version_error(ref.api_version)
+    if gv_error is not None or isinstance(scale, ScaleError):
+        message = gv_error if gv_error is not None else \
+            (scale.message if isinstance(scale, ScaleError) else "")
+        conditions = set_condition(old.conditions, type=ABLE_TO_SCALE, status=FALSE,
+                                   reason="FailedGetScale",
+                                   message=Messages.FAILED_GET_SCALE.format(message), now=now)
+        status = replace(old, conditions=conditions)
+        returned = (f"invalid API version in scale target reference: {message}"
+                    if gv_error is not None
+                    else f"failed to query scale subresource for {reference}: {message}")
+        explanation.append(f"The scale of {reference} could not be read: {message}. "
+                           "Nothing else is decided until it can be.")
+        return Decision(
+            desired_replicas=old.current_replicas, rescale=False,
+            new_replicas=old.current_replicas, rescale_reason="", scale_updated=False,
+            status=status, status_changed=_status_changed(old, status),
+            events=(Event("Warning", "FailedGetScale", message),), metrics=(), limits=(),
+            history=history, explanation=tuple(explanation), error=returned)
+
+    conditions = set_condition(old.conditions, type=ABLE_TO_SCALE, status=TRUE,
+                               reason="SucceededGetScale", message=Messages.SUCCEEDED_GET_SCALE,
+                               now=now)
+    current = scale.spec_replicas
+    recommendations = rules.record_initial_recommendation(
+        history.recommendations, current_replicas=current, now=now)
+    if history.recommendations is None:
+        explanation.append(f"First sync: the current size {current} is remembered as a "
+                           "recommendation, so a scale-down waits a whole stabilization window.")
+    history = replace(history, recommendations=recommendations)
+    min_replicas = spec.min_replicas if spec.min_replicas is not None else 1
+    max_replicas = spec.max_replicas
+    explanation.append(f"{reference} has {current} replicas (spec), {scale.status_replicas} "
+                       f"(status); the autoscaler allows {min_replicas} to {max_replicas}.")
+
+    has_object_or_external = any(m.type in {"Object", "External"} for m in spec.metrics)
+    scaled_to_zero = settings.scale_to_zero and \
+        condition_status(conditions, SCALED_TO_ZERO) == TRUE
+    can_scale_from_zero = scaled_to_zero and has_object_or_external
+
+    events: list[Event] = []
+    limits: list[Limit] = []
+    details: tuple[MetricDetail, ...] = ()
+    metric_statuses: tuple[MetricStatus, ...] = ()
+    desired = 0
+    reason = ""
+    rescale = True
+    needs_metrics = True
+    error: str | None = None
+
+    if current == 0:
+        if (min_replicas != 0 and scaled_to_zero) or can_scale_from_zero:
+            explanation.append("The target was scaled to zero by the autoscaler: metrics decide "
+                               "whether it comes back.")
+        else:
+            needs_metrics = False
+            rescale = False
+            conditions = set_condition(conditions, type=SCALING_ACTIVE, status=FALSE,
+                                       reason="ScalingDisabled",
+                                       message=Messages.SCALING_DISABLED, now=now)
+            if not settings.scale_to_zero:
+                conditions = remove_condition(conditions, SCALED_TO_ZERO)
+            explanation.append("The target has 0 replicas and was not scaled to zero by the "
+                               "autoscaler: scaling is disabled until someone scales it up.")
+    elif current > max_replicas:
+        reason = "Current number of replicas above Spec.MaxReplicas"
+        desired = max_replicas
+        needs_metrics = False
+        limits.append(Limit("MaxReplicas", current, max_replicas,
+                            "the current size is above maxReplicas; no metrics are consulted"))
+        explanation.append(f"The current size {current} is above maxReplicas: scale to "
+                           f"{max_replicas} without looking at metrics.")
+    elif current < min_replicas:
+        reason = "Current number of replicas below Spec.MinReplicas"
+        desired = min_replicas
+        needs_metrics = False
+        limits.append(Limit("MinReplicas", current, min_replicas,
+                            "the current size is below minReplicas; no metrics are consulted"))
+        explanation.append(f"The current size {current} is below minReplicas: scale to "
+                           f"{min_replicas} without looking at metrics.")
+
+    if needs_metrics:
+        result = _compute_replicas_for_metrics(
+            autoscaler=autoscaler, scale=scale, pods=pods, metrics=metrics,
+            conditions=conditions, settings=settings, now=now,
+            other_selectors=other_selectors or {})
+        conditions = result.conditions
+        events.extend(result.events)
+        details = result.details
+        metric_statuses = result.statuses
+        explanation.extend(_describe_metrics(details))
+        if result.replicas == -1:
+            assert result.error is not None
+            if result.blocked_scale_down is not None:
+                limits.append(Limit("FailingMetricBlocksScaleDown", result.blocked_scale_down,
+                                    current, "a metric failed, and a failing metric blocks any "
+                                             "scale-down"))
+                explanation.append(f"The working metrics propose {result.blocked_scale_down}, a "
+                                   "scale-down, but a metric failed: no scale-down while any "
+                                   "metric fails.")
+            else:
+                explanation.append("No metric could be used: the size stays, and "
+                                   "status.desiredReplicas keeps its old value.")
+            status = AutoscalerStatus(current_replicas=current,
+                                      desired_replicas=old.desired_replicas,
+                                      last_scale_time=old.last_scale_time,
+                                      current_metrics=metric_statuses, conditions=conditions)
+            events.append(Event("Warning", "FailedComputeMetricsReplicas", result.error))
+            return Decision(
+                desired_replicas=current, rescale=False, new_replicas=current, rescale_reason="",
+                scale_updated=False, status=status,
+                status_changed=_status_changed(old, status), events=tuple(events),
+                metrics=details, limits=tuple(limits), history=history,
+                explanation=tuple(explanation),
+                error=f"failed to compute desired number of replicas based on listed metrics "
+                      f"for {reference}: {result.error}")
+        if result.error is not None:
+            error = result.error  # some metrics failed; scale on the others, report at the end
+            explanation.append("Some metrics failed, but the others ask for no scale-down, so "
+                               "the autoscaler goes on with them.")
+        for note in result.notes:
+            if note.from_replicas != note.to_replicas:
+                limits.append(Limit(note.rule, note.from_replicas, note.to_replicas,
+                                    f"metric {result.index}: {note.detail}"))
+        metric_desired = result.replicas
+        rescale_metric = ""
+        if metric_desired > desired:
+            desired = metric_desired
+            rescale_metric = result.name
+        if desired > current:
+            reason = f"{rescale_metric} above target"
+        if desired < current:
+            reason = "All metrics below target"
+        explanation.append(f"The metrics ask for {desired} replicas"
+                           + (f" (the most, from {result.name})." if result.name else "."))
+        prenormalized = desired
+        if spec.behavior is None:
+            stabilized = rules.stabilize_recommendation(
+                history.recommendations or (), desired=desired,
+                window=settings.downscale_stabilization_window, now=now)
+            normalized = rules.convert_desired_replicas_with_rules(
+                current_replicas=current, desired_replicas=stabilized.replicas,
+                min_replicas=min_replicas, max_replicas=max_replicas,
+                factor=settings.scale_up_limit_factor, minimum=settings.scale_up_limit_minimum)
+            limit_names = _LIMIT_RULES_LEGACY
+            window_text = (f"the {int(settings.downscale_stabilization_window.total_seconds())} s "
+                           "downscale stabilization window")
+        else:
+            up = spec.behavior.scale_up
+            down = spec.behavior.scale_down
+            up_window = up.stabilization_window_seconds if up is not None else None
+            down_window = down.stabilization_window_seconds if down is not None else None
+            if down_window is None:  # maybeInitScaleDownStabilizationWindow
+                down_window = int(settings.downscale_stabilization_window.total_seconds())
+            stabilized = rules.stabilize_recommendation_with_behaviors(
+                history.recommendations or (), desired=desired, current=current,
+                up_window_seconds=up_window or 0, down_window_seconds=down_window, now=now)
+            normalized = rules.convert_desired_replicas_with_behavior_rate(
+                current_replicas=current, desired_replicas=stabilized.replicas,
+                min_replicas=min_replicas, max_replicas=max_replicas, behavior=spec.behavior,
+                up_events=history.scale_up_events, down_events=history.scale_down_events,
+                now=now)
+            limit_names = _LIMIT_RULES_BEHAVIOR
+            window_text = (f"the stabilization windows (up {up_window or 0} s, down "
+                           f"{down_window} s)")
+        history = replace(history, recommendations=stabilized.recommendations)
+        conditions = set_condition(conditions, type=ABLE_TO_SCALE, status=TRUE,
+                                   reason=stabilized.reason, message=stabilized.message, now=now)
+        if stabilized.replicas != prenormalized:
+            rule = ("ScaleUpStabilization" if stabilized.reason == "ScaleUpStabilized"
+                    else "ScaleDownStabilization")
+            limits.append(Limit(rule, prenormalized, stabilized.replicas,
+                                f"{stabilized.message} ({window_text})"))
+            explanation.append(f"Stabilization ({window_text}) turns {prenormalized} into "
+                               f"{stabilized.replicas}: {stabilized.message}.")
+        limited = normalized.replicas != stabilized.replicas
+        conditions = set_condition(conditions, type=SCALING_LIMITED,
+                                   status=TRUE if limited else FALSE, reason=normalized.reason,
+                                   message=normalized.message, now=now)
+        if limited:
+            limits.append(Limit(limit_names.get(normalized.reason, normalized.reason),
+                                stabilized.replicas, normalized.replicas, normalized.message))
+            explanation.append(f"Limits turn {stabilized.replicas} into {normalized.replicas}: "
+                               f"{normalized.message}.")
+        desired = normalized.replicas
+        if current == 0 and min_replicas != 0 and scaled_to_zero and desired < min_replicas:
+            limits.append(Limit("MinReplicas", desired, min_replicas,
+                                "scaling up from zero goes at least to minReplicas"))
+            desired = min_replicas
+            if not reason:
+                reason = "Current number of replicas below Spec.MinReplicas"
+        rescale = desired != current
+
+    if rescale:
+        explanation.append(f"Decision: scale {reference} from {current} to {desired} "
+                           f"({reason}).")
+        pending = _Pending(
+            old_status=old, conditions=conditions, metric_statuses=metric_statuses,
+            current_replicas=current, new_replicas=desired, min_replicas=min_replicas,
+            reason=reason, history=history,
+            has_object_or_external=has_object_or_external, reference=reference, error=error,
+            behavior=spec.behavior)
+        draft = Decision(
+            desired_replicas=desired, rescale=True, new_replicas=desired, rescale_reason=reason,
+            scale_updated=False, status=old, status_changed=False, events=tuple(events),
+            metrics=details, limits=tuple(limits), history=history,
+            explanation=tuple(explanation), error=error, pending=pending)
+        return _after_write(draft, SCALE_WRITE_SUCCEEDED, settings=settings, now=now,
+                            keep_pending=True)
+
+    explanation.append(f"Decision: keep {reference} at {current} replicas.")
+    status = AutoscalerStatus(current_replicas=current, desired_replicas=current,
+                              last_scale_time=old.last_scale_time,
+                              current_metrics=metric_statuses, conditions=conditions)
+    return Decision(
+        desired_replicas=current, rescale=False, new_replicas=current, rescale_reason=reason,
+        scale_updated=False, status=status, status_changed=_status_changed(old, status),
+        events=tuple(events), metrics=details, limits=tuple(limits), history=history,
+        explanation=tuple(explanation), error=error)
+
+
+def _after_write(decision: Decision, result: ScaleWriteResult, *, settings: Settings,
+                 now: datetime, keep_pending: bool) -> Decision:
+    """The part of reconcileAutoscaler after `scale.spec.replicas` was written (or not)."""
+    pending = decision.pending
+    assert pending is not None
+    conditions = pending.conditions
+    events = list(decision.events)
+    explanation = list(decision.explanation)
+    history = pending.history
+    old = pending.old_status
+    if not result.succeeded:
+        events.append(Event("Warning", "FailedRescale",
+                            f"New size: {pending.new_replicas}; reason: {pending.reason}; "
+                            f"error: {result.error}"))
+        conditions = set_condition(conditions, type=ABLE_TO_SCALE, status=FALSE,
+                                   reason="FailedUpdateScale",
+                                   message=Messages.FAILED_UPDATE_SCALE.format(result.error),
+                                   now=now)
+        status = AutoscalerStatus(current_replicas=pending.current_replicas,
+                                  desired_replicas=old.desired_replicas,
+                                  last_scale_time=old.last_scale_time,
+                                  current_metrics=pending.metric_statuses, conditions=conditions)
+        explanation.append(f"Writing the new size failed ({result.error}): the size stays "
+                           f"{pending.current_replicas} and status.desiredReplicas keeps its old "
+                           "value.")
+        return replace(
+            decision, desired_replicas=pending.current_replicas, scale_updated=False,
+            status=status, status_changed=_status_changed(old, status), events=tuple(events),
+            history=history, explanation=tuple(explanation),
+            error=f"failed to rescale {pending.reference}: {result.error}",
+            pending=None)
+
+    conditions = set_condition(conditions, type=ABLE_TO_SCALE, status=TRUE,
+                               reason="SucceededRescale",
+                               message=Messages.SUCCEEDED_RESCALE.format(pending.new_replicas),
+                               now=now)
+    events.append(Event("Normal", "SuccessfulRescale",
+                        f"New size: {pending.new_replicas}; reason: {pending.reason}"))
+    up, down = rules.store_scale_event(
+        pending.behavior,
+        up_events=history.scale_up_events, down_events=history.scale_down_events,
+        previous_replicas=pending.current_replicas, new_replicas=pending.new_replicas, now=now)
+    history = replace(history, scale_up_events=up, scale_down_events=down)
+    if settings.scale_to_zero:
+        if pending.current_replicas > 0 and pending.new_replicas == 0 \
+                and pending.min_replicas == 0 and pending.has_object_or_external:
+            conditions = set_condition(conditions, type=SCALED_TO_ZERO, status=TRUE,
+                                       reason="ScaledToZero", message=Messages.SCALED_TO_ZERO,
+                                       now=now)
+        else:
+            conditions = set_condition(conditions, type=SCALED_TO_ZERO, status=FALSE,
+                                       reason="NotScaledToZero",
+                                       message=Messages.NOT_SCALED_TO_ZERO, now=now)
+    else:
+        conditions = remove_condition(conditions, SCALED_TO_ZERO)
+    status = AutoscalerStatus(current_replicas=pending.current_replicas,
+                              desired_replicas=pending.new_replicas, last_scale_time=now,
+                              current_metrics=pending.metric_statuses, conditions=conditions)
+    return replace(
+        decision, desired_replicas=pending.new_replicas, scale_updated=not keep_pending,
+        status=status, status_changed=_status_changed(old, status), events=tuple(events),
+        history=history, pending=pending if keep_pending else None)
+
+
+def complete(decision: Decision, *, write_result: ScaleWriteResult, settings: Settings,
+             now: datetime) -> Decision:
+    """Apply the outcome of writing `decision.new_replicas` to the target's scale.
+
+    Without a pending write (no rescale, or already completed) the decision is returned as is.
+    `now` and `settings` must be the ones `decide` was called with.
+    """
+    if decision.pending is None:
+        return decision
+    base = replace(decision, events=decision.events[:_events_before_write(decision)],
+                   explanation=decision.explanation, history=decision.pending.history)
+    return _after_write(base, write_result, settings=settings, now=now, keep_pending=False)
+
+
+def _events_before_write(decision: Decision) -> int:
+    """`decide` already appended the success event; `complete` recomputes from before it."""
+    return len(decision.events) - 1
+
+
+def _describe_metrics(details: Sequence[MetricDetail]) -> list[str]:
+    lines = []
+    for detail in details:
+        label = detail.description or f"{detail.type} metric {detail.name}".strip()
+        if detail.error is not None:
+            lines.append(f"Metric {detail.index} ({label}) failed: {detail.error}")
+            continue
+        pods = ""
+        if detail.unready_pods or detail.missing_pods or detail.ignored_pods:
+            pods = (f"; pods: {detail.ready_pods} ready, {detail.unready_pods} unready, "
+                    f"{detail.missing_pods} without metrics, {detail.ignored_pods} ignored")
+        ratio = f"{detail.ratio:.4g}" if detail.ratio is not None else "undefined"
+        lines.append(f"Metric {detail.index} ({label}): current {detail.current}, target "
+                     f"{detail.target}, usage ratio {ratio}{pods}: proposes "
+                     f"{detail.proposed_replicas}.")
+    return lines
+

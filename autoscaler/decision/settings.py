@@ -1,0 +1,206 @@
+"""The autoscaler controller's settings: upstream's HPA flags, names and defaults."""
+
+from __future__ import annotations
+
+import argparse
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, fields, replace
+from datetime import timedelta
+from decimal import ROUND_HALF_EVEN
+from typing import Any
+
+from metricscale.core import durations
+
+__all__ = [
+    "FLAGS",
+    "Settings",
+    "SettingsError",
+    "add_arguments",
+    "format_duration",
+    "parse_duration",
+    "parse_settings",
+    "render_settings",
+    "settings_from_arguments",
+]
+
+
+class SettingsError(ValueError):
+    """A setting that cannot be used; the message names the setting."""
+
+    def __init__(self, path: str, message: str) -> None:
+        super().__init__(f"{path}: {message}")
+        self.path = path
+        self.message = message
+
+
+@dataclass(frozen=True)
+class Settings:
+    """What kube-controller-manager's HPA controller is configured with (its defaults here).
+
+    `tolerance` and the scale-up limit are float64 upstream, so they are floats here too.
+    """
+
+    sync_period: timedelta = timedelta(seconds=15)
+    tolerance: float = 0.1
+    cpu_initialization_period: timedelta = timedelta(minutes=5)
+    initial_readiness_delay: timedelta = timedelta(seconds=30)
+    downscale_stabilization_window: timedelta = timedelta(minutes=5)
+    # Package variables in horizontal.go, not flags: only used when spec.behavior is absent.
+    scale_up_limit_factor: float = 2.0
+    scale_up_limit_minimum: float = 4.0
+    # Upstream's HPAScaleToZero feature gate (alpha, off): minReplicas 0 with Object/External
+    # metrics and the ScaledToZero condition.
+    scale_to_zero: bool = False
+
+    def __post_init__(self) -> None:
+        # RecommendedDefaultHPAControllerConfiguration treats a zero tolerance as "unset".
+        if self.tolerance == 0:
+            object.__setattr__(self, "tolerance", 0.1)
+
+
+# Setting name -> upstream flag (kube-controller-manager) or our own flag for non-flag knobs.
+FLAGS: Mapping[str, str] = {
+    "sync_period": "--horizontal-pod-autoscaler-sync-period",
+    "tolerance": "--horizontal-pod-autoscaler-tolerance",
+    "cpu_initialization_period": "--horizontal-pod-autoscaler-cpu-initialization-period",
+    "initial_readiness_delay": "--horizontal-pod-autoscaler-initial-readiness-delay",
+    "downscale_stabilization_window": "--horizontal-pod-autoscaler-downscale-stabilization",
+    "scale_up_limit_factor": "--scale-up-limit-factor",
+    "scale_up_limit_minimum": "--scale-up-limit-minimum",
+    "scale_to_zero": "--scale-to-zero",
+}
+
+# Setting name -> key in a snapshot's `settings` block (snapshot.md).
+_SNAPSHOT_KEYS: Mapping[str, str] = {
+    "tolerance": "tolerance",
+    "cpu_initialization_period": "cpuInitializationPeriodSeconds",
+    "initial_readiness_delay": "initialReadinessDelaySeconds",
+    "downscale_stabilization_window": "downscaleStabilizationWindowSeconds",
+    "scale_up_limit_factor": "scaleUpLimitFactor",
+    "scale_up_limit_minimum": "scaleUpLimitMinimum",
+    "scale_to_zero": "scaleToZero",
+    "sync_period": "syncPeriodSeconds",
+}
+
+def parse_duration(text: str) -> timedelta:
+    """A Go duration string (`15s`, `5m0s`, `1h30m`, `500ms`) as a timedelta."""
+    try:
+        seconds = durations.parse_duration(text.strip())
+    except durations.DurationError:
+        raise ValueError(f"time: invalid duration {text!r}") from None
+    # timedelta keeps microseconds; round half to even as timedelta(seconds=...) does.
+    return timedelta(microseconds=int((seconds * 1_000_000).to_integral_value(ROUND_HALF_EVEN)))
+
+
+def format_duration(value: timedelta) -> str:
+    """Go's `Duration.String()` for whole seconds and above (`5m0s`, `15s`, `1h0m0s`)."""
+    total = value.total_seconds()
+    if total == 0:
+        return "0s"
+    sign = "-" if total < 0 else ""
+    total = abs(total)
+    hours, rest = divmod(total, 3600)
+    minutes, seconds = divmod(rest, 60)
+    text = f"{seconds:g}s"
+    if hours:
+        return f"{sign}{int(hours)}h{int(minutes)}m{text}"
+    if minutes:
+        return f"{sign}{int(minutes)}m{text}"
+    return f"{sign}{text}"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The controller's flags, with upstream's names and defaults (for `metricscale autoscaler`)."""
+    defaults = Settings()
+    group = parser.add_argument_group("HPA decision (upstream kube-controller-manager flags)")
+    group.add_argument(FLAGS["sync_period"], dest="sync_period", type=parse_duration,
+                       default=defaults.sync_period, metavar="DURATION",
+                       help="how often each autoscaler is reconciled (default 15s)")
+    group.add_argument(FLAGS["tolerance"], dest="tolerance", type=float,
+                       default=defaults.tolerance, metavar="FLOAT",
+                       help="minimum change of the usage ratio that causes scaling (default 0.1)")
+    group.add_argument(FLAGS["cpu_initialization_period"], dest="cpu_initialization_period",
+                       type=parse_duration, default=defaults.cpu_initialization_period,
+                       metavar="DURATION",
+                       help="after pod start, cpu samples may be skipped (default 5m0s)")
+    group.add_argument(FLAGS["initial_readiness_delay"], dest="initial_readiness_delay",
+                       type=parse_duration, default=defaults.initial_readiness_delay,
+                       metavar="DURATION",
+                       help="after pod start, readiness changes count as initial (default 30s)")
+    group.add_argument(FLAGS["downscale_stabilization_window"],
+                       dest="downscale_stabilization_window", type=parse_duration,
+                       default=defaults.downscale_stabilization_window, metavar="DURATION",
+                       help="how far back scale-down recommendations are considered (default 5m0s)")
+    group.add_argument(FLAGS["scale_up_limit_factor"], dest="scale_up_limit_factor", type=float,
+                       default=defaults.scale_up_limit_factor, metavar="FLOAT",
+                       help="without spec.behavior: scale up to at most factor x current "
+                            "(default 2)")
+    group.add_argument(FLAGS["scale_up_limit_minimum"], dest="scale_up_limit_minimum", type=float,
+                       default=defaults.scale_up_limit_minimum, metavar="FLOAT",
+                       help="without spec.behavior: the scale-up limit is at least this "
+                            "(default 4)")
+    group.add_argument(FLAGS["scale_to_zero"], dest="scale_to_zero", action="store_true",
+                       default=defaults.scale_to_zero,
+                       help="upstream's HPAScaleToZero behaviour: minReplicas 0 with Object or "
+                            "External metrics (off by default, as upstream)")
+
+
+def settings_from_arguments(args: argparse.Namespace) -> Settings:
+    """Settings from parsed `add_arguments` flags."""
+    values = {f.name: getattr(args, f.name) for f in fields(Settings) if hasattr(args, f.name)}
+    return Settings(**values)
+
+
+def _number(raw: Any, path: str) -> float:
+    if isinstance(raw, bool) or not isinstance(raw, int | float):
+        raise SettingsError(path, f"must be a number, not {type(raw).__name__}")
+    if not math.isfinite(raw):
+        raise SettingsError(path, "must be a finite number")
+    return float(raw)
+
+
+def parse_settings(raw: Any, path: str = "settings") -> Settings:
+    """A snapshot's `settings` block (absent keys keep upstream's defaults)."""
+    if raw is None:
+        return Settings()
+    if not isinstance(raw, Mapping):
+        raise SettingsError(path, f"must be an object, not {type(raw).__name__}")
+    known = {key: name for name, key in _SNAPSHOT_KEYS.items()}
+    for key in raw:
+        if key not in known:
+            raise SettingsError(f"{path}.{key}",
+                                f"unknown setting (known: {', '.join(sorted(known))})")
+    settings = Settings()
+    changes: dict[str, Any] = {}
+    for key, value in raw.items():
+        name = known[key]
+        where = f"{path}.{key}"
+        if name == "scale_to_zero":
+            if not isinstance(value, bool):
+                raise SettingsError(where, "must be true or false")
+            changes[name] = value
+        elif name in {"tolerance", "scale_up_limit_factor", "scale_up_limit_minimum"}:
+            number = _number(value, where)
+            if number < 0:
+                raise SettingsError(where, "must not be negative")
+            changes[name] = number
+        else:
+            number = _number(value, where)
+            if number < 0:
+                raise SettingsError(where, "must not be negative")
+            changes[name] = timedelta(seconds=number)
+    return replace(settings, **changes)
+
+
+def render_settings(settings: Settings) -> dict[str, Any]:
+    """The snapshot form of settings (seconds as numbers)."""
+    out: dict[str, Any] = {}
+    for name, key in _SNAPSHOT_KEYS.items():
+        value = getattr(settings, name)
+        if isinstance(value, timedelta):
+            seconds = value.total_seconds()
+            out[key] = int(seconds) if seconds == int(seconds) else seconds
+        else:
+            out[key] = value
+    return out

@@ -1,0 +1,187 @@
+"""Decision snapshots (snapshot.md): all one reconcile looks at, in; the decision, out."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from autoscaler.decision.decide import (
+    SCALE_WRITE_SUCCEEDED,
+    Decision,
+    MetricDetail,
+    complete,
+    decide,
+)
+from autoscaler.decision.settings import Settings, SettingsError, parse_settings
+from autoscaler.model import (
+    Autoscaler,
+    ExternalMetricValueList,
+    History,
+    MetricFetchError,
+    MetricInput,
+    MetricValueList,
+    ModelError,
+    Pod,
+    PodMetricsList,
+    Scale,
+    ScaleError,
+    parse_autoscaler,
+    parse_history,
+    parse_metric_input,
+    parse_pods,
+    parse_scale,
+    parse_time,
+    render_history,
+    render_status,
+)
+
+__all__ = [
+    "SNAPSHOT_API_VERSION",
+    "SNAPSHOT_KIND",
+    "Snapshot",
+    "SnapshotError",
+    "decide_snapshot",
+    "parse_snapshot",
+    "render_decision",
+]
+
+SNAPSHOT_API_VERSION = "metricscale.dev/v1alpha1"
+SNAPSHOT_KIND = "DecisionSnapshot"
+
+_KNOWN_KEYS = {"apiVersion", "kind", "now", "settings", "autoscaler", "scale", "pods", "metrics",
+               "history"}
+# What each metric type reads from the metrics APIs.
+_EXPECTED_INPUT: Mapping[str, type] = {
+    "Resource": PodMetricsList,
+    "ContainerResource": PodMetricsList,
+    "Pods": MetricValueList,
+    "Object": MetricValueList,
+    "External": ExternalMetricValueList,
+}
+
+
+class SnapshotError(ValueError):
+    """A snapshot that cannot be used; `str(err)` names the field (`scale.spec.replicas: ...`)."""
+
+    def __init__(self, path: str, message: str) -> None:
+        super().__init__(f"{path}: {message}" if path else message)
+        self.path = path
+        self.message = message
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    now: datetime
+    settings: Settings
+    autoscaler: Autoscaler
+    scale: Scale | ScaleError
+    pods: tuple[Pod, ...]
+    metrics: tuple[MetricInput, ...]
+    history: History
+
+
+def _parse(raw: Any) -> Snapshot:
+    if not isinstance(raw, Mapping):
+        raise SnapshotError("", "a snapshot must be an object (a JSON or YAML mapping)")
+    for key in raw:
+        if key not in _KNOWN_KEYS:
+            known = ", ".join(sorted(_KNOWN_KEYS))
+            raise SnapshotError(str(key), f"unknown field (known: {known})")
+    api_version = raw.get("apiVersion")
+    if api_version is not None and api_version != SNAPSHOT_API_VERSION:
+        raise SnapshotError("apiVersion", f"must be {SNAPSHOT_API_VERSION}, not {api_version!r}")
+    kind = raw.get("kind")
+    if kind is not None and kind != SNAPSHOT_KIND:
+        raise SnapshotError("kind", f"must be {SNAPSHOT_KIND}, not {kind!r}")
+    for required in ("now", "autoscaler", "scale"):
+        if raw.get(required) is None:
+            raise SnapshotError(required, "is required")
+    now = parse_time(raw["now"], "now")
+    settings = parse_settings(raw.get("settings"))
+    autoscaler = parse_autoscaler(raw["autoscaler"], "autoscaler")
+    scale = parse_scale(raw["scale"], "scale")
+    pods = parse_pods(raw.get("pods") if raw.get("pods") is not None else [], "pods")
+    specs = autoscaler.spec.metrics
+    metrics_raw = raw.get("metrics")
+    if metrics_raw is None:
+        metrics_raw = [None] * len(specs)
+    if not isinstance(metrics_raw, list | tuple):
+        raise SnapshotError("metrics", "must be a list, one entry per spec.metrics entry")
+    if len(metrics_raw) != len(specs):
+        raise SnapshotError("metrics", f"has {len(metrics_raw)} entries; the autoscaler has "
+                                       f"{len(specs)} metrics (spec.metrics, after the API "
+                                       "server's defaulting), and each needs one entry")
+    metrics: list[MetricInput] = []
+    for index, (spec, item) in enumerate(zip(specs, metrics_raw, strict=True)):
+        path = f"metrics[{index}]"
+        value = parse_metric_input(item, path, metric_type=spec.type)
+        expected = _EXPECTED_INPUT.get(spec.type)
+        if expected is not None and value is not None and \
+                not isinstance(value, expected | MetricFetchError):
+            raise SnapshotError(f"{path}.kind", f"a {spec.type} metric reads a "
+                                                f"{expected.__name__}; got "
+                                                f"{type(value).__name__}")
+        metrics.append(value)
+    return Snapshot(now=now, settings=settings, autoscaler=autoscaler, scale=scale,
+                    pods=pods, metrics=tuple(metrics), history=parse_history(raw.get("history")))
+
+
+def parse_snapshot(raw: Any) -> Snapshot:
+    """A snapshot document (already decoded from JSON or YAML) as values."""
+    try:
+        return _parse(raw)
+    except (ModelError, SettingsError) as err:
+        raise SnapshotError(err.path, err.message) from None
+
+
+def decide_snapshot(snapshot: Snapshot, *, other_selectors: Mapping[str, str] | None = None
+                    ) -> Decision:
+    """The decision for a snapshot, with the scale write (if any) taken as successful."""
+    decision = decide(autoscaler=snapshot.autoscaler, scale=snapshot.scale, pods=snapshot.pods,
+                      metrics=snapshot.metrics, history=snapshot.history, now=snapshot.now,
+                      settings=snapshot.settings, other_selectors=other_selectors)
+    return complete(decision, write_result=SCALE_WRITE_SUCCEEDED, settings=snapshot.settings,
+                    now=snapshot.now)
+
+
+def _render_metric(detail: MetricDetail) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "index": detail.index,
+        "type": detail.type,
+        "name": detail.name,
+        "description": detail.description or None,
+        "proposedReplicas": detail.proposed_replicas,
+        "current": detail.current,
+        "target": detail.target,
+        "ratio": detail.ratio if detail.ratio is None or math.isfinite(detail.ratio) else None,
+        "error": detail.error,
+    }
+    if detail.reason is not None:
+        out["reason"] = detail.reason
+    if detail.ready_pods is not None or detail.unready_pods is not None:
+        pods: dict[str, int] = {}
+        for key, value in (("ready", detail.ready_pods), ("unready", detail.unready_pods),
+                           ("missing", detail.missing_pods), ("ignored", detail.ignored_pods)):
+            if value is not None:
+                pods[key] = value
+        out["pods"] = pods
+    return out
+
+
+def render_decision(decision: Decision) -> dict[str, Any]:
+    """The decision as `metricscale explain` prints it (snapshot.md, Output)."""
+    return {
+        "desiredReplicas": decision.desired_replicas,
+        "scaleUpdated": decision.scale_updated,
+        "status": render_status(decision.status),
+        "events": [{"type": e.type, "reason": e.reason, "message": e.message}
+                   for e in decision.events],
+        "metrics": [_render_metric(d) for d in decision.metrics],
+        "limits": [{"rule": limit.rule, "from": limit.from_replicas, "to": limit.to_replicas,
+                    "detail": limit.detail} for limit in decision.limits],
+        "history": render_history(decision.history),
+        "explanation": list(decision.explanation),
+    }

@@ -1,0 +1,1 @@
+"""The autoscaler's Kubernetes operations: scale, status, events, leases and the metrics APIs."""

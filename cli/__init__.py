@@ -1,0 +1,1 @@
+"""The `metricscale` command: the subcommand dispatcher, `certs` and `demo`."""

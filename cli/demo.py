@@ -1,0 +1,777 @@
+"""`metricscale demo`: the main job on one machine, with the real programs and the test doubles.
+
+A real Prometheus scrapes per-pod request counters from a small built-in exporter; the fake
+Kubernetes API server (tests/fakes) holds a `web` Deployment and its pods; the real
+`metricscale adapter` serves the custom metrics API behind the fake's aggregator (TLS verified
+through caBundle, front-proxy authentication, SubjectAccessReviews), and the real
+`metricscale autoscaler` scales the Deployment through an `Autoscaler` object while the demo
+plays the Deployment controller and drives the load up and down. Everything listens on
+127.0.0.1, and every process and temporary directory is gone when the demo ends, also on
+Ctrl-C or failure. The demo needs a source checkout, because the fake cluster lives in
+tests/fakes; `make demo` runs it from one.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import logging
+import os
+import shutil
+import signal
+import socket
+import ssl
+import sys
+import tempfile
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from decimal import ROUND_CEILING, ROUND_HALF_UP, Decimal
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import aiohttp
+import yaml
+
+from metricscale import pki
+from metricscale.core.quantity import QuantityError, parse_quantity
+
+if TYPE_CHECKING:
+    from tests.fakes.exporter import Exporter
+    from tests.fakes.kube_api import FakeKubeAPI
+
+logger = logging.getLogger(__name__)
+
+_CHECKOUT = Path(__file__).resolve().parent.parent
+CRD_MANIFEST = _CHECKOUT / "manifests" / "autoscaler" / "crd.yaml"
+DEMO_NAMESPACE = "demo"
+DEMO_APP = "web"
+SERIES = "http_requests_total"
+METRIC = "http_requests_per_second"
+# Requests per second each of the first three pods serves: 15 in all, 5 a pod on average.
+INITIAL_RATES = {"web-0": Decimal(3), "web-1": Decimal(5), "web-2": Decimal(7)}
+TARGET_PER_POD = Decimal(5)
+MIN_REPLICAS, MAX_REPLICAS = 1, 10
+HIGH_LOAD, LOW_LOAD = Decimal(40), Decimal(8)  # 8 pods' worth, then 2 pods' worth
+ADAPTER_NAMESPACE, ADAPTER_SERVICE = "metricscale", "metricscale-adapter"
+ADAPTER_USER = f"system:serviceaccount:{ADAPTER_NAMESPACE}:metricscale-adapter"
+AUTOSCALER_USER = f"system:serviceaccount:{ADAPTER_NAMESPACE}:metricscale-autoscaler"
+APISERVICES = (("custom.metrics.k8s.io", "v1beta1", 100),
+               ("custom.metrics.k8s.io", "v1beta2", 200),
+               ("external.metrics.k8s.io", "v1beta1", 100))
+AUTOSCALER_API = ("metricscale.dev", "v1alpha1", "autoscalers")
+CONDITION_TYPES = ("AbleToScale", "ScalingActive", "ScalingLimited")
+SECTIONS = 10
+
+
+@dataclass(frozen=True)
+class Timing:
+    """How fast the demo moves: the autoscaler's periods, the rate window, and the bounds."""
+
+    sync_period_seconds: int
+    rate_window_seconds: int
+    scale_down_window_seconds: int
+    relist_seconds: int
+    scale_up_within: float
+    scale_down_within: float
+
+
+# The rate window must hold several 1 s scrapes; the scale-down waits out the window first.
+NORMAL = Timing(sync_period_seconds=2, rate_window_seconds=20, scale_down_window_seconds=20,
+                relist_seconds=10, scale_up_within=75.0, scale_down_within=90.0)
+FAST = Timing(sync_period_seconds=1, rate_window_seconds=8, scale_down_window_seconds=8,
+              relist_seconds=5, scale_up_within=60.0, scale_down_within=60.0)
+
+
+class DemoError(Exception):
+    """A step of the demo failed or cannot run here; the message says what and where to look."""
+
+
+class Terminated(Exception):
+    """SIGTERM arrived: the demo stopped everything it had started."""
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--workdir", type=Path, default=Path(".demo"),
+                        help="where the demo writes its kubeconfig, manifests and the "
+                             "programs' logs (default: .demo)")
+    parser.add_argument("--kubectl", default=None,
+                        help="kubectl binary (default: kubectl on the PATH)")
+    parser.add_argument("--fast", action="store_true",
+                        help="shorter periods and windows (sync 1s, rate window 10s, "
+                             "scale-down window 5s): the whole loop in about a minute")
+
+
+def run(args: argparse.Namespace) -> int:
+    logging.basicConfig(level=logging.WARNING, format="%(name)s: %(message)s")
+    started = time.monotonic()
+    try:
+        kubectl = args.kubectl or shutil.which("kubectl")
+        if not kubectl:
+            raise DemoError("kubectl was not found on the PATH (or pass --kubectl)")
+        workdir = args.workdir.resolve()
+        workdir.mkdir(parents=True, exist_ok=True)
+        asyncio.run(_until_terminated(_demo(workdir=workdir, kubectl=kubectl,
+                                            timing=FAST if args.fast else NORMAL)))
+    except DemoError as error:
+        print(f"\nmetricscale demo failed: {error}", file=sys.stderr, flush=True)
+        return 1
+    except KeyboardInterrupt:
+        print("\nmetricscale demo: interrupted; every process was stopped", file=sys.stderr)
+        return 130
+    except Terminated:
+        print("\nmetricscale demo: terminated; every process was stopped", file=sys.stderr)
+        return 128 + signal.SIGTERM
+    print(f"\nThe demo took {time.monotonic() - started:.0f} s; everything it started is "
+          "stopped and its temporary files are removed.", flush=True)
+    return 0
+
+
+async def _until_terminated(demo: Awaitable[None]) -> None:
+    """Run the demo; SIGTERM cancels it like Ctrl-C does, so its clean-up runs either way."""
+    loop = asyncio.get_running_loop()
+    task = asyncio.current_task()
+    assert task is not None
+    terminated = asyncio.Event()
+
+    def terminate() -> None:
+        terminated.set()
+        task.cancel()
+
+    loop.add_signal_handler(signal.SIGTERM, terminate)
+    try:
+        await demo
+    except asyncio.CancelledError:
+        if terminated.is_set():
+            raise Terminated from None
+        raise
+    finally:
+        loop.remove_signal_handler(signal.SIGTERM)
+
+
+# --- pure pieces: manifests, rules, load, the lines printed -------------------------------------
+
+
+def adapter_rules(*, window_seconds: int) -> str:
+    """prometheus-adapter rules: each pod's request counter as a per-second rate."""
+    return f"""\
+rules:
+- seriesQuery: '{SERIES}{{namespace!="",pod!=""}}'
+  resources:
+    overrides:
+      namespace: {{resource: namespace}}
+      pod: {{resource: pod}}
+  name:
+    matches: "^(.*)_total$"
+    as: "${{1}}_per_second"
+  metricsQuery: 'sum(rate(<<.Series>>{{<<.LabelMatchers>>}}[{window_seconds}s])) by (<<.GroupBy>>)'
+"""
+
+
+def autoscaler_manifest(timing: Timing) -> dict[str, Any]:
+    """The Autoscaler for Deployment web: 5 requests/s a pod, and a behavior that moves fast."""
+    period = timing.sync_period_seconds
+    return {
+        "apiVersion": "/".join(AUTOSCALER_API[:2]), "kind": "Autoscaler",
+        "metadata": {"name": DEMO_APP, "namespace": DEMO_NAMESPACE},
+        "spec": {
+            "scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": DEMO_APP},
+            "minReplicas": MIN_REPLICAS, "maxReplicas": MAX_REPLICAS,
+            "metrics": [{"type": "Pods", "pods": {
+                "metric": {"name": METRIC},
+                "target": {"type": "AverageValue", "averageValue": str(TARGET_PER_POD)}}}],
+            "behavior": {
+                "scaleUp": {"stabilizationWindowSeconds": 0, "selectPolicy": "Max",
+                            "policies": [{"type": "Percent", "value": 100,
+                                          "periodSeconds": period},
+                                         {"type": "Pods", "value": 4, "periodSeconds": period}]},
+                "scaleDown": {"stabilizationWindowSeconds": timing.scale_down_window_seconds,
+                              "policies": [{"type": "Percent", "value": 100,
+                                            "periodSeconds": period}]},
+            },
+        },
+    }
+
+
+def spread(total: Decimal, pods: Sequence[str]) -> dict[str, Decimal]:
+    """`total` requests per second shared evenly by `pods`."""
+    if not pods:
+        return {}
+    share = total / len(pods)
+    return dict.fromkeys(pods, share)
+
+
+def printer_columns(crd: Mapping[str, Any]) -> str:
+    """kubectl's -o custom-columns for the CRD's additionalPrinterColumns (the fake does not
+    render them server-side), after the NAME column kubectl always shows first."""
+    (version,) = [v for v in crd["spec"]["versions"] if v.get("storage")]
+    columns = ["NAME:.metadata.name"]
+    # A date column is printed as an age server-side; kubectl's custom-columns cannot.
+    columns += [f"{c['name'].upper()}:{c['jsonPath']}"
+                for c in version.get("additionalPrinterColumns") or [] if c["type"] != "date"]
+    return ",".join(columns)
+
+
+@dataclass(frozen=True)
+class Observation:
+    """What one look at the cluster shows: the Deployment's size and the Autoscaler's status."""
+
+    replicas: int
+    current: int | None
+    desired: int | None
+    per_pod: str
+    reasons: tuple[str, ...]
+
+    @property
+    def key(self) -> tuple[int, int | None, tuple[str, ...]]:
+        return self.replicas, self.desired, self.reasons
+
+
+def observe(*, deployment: Mapping[str, Any] | None,
+            autoscaler: Mapping[str, Any] | None) -> Observation:
+    status = (autoscaler or {}).get("status") or {}
+    conditions = {c.get("type"): c for c in status.get("conditions") or []}
+    reasons = tuple(f"{kind}={conditions[kind].get('reason', '')}" for kind in CONDITION_TYPES
+                    if kind in conditions)
+    desired, current = status.get("desiredReplicas"), status.get("currentReplicas")
+    return Observation(
+        replicas=int(((deployment or {}).get("spec") or {}).get("replicas", 0)),
+        current=int(current) if current is not None else None,
+        desired=int(desired) if desired is not None else None,
+        per_pod=_per_pod(status.get("currentMetrics") or []), reasons=reasons)
+
+
+def _per_pod(current_metrics: Sequence[Mapping[str, Any]]) -> str:
+    for metric in current_metrics:
+        value = ((metric.get("pods") or {}).get("current") or {}).get("averageValue")
+        if value is None:
+            continue
+        try:
+            rate = parse_quantity(str(value)).quantize(Decimal("0.01"), rounding=ROUND_HALF_UP)
+        except QuantityError:
+            return str(value)
+        return f"{rate}/s"
+    return "-"
+
+
+def format_observation(*, seconds: float, load: Decimal, before: Observation | None,
+                       now: Observation) -> str:
+    """One compact line per change: time, replicas (and the direction), load, status."""
+    if before is not None and now.replicas > before.replicas:
+        size = f"{before.replicas} -> {now.replicas} scaled up"
+    elif before is not None and now.replicas < before.replicas:
+        size = f"{before.replicas} -> {now.replicas} scaled down"
+    else:
+        size = str(now.replicas)
+    desired = "-" if now.desired is None else str(now.desired)
+    return (f"  {seconds:6.1f}s  replicas {size:<22} load {load:>3.0f}/s  per pod "
+            f"{now.per_pod:>8}  desired {desired:>2}  "
+            f"{' '.join(now.reasons) or '(no status yet)'}")
+
+
+# --- the shell: processes, kubectl, the workload --------------------------------------------------
+
+
+def _import_doubles() -> tuple[Any, Any, Any]:
+    """The test doubles live in the source tree, not in the installed package."""
+    if not (_CHECKOUT / "tests" / "fakes" / "kube_api.py").is_file():
+        raise DemoError("the demo needs a source checkout of metricscale (tests/fakes); "
+                        "run it with `make demo` from the repository")
+    if str(_CHECKOUT) not in sys.path:
+        sys.path.insert(0, str(_CHECKOUT))
+    import tests.fakes.exporter as exporter
+    import tests.fakes.kube_api as kube_api
+    import tests.fakes.prometheus as prometheus
+
+    return exporter, kube_api, prometheus
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def _tail(path: Path, lines: int = 15) -> str:
+    try:
+        text = path.read_text(errors="replace")
+    except OSError:
+        return "(no log)"
+    return "\n".join(text.splitlines()[-lines:]) or "(empty log)"
+
+
+@dataclass(frozen=True)
+class Kubectl:
+    """kubectl against the fake cluster, with its discovery cache in the demo's temporary
+    directory rather than ~/.kube/cache."""
+
+    binary: str
+    kubeconfig: Path
+    cache_dir: Path
+
+    async def __call__(self, *arguments: str) -> str:
+        try:
+            process = await asyncio.create_subprocess_exec(
+                self.binary, "--kubeconfig", str(self.kubeconfig), *arguments,
+                stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.PIPE,
+                env={**os.environ, "KUBECACHEDIR": str(self.cache_dir)})
+        except OSError as error:
+            raise DemoError(f"cannot run kubectl {self.binary}: {error}") from None
+        try:
+            async with asyncio.timeout(30):
+                out, err = await process.communicate()
+        except TimeoutError:
+            process.kill()
+            await process.wait()
+            raise DemoError(f"kubectl {' '.join(arguments)} did not answer within 30 s") from None
+        if process.returncode != 0:
+            message = err.decode().strip() or "no message"
+            raise DemoError(f"kubectl {' '.join(arguments)} failed (exit {process.returncode}): "
+                            f"{message}")
+        return out.decode()
+
+
+@dataclass
+class Program:
+    """A metricscale program run as a subprocess, its output in a log file."""
+
+    name: str
+    process: asyncio.subprocess.Process
+    log_file: Path
+
+    def check_running(self) -> None:
+        if self.process.returncode is not None:
+            raise DemoError(f"metricscale {self.name} exited ({self.process.returncode}); "
+                            f"the end of {self.log_file}:\n{_tail(self.log_file)}")
+
+    async def stop(self) -> None:
+        if self.process.returncode is None:
+            with contextlib.suppress(ProcessLookupError):
+                self.process.send_signal(signal.SIGTERM)
+            try:
+                async with asyncio.timeout(10):
+                    await self.process.wait()
+            except TimeoutError:
+                self.process.kill()
+                await self.process.wait()
+
+
+@contextlib.asynccontextmanager
+async def _program(name: str, arguments: Sequence[str], *, log_file: Path
+                   ) -> AsyncIterator[Program]:
+    with log_file.open("wb") as log:
+        process = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "metricscale", name, *arguments,
+            stdin=asyncio.subprocess.DEVNULL, stdout=log, stderr=log,
+            env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    program = Program(name, process, log_file)
+    try:
+        yield program
+    finally:
+        await program.stop()
+
+
+async def _until(check: Callable[[], Awaitable[bool]], *, within: float, what: str,
+                 detail: Callable[[], str] = lambda: "") -> None:
+    """Poll `check` until it holds; a DemoError naming `what` after `within` seconds."""
+    deadline = time.monotonic() + within
+    while not await check():
+        if time.monotonic() > deadline:
+            extra = detail()
+            raise DemoError(f"{what} did not happen within {within:.0f} s"
+                            + (f"\n{extra}" if extra else ""))
+        await asyncio.sleep(0.2)
+
+
+async def _wait_ready(program: Program, *, url: str, ssl_context: ssl.SSLContext | bool,
+                      within: float = 30.0) -> None:
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=5)) as http:
+        async def ready() -> bool:
+            program.check_running()
+            with contextlib.suppress(aiohttp.ClientError, OSError):
+                async with http.get(url, ssl=ssl_context) as response:
+                    return response.status == 200
+            return False
+
+        await _until(ready, within=within, what=f"metricscale {program.name} ready ({url})",
+                     detail=lambda: f"the end of {program.log_file}:\n{_tail(program.log_file)}")
+
+
+class Workload:
+    """Plays the Deployment controller (pods web-<n> follow spec.replicas, status in step) and
+    the pods' traffic (each pod's request counter grows by its share of the load)."""
+
+    def __init__(self, *, kube: FakeKubeAPI, exporter: Exporter) -> None:
+        self.kube = kube
+        self.exporter = exporter
+        self.load = sum(INITIAL_RATES.values(), Decimal(0))
+        self.rates: dict[str, Decimal] = {}
+
+    def create(self) -> None:
+        self.kube.create_deployment(DEMO_APP, namespace=DEMO_NAMESPACE,
+                                    replicas=len(INITIAL_RATES), labels={"app": DEMO_APP})
+        for pod in INITIAL_RATES:
+            self._add_pod(pod)
+        self.rates = dict(INITIAL_RATES)
+
+    def set_load(self, total: Decimal) -> None:
+        self.load = total
+        self.rates = spread(total, self.pods())
+
+    def pods(self) -> list[str]:
+        names = (p["metadata"]["name"] for p in
+                 self.kube.store.list("", "v1", "pods", namespace=DEMO_NAMESPACE)
+                 if (p["metadata"].get("labels") or {}).get("app") == DEMO_APP)
+        return sorted(names, key=lambda name: int(name.rsplit("-", 1)[1]))
+
+    def _labels(self, pod: str) -> dict[str, str]:
+        return {"namespace": DEMO_NAMESPACE, "pod": pod}
+
+    def _add_pod(self, pod: str) -> None:
+        self.kube.create_pod(pod, namespace=DEMO_NAMESPACE, labels={"app": DEMO_APP})
+        self.exporter.set(SERIES, self._labels(pod), 0)
+
+    def sync(self) -> None:
+        """One pass of the Deployment and ReplicaSet controllers."""
+        deployment = self.kube.store.try_get("apps", "v1", "deployments", DEMO_APP,
+                                             namespace=DEMO_NAMESPACE)
+        if deployment is None:
+            return
+        wanted = int(deployment["spec"].get("replicas", 0))
+        pods = self.pods()
+        changed = False
+        for index in range(wanted):
+            if f"{DEMO_APP}-{index}" not in pods:
+                self._add_pod(f"{DEMO_APP}-{index}")
+                changed = True
+        for pod in pods:
+            if int(pod.rsplit("-", 1)[1]) >= wanted:
+                self.kube.store.delete("", "v1", "pods", pod, namespace=DEMO_NAMESPACE)
+                self.exporter.remove(SERIES, self._labels(pod))
+                changed = True
+        if (deployment.get("status") or {}).get("replicas") != wanted:
+            def settle(obj: dict[str, Any]) -> None:
+                status = obj.setdefault("status", {})
+                for key in ("replicas", "readyReplicas", "availableReplicas", "updatedReplicas"):
+                    status[key] = wanted
+            self.kube.store.mutate("apps", "v1", "deployments", DEMO_APP, settle,
+                                   namespace=DEMO_NAMESPACE)
+        if changed:
+            self.rates = spread(self.load, self.pods())
+
+    def serve(self, seconds: Decimal) -> None:
+        for pod, rate in self.rates.items():
+            self.exporter.inc(SERIES, self._labels(pod), rate * seconds)
+
+    async def run(self) -> None:
+        last = time.monotonic()
+        while True:
+            await asyncio.sleep(0.1)
+            now = time.monotonic()
+            self.sync()
+            self.serve(Decimal(repr(round(now - last, 4))))
+            last = now
+
+
+class Reporter:
+    """Prints a line whenever the replicas, the desired replicas or a condition changes."""
+
+    def __init__(self, *, kube: FakeKubeAPI, workload: Workload, started: float) -> None:
+        self.kube = kube
+        self.workload = workload
+        self.started = started
+        self.last: Observation | None = None
+        self.ups = 0
+        self.downs = 0
+
+    def look(self) -> Observation:
+        return observe(
+            deployment=self.kube.store.try_get("apps", "v1", "deployments", DEMO_APP,
+                                               namespace=DEMO_NAMESPACE),
+            autoscaler=self.kube.store.try_get(*AUTOSCALER_API, DEMO_APP,
+                                               namespace=DEMO_NAMESPACE))
+
+    def report(self) -> Observation:
+        now = self.look()
+        if self.last is None or now.key != self.last.key:
+            if self.last is not None:
+                self.ups += now.replicas > self.last.replicas
+                self.downs += now.replicas < self.last.replicas
+            print(format_observation(seconds=time.monotonic() - self.started,
+                                     load=self.workload.load, before=self.last, now=now),
+                  flush=True)
+            self.last = now
+        return now
+
+
+class Banner:
+    """Numbered sections, each with a one-line explanation."""
+
+    def __init__(self) -> None:
+        self.number = 0
+
+    def __call__(self, title: str, why: str) -> None:
+        self.number += 1
+        print(f"\n[{self.number}/{SECTIONS}] {title}\n        {why}", flush=True)
+
+
+def _write_pki(directory: Path) -> tuple[pki.CertifiedKey, Path, Path]:
+    """A CA and the adapter's serving certificate for its Service name (and 127.0.0.1, so the
+    demo can probe /readyz directly)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    now = datetime.now(UTC) - timedelta(minutes=5)
+    ca = pki.generate_ca(common_name="metricscale-demo-ca", now=now, validity=timedelta(days=1))
+    serving = pki.issue_serving_certificate(
+        ca, common_name=ADAPTER_SERVICE,
+        dns_names=(f"{ADAPTER_SERVICE}.{ADAPTER_NAMESPACE}.svc", "localhost"),
+        ip_addresses=("127.0.0.1",), now=now, validity=timedelta(days=1))
+    pki.write_certificate(directory / "ca.crt", ca.certificate)
+    return (ca, pki.write_certificate(directory / "serving.crt", serving.certificate),
+            pki.write_private_key(directory / "serving.key", serving.private_key))
+
+
+# --- the demo ---------------------------------------------------------------------------------
+
+
+async def _demo(*, workdir: Path, kubectl: str, timing: Timing) -> None:
+    exporter_module, kube_module, prometheus_module = _import_doubles()
+    if prometheus_module.find_prometheus() is None:
+        raise DemoError("prometheus was not found: install Debian's package "
+                        "(`make demo` does) or set PROMETHEUS=/path/to/prometheus")
+    started = time.monotonic()
+    banner = Banner()
+    async with contextlib.AsyncExitStack() as stack:
+        # Keys, certificates and kubectl's cache: removed at the end, whatever happens.
+        scratch = Path(tempfile.mkdtemp(prefix="run-", dir=workdir))
+        stack.callback(shutil.rmtree, scratch, ignore_errors=True)
+
+        banner("Prometheus and the pods' traffic",
+               "A real Prometheus scrapes per-pod request counters (http_requests_total) from "
+               "a built-in exporter every second.")
+        try:
+            prometheus = stack.enter_context(prometheus_module.PrometheusServer())
+        except prometheus_module.PrometheusError as error:
+            raise DemoError(f"Prometheus did not start: {error}") from None
+        exporter = stack.enter_context(exporter_module.Exporter(job="demo"))
+        prometheus.add_target(exporter)
+        print(f"        Prometheus {prometheus.url} scrapes {exporter.url}")
+
+        banner("A fake Kubernetes cluster",
+               "The fake API server of the tests (HTTPS, tokens, RBAC hooks, an aggregator) "
+               f"holds namespace {DEMO_NAMESPACE}, Deployment {DEMO_APP} and its 3 pods; the demo "
+               "plays the Deployment controller.")
+        kube = await stack.enter_async_context(kube_module.FakeKubeAPI(
+            workdir=scratch / "kube", availability_max_backoff=0.5))
+        kube.create_namespace(DEMO_NAMESPACE)
+        kube.create_namespace(ADAPTER_NAMESPACE)
+        workload = Workload(kube=kube, exporter=exporter)
+        workload.create()
+        workload_task = asyncio.create_task(workload.run(), name="demo workload")
+
+        async def stop_workload() -> None:
+            workload_task.cancel()
+            await asyncio.gather(workload_task, return_exceptions=True)
+        stack.push_async_callback(stop_workload)
+
+        def check_workload() -> None:
+            if workload_task.done() and not workload_task.cancelled():
+                error = workload_task.exception()
+                raise DemoError(f"the demo's Deployment controller stopped: {error!r}")
+
+        kubeconfig = kube.write_kubeconfig(workdir / "kubeconfig")
+        admin = Kubectl(kubectl, kubeconfig, scratch / "kubectl-cache")
+        print(f"        API server {kube.url}; kubeconfig {kubeconfig}")
+        try:
+            await prometheus.wait_for_scrape_async(exporter, timeout=60.0)
+        except prometheus_module.PrometheusError as error:
+            raise DemoError(f"Prometheus never scraped the exporter: {error}") from None
+
+        path = f"/api/v1/namespaces/{DEMO_NAMESPACE}/pods"
+        banner(f"kubectl --kubeconfig {kubeconfig} get --raw {path}",
+               "The pods, as kubectl reads them from the cluster.")
+        print(json.dumps(json.loads(await admin("get", "--raw", path)), indent=2))
+
+        window = timing.rate_window_seconds
+        banner("What Prometheus holds for those pods (requests per second)",
+               f"rate() over {window} s of 1 s scrapes, once the window is full of samples.")
+        promql = (f'sum by (pod) (rate({SERIES}{{namespace="{DEMO_NAMESPACE}"}}'
+                  f'[{window}s]))')
+
+        def settled(samples: list[Any]) -> bool:
+            seen = {s.labels.get("pod"): s.value for s in samples}
+            # Within 2%: a window not yet full of samples reads a few percent low.
+            return all(pod in seen and abs(seen[pod] - rate) <= rate / 50
+                       for pod, rate in INITIAL_RATES.items())
+        try:
+            samples = await prometheus.wait_for_async(promql, settled, timeout=window + 40.0)
+        except prometheus_module.PrometheusError as error:
+            raise DemoError(f"Prometheus' rates never matched the traffic: {error}") from None
+        for sample in sorted(samples, key=lambda s: s.labels.get("pod", "")):
+            rate = Decimal(sample.value).quantize(Decimal("0.01"), rounding=ROUND_HALF_UP)
+            print(f"        {sample.labels.get('pod', '?'):<8} {rate} requests/s")
+
+        banner("The metrics adapter behind the cluster's aggregator",
+               "metricscale adapter serves custom.metrics.k8s.io from Prometheus; three "
+               "APIServices route to it, verified through caBundle; auth is on as in a cluster.")
+        ca, serving_cert, serving_key = _write_pki(scratch / "pki")
+        rules_file = workdir / "adapter-rules.yaml"
+        rules_file.write_text(adapter_rules(window_seconds=window))
+        adapter_token = "adapter-" + os.urandom(12).hex()
+        kube.add_user(token=adapter_token, username=ADAPTER_USER,
+                      groups=("system:serviceaccounts",
+                              f"system:serviceaccounts:{ADAPTER_NAMESPACE}"))
+        adapter_port = _free_port()
+        adapter = await stack.enter_async_context(_program("adapter", [
+            "--bind-address", "127.0.0.1", "--secure-port", str(adapter_port),
+            "--tls-cert-file", str(serving_cert), "--tls-private-key-file", str(serving_key),
+            "--kubeconfig", str(kube.write_kubeconfig(scratch / "adapter.kubeconfig",
+                                                      token=adapter_token)),
+            "--prometheus-url", prometheus.url, "--config", str(rules_file),
+            "--metrics-relist-interval", f"{timing.relist_seconds}s",
+        ], log_file=workdir / "adapter.log"))
+        probe = ssl.create_default_context(cafile=str(scratch / "pki" / "ca.crt"))
+        await _wait_ready(adapter, url=f"https://127.0.0.1:{adapter_port}/readyz",
+                          ssl_context=probe)
+        print(f"        adapter on https://127.0.0.1:{adapter_port} "
+              f"(log {adapter.log_file}, rules {rules_file})")
+        for group, version, priority in APISERVICES:
+            kube.create_apiservice(group=group, version=version,
+                                   service_namespace=ADAPTER_NAMESPACE,
+                                   service_name=ADAPTER_SERVICE, ca_bundle=ca.certificate_pem,
+                                   version_priority=priority)
+        kube.set_service_endpoint(ADAPTER_NAMESPACE, ADAPTER_SERVICE, "127.0.0.1", adapter_port)
+        for group, version, _ in APISERVICES:
+            name = f"{version}.{group}"
+            try:
+                await kube.wait_for_apiservice(name, within=30.0)
+            except AssertionError as error:
+                adapter.check_running()
+                raise DemoError(f"{error}\nthe end of {adapter.log_file}:\n"
+                                f"{_tail(adapter.log_file)}") from None
+            print(f"        APIService {name}: Available")
+
+        metrics_path = (f"/apis/custom.metrics.k8s.io/v1beta2/namespaces/{DEMO_NAMESPACE}/pods/*/"
+                        f"{METRIC}?labelSelector=app%3D{DEMO_APP}")
+        banner(f"kubectl --kubeconfig {kubeconfig} get --raw '{metrics_path}'",
+               "The custom metrics API through the aggregator, as a user (or the HPA) reads it.")
+        print(json.dumps(json.loads(await admin("get", "--raw", metrics_path)), indent=2))
+
+        banner("The autoscaler",
+               f"The Autoscaler CRD from {CRD_MANIFEST.relative_to(_CHECKOUT)} is applied, "
+               "metricscale autoscaler starts, and an Autoscaler targets 5 requests/s a pod.")
+        print(await admin("apply", "-f", str(CRD_MANIFEST)), end="")
+        autoscaler_token = "autoscaler-" + os.urandom(12).hex()
+        kube.add_user(token=autoscaler_token, username=AUTOSCALER_USER,
+                      groups=("system:serviceaccounts",
+                              f"system:serviceaccounts:{ADAPTER_NAMESPACE}"))
+        health_port = _free_port()
+        period = timing.sync_period_seconds
+        controller = await stack.enter_async_context(_program("autoscaler", [
+            "--kubeconfig", str(kube.write_kubeconfig(scratch / "autoscaler.kubeconfig",
+                                                      token=autoscaler_token)),
+            "--leader-elect=false", f"--horizontal-pod-autoscaler-sync-period={period}s",
+            "--horizontal-pod-autoscaler-downscale-stabilization="
+            f"{timing.scale_down_window_seconds}s",
+            f"--metrics-bind-address=127.0.0.1:{health_port}",
+        ], log_file=workdir / "autoscaler.log"))
+        await _wait_ready(controller, url=f"http://127.0.0.1:{health_port}/readyz",
+                          ssl_context=False)
+        print(f"        autoscaler syncing every {period}s (log {controller.log_file})")
+        manifest = workdir / "autoscaler.yaml"
+        manifest.write_text(yaml.safe_dump(autoscaler_manifest(timing), sort_keys=False))
+        print(f"        {manifest}:")
+        for line in manifest.read_text().splitlines():
+            print(f"          {line}")
+        print(await admin("apply", "-f", str(manifest)), end="")
+
+        reporter = Reporter(kube=kube, workload=workload, started=started)
+
+        def alive() -> None:
+            check_workload()
+            adapter.check_running()
+            controller.check_running()
+
+        def last_seen() -> str:
+            status = (kube.store.try_get(*AUTOSCALER_API, DEMO_APP, namespace=DEMO_NAMESPACE)
+                      or {}).get("status") or {}
+            conditions = "; ".join(f"{c.get('type')}={c.get('status')} {c.get('reason')}: "
+                                   f"{c.get('message')}" for c in status.get("conditions") or [])
+            return (f"last status: {conditions or '(none)'}\n"
+                    f"the end of {controller.log_file}:\n{_tail(controller.log_file)}")
+
+        async def watching(check: Callable[[Observation], bool]) -> bool:
+            alive()
+            return check(reporter.report())
+
+        await _until(lambda: watching(lambda o: "ScalingActive=ValidMetricFound" in o.reasons),
+                     within=30.0, what="the autoscaler's first decision from real metrics",
+                     detail=last_seen)
+        if reporter.report().replicas != len(INITIAL_RATES):
+            raise DemoError("15 requests/s over 3 pods is the target (5 a pod), yet the "
+                            "autoscaler changed the size\n" + last_seen())
+
+        up_to = int((HIGH_LOAD / TARGET_PER_POD).to_integral_value())
+        banner(f"The load rises to {HIGH_LOAD:.0f} requests/s",
+               f"{up_to} pods' worth at 5 a pod: the autoscaler adds pods as fast as its "
+               "scale-up policy allows, as the rate window fills.")
+        workload.set_load(HIGH_LOAD)
+        await _until(lambda: watching(lambda o: o.replicas >= up_to),
+                     within=timing.scale_up_within, what=f"a scale-up to {up_to} replicas",
+                     detail=last_seen)
+
+        down_to = int((LOW_LOAD / TARGET_PER_POD).to_integral_value(rounding=ROUND_CEILING))
+        banner(f"The load falls to {LOW_LOAD:.0f} requests/s",
+               f"{down_to} pods' worth: the size holds for the "
+               f"{timing.scale_down_window_seconds} s scale-down stabilization window "
+               "(ScaleDownStabilized), then shrinks.")
+        workload.set_load(LOW_LOAD)
+        await _until(lambda: watching(lambda o: o.replicas <= down_to),
+                     within=timing.scale_down_within, what=f"a scale-down to {down_to} replicas",
+                     detail=last_seen)
+        if not (reporter.ups and reporter.downs):
+            raise DemoError("the demo saw no scale-up or no scale-down line\n" + last_seen())
+        # One more reconcile, so that the status shown next describes the final size.
+        await _until(lambda: watching(lambda o: o.current == o.replicas),
+                     within=3 * period + 10.0, what="a reconcile after the scale-down",
+                     detail=last_seen)
+        print(f"        scaled up {reporter.ups} times and down {reporter.downs} times")
+
+        banner("What kubectl and `metricscale explain --live` say",
+               "The Autoscaler with its printer columns (kubectl renders them: the fake does "
+               "not), then the autoscaler's reasoning for its last decision.")
+        crd = yaml.safe_load(CRD_MANIFEST.read_text())
+        columns = f"custom-columns={printer_columns(crd)}"
+        print(f"$ kubectl --kubeconfig {kubeconfig} get msa -n {DEMO_NAMESPACE} -o {columns}")
+        print(await admin("get", "msa", "-n", DEMO_NAMESPACE, "-o", columns), end="")
+        print(f"\n$ metricscale explain --live {DEMO_NAMESPACE}/{DEMO_APP} "
+              f"--kubeconfig {kubeconfig} -o text")
+        print(await _explain(kubeconfig=kubeconfig), end="")
+        reviews = [r for r in kube.subject_access_reviews
+                   if (r.get("spec") or {}).get("user") == AUTOSCALER_USER]
+        print(f"\n        The adapter asked the cluster {len(reviews)} SubjectAccessReview(s) "
+              f"about {AUTOSCALER_USER}; kubectl's own requests arrived as system:masters "
+              "through the front proxy and needed none.")
+        alive()
+
+
+async def _explain(*, kubeconfig: Path) -> str:
+    process = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "metricscale", "explain", "--live",
+        f"{DEMO_NAMESPACE}/{DEMO_APP}", "--kubeconfig", str(kubeconfig), "-o", "text",
+        stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE)
+    try:
+        async with asyncio.timeout(30):
+            out, err = await process.communicate()
+    except TimeoutError:
+        process.kill()
+        await process.wait()
+        raise DemoError("metricscale explain --live did not answer within 30 s") from None
+    if process.returncode != 0:
+        raise DemoError(f"metricscale explain --live failed ({process.returncode}): "
+                        f"{err.decode().strip()}")
+    return out.decode()

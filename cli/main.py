@@ -1,0 +1,72 @@
+"""The `metricscale` command: one entry point, one subcommand per program or tool.
+
+Each subcommand lives in its own module, which exposes
+``add_arguments(parser: argparse.ArgumentParser) -> None`` and
+``run(args: argparse.Namespace) -> int``.
+Only the chosen subcommand's module is imported, so `metricscale explain` does not pay for
+aiohttp or kubernetes-asyncio.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Protocol, cast
+
+from metricscale import __version__
+
+
+class SubcommandModule(Protocol):
+    def add_arguments(self, parser: argparse.ArgumentParser) -> None: ...
+
+    def run(self, args: argparse.Namespace) -> int: ...
+
+
+@dataclass(frozen=True)
+class Subcommand:
+    name: str
+    module: str
+    summary: str
+
+
+# One line per subcommand; each issue that builds a program adds its line.
+SUBCOMMANDS: tuple[Subcommand, ...] = (
+    Subcommand("demo", "cli.demo", "run the local demo: Prometheus, a fake cluster"),
+    Subcommand("adapter", "adapter.server", "serve custom, external and resource metrics from Prometheus"),  # noqa: E501
+    Subcommand("certs", "cli.certs", "create or renew the CA and serving certificate for the APIServices"),  # noqa: E501
+    Subcommand("explain", "autoscaler.explain", "explain what the autoscaler would decide for a snapshot"),  # noqa: E501
+    Subcommand("autoscaler", "autoscaler.server", "run the autoscaler controller"),
+)
+
+
+def _top_parser() -> argparse.ArgumentParser:
+    lines = "\n".join(f"  {s.name:<12} {s.summary}" for s in SUBCOMMANDS)
+    parser = argparse.ArgumentParser(
+        prog="metricscale",
+        description="Kubernetes metrics adapter and autoscaler.",
+        epilog=f"subcommands:\n{lines}\n\nRun 'metricscale <subcommand> --help' for its options.",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--version", action="version", version=f"metricscale {__version__}")
+    parser.add_argument("subcommand", nargs="?", choices=[s.name for s in SUBCOMMANDS],
+                        metavar="SUBCOMMAND")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    arguments = list(sys.argv[1:] if argv is None else argv)
+    by_name = {s.name: s for s in SUBCOMMANDS}
+    if not arguments or arguments[0] not in by_name:
+        parser = _top_parser()
+        parser.parse_args(arguments)  # prints help or a usage error naming the bad subcommand
+        parser.print_help()
+        return 2
+    chosen = by_name[arguments[0]]
+    module = cast(SubcommandModule, importlib.import_module(chosen.module))
+    sub = argparse.ArgumentParser(prog=f"metricscale {chosen.name}", description=chosen.summary)
+    module.add_arguments(sub)
+    args = sub.parse_args(arguments[1:])
+    return module.run(args)

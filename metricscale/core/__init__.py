@@ -1,0 +1,1 @@
+"""The shared pure library: quantities, label selectors, Go durations and proxy choice."""
