@@ -26,7 +26,8 @@ from prometheus_client import CollectorRegistry
 from yarl import URL
 
 from adapter.http.app import create_app, mark_shutting_down
-from adapter.kube import objects as kube
+from adapter.kube.catalog import ClusterCatalog
+from adapter.kube.objects import USER_AGENT
 from adapter.prometheus.client import PrometheusClient, PrometheusConfigError
 from adapter.prometheus.relisting import DiscoveryFailed, relist_once
 from adapter.rules.config import AdapterConfig, ConfigError, parse_config
@@ -41,7 +42,9 @@ from adapter.security.tls import (
 )
 from adapter.settings import AdapterSettings, SettingsError, add_arguments, settings_from_args
 from metricscale.core.selectors import Selector
-from metricscale.kube.informer import start_guarded_task
+from metricscale.kube.errors import KubeConfigError, KubeError
+from metricscale.kube.http import connect
+from metricscale.tasks import start_guarded_task
 
 __all__ = ["add_arguments", "check_config", "configure_logging", "run", "serve"]
 
@@ -147,7 +150,7 @@ async def serve(settings: AdapterSettings, config: AdapterConfig, *,
     try:
         try:
             await runner.setup()
-        except (kube.KubeConfigError, PrometheusConfigError) as error:
+        except (KubeConfigError, PrometheusConfigError) as error:
             logger.error("%s", error)
             return 1
         serving = settings.serving
@@ -193,10 +196,9 @@ async def _catalog(settings: AdapterSettings, out: TextIO) -> ResourceCatalog:
     if not settings.kubeconfig:
         return builtin_catalog()
     try:
-        async with kube.connect(kubeconfig=settings.kubeconfig) as api:
-            discovery = kube.Discovery(api)
-            return (await discovery.refresh()).catalog
-    except kube.KubeError as error:
+        async with connect(kubeconfig=settings.kubeconfig, user_agent=USER_AGENT) as http:
+            return (await ClusterCatalog(http).refresh()).catalog
+    except KubeError as error:
         print(f"cannot discover the cluster's resources ({error}); using the built-in list",
               file=out)
         return builtin_catalog()

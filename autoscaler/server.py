@@ -43,14 +43,12 @@ from autoscaler.controller.workqueue import CURRENT_OBJECT, Controller, Controll
 from autoscaler.decision import settings as settings_flags
 from autoscaler.decision.settings import Settings
 from autoscaler.kube.metrics_api import MetricsClient
-from autoscaler.kube.operations import (
-    Configuration,
-    KubeClient,
-    load_configuration,
-    open_kube_client,
-    open_watch_client,
-)
-from metricscale.kube.informer import PathSource, start_guarded_task
+from autoscaler.kube.operations import USER_AGENT, KubeClient
+from metricscale.kube.config import Configuration, open_configuration
+from metricscale.kube.errors import KubeConfigError
+from metricscale.kube.http import open_kube_http
+from metricscale.kube.informer import PathSource
+from metricscale.tasks import start_guarded_task
 
 __all__ = ["AutoscalerServer", "Options", "add_arguments", "configure_logging",
            "options_from_arguments", "run"]
@@ -254,14 +252,15 @@ class AutoscalerServer:
     async def start(self) -> None:
         options = self.options
         stats = self._stats
-        self.kube = await self._stack.enter_async_context(open_kube_client(
-            self.configuration, registry=self.registry,
-            reporting_instance=options.reporting_instance or socket.gethostname()))
-        watch_api = await self._stack.enter_async_context(
-            open_watch_client(self.configuration))
+        # One session for every request, the informers' lists and watches included.
+        http = await self._stack.enter_async_context(
+            open_kube_http(self.configuration, user_agent=USER_AGENT))
+        self.kube = KubeClient(
+            http, registry=self.registry,
+            reporting_instance=options.reporting_instance or socket.gethostname())
         metrics = MetricsClient(self.kube,
                                 version_ttl=options.settings.sync_period.total_seconds())
-        self.watching = Watching(lambda path: PathSource(watch_api, path),
+        self.watching = Watching(lambda path: PathSource(http, path),
                                  native_hpa=options.native_hpa,
                                  namespace=options.namespace or None,
                                  informer_options=options.informer_options)
@@ -391,20 +390,34 @@ async def _main(args: argparse.Namespace) -> int:
     except ValueError as err:
         logger.error("%s", err)
         return EXIT_USAGE
-    configuration = await load_configuration(kubeconfig=args.kubeconfig or None,
-                                             context=args.context)
     loop = asyncio.get_running_loop()
-    server = AutoscalerServer(configuration, options)
-    for signum in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(signum, server.stopped.set)
-    async with server:
-        logger.info("metricscale autoscaler started (identity %s, %d workers, sync period %s%s)",
-                    options.identity, options.concurrent_syncs,
-                    settings_flags.format_duration(options.settings.sync_period),
-                    ", dry run" if options.dry_run else "")
-        await server.stopped.wait()
-        logger.info("stopping: releasing the lease and closing")
-    return EXIT_FAILED if server.fatal is not None else EXIT_OK
+    failed: list[BaseException] = []
+    stop = asyncio.Event()
+
+    def credentials_failed(error: BaseException) -> None:
+        failed.append(error)
+        stop.set()
+
+    try:
+        async with open_configuration(kubeconfig=args.kubeconfig or None, context=args.context,
+                                      on_failure=credentials_failed) as configuration:
+            server = AutoscalerServer(configuration, options)
+            for signum in (signal.SIGTERM, signal.SIGINT):
+                loop.add_signal_handler(signum, server.stopped.set)
+            async with server:
+                logger.info("metricscale autoscaler started (identity %s, %d workers, sync "
+                            "period %s%s)", options.identity, options.concurrent_syncs,
+                            settings_flags.format_duration(options.settings.sync_period),
+                            ", dry run" if options.dry_run else "")
+                stopping = asyncio.create_task(stop.wait())
+                await asyncio.wait([stopping, asyncio.create_task(server.stopped.wait())],
+                                   return_when=asyncio.FIRST_COMPLETED)
+                stopping.cancel()
+                logger.info("stopping: releasing the lease and closing")
+    except KubeConfigError as error:
+        logger.error("%s", error)
+        return EXIT_FAILED
+    return EXIT_FAILED if failed or server.fatal is not None else EXIT_OK
 
 
 def run(args: argparse.Namespace) -> int:

@@ -240,11 +240,10 @@ class PassResult:
 
 
 async def _run_full(args: argparse.Namespace) -> dict[str, Any]:
-    from kubernetes_asyncio.client import Configuration
-
     from autoscaler.controller.leader import LeaderElectionConfig
     from autoscaler.decision.settings import Settings
     from autoscaler.server import AutoscalerServer, Options
+    from metricscale.kube.config import Configuration
 
     _pin(0)
     started = time.monotonic()

@@ -1,6 +1,24 @@
-"""Shared pytest configuration: the fixtures of the shared test doubles."""
+"""Shared pytest configuration: the fixtures of the shared test doubles, and the product's
+Kubernetes session pointed at the fake."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+import pytest
+
+from metricscale.kube.http import KubeHTTP, open_kube_http
+from tests.fakes.kube_api import FakeKubeAPI
 
 pytest_plugins = [
     "tests.fakes.kube_fixtures",
     "tests.fakes.prometheus_fixtures",
 ]
+
+
+@pytest.fixture
+async def kube_session(fake_kube: FakeKubeAPI) -> AsyncIterator[KubeHTTP]:
+    """The product's KubeHTTP (admin token) to the fake, closed after the test."""
+    async with open_kube_http(fake_kube.api_client_configuration(),
+                              user_agent="metricscale-tests") as http:
+        yield http

@@ -77,24 +77,27 @@ from adapter.auth.decisions import (
     request_attributes,
 )
 from adapter.http.handlers import Answer, ApiError, MetricsService
-from adapter.kube import objects as kube
+from adapter.kube.catalog import ClusterCatalog
+from adapter.kube.objects import USER_AGENT, ObjectCaches
 from adapter.prometheus.client import PrometheusClient
 from adapter.prometheus.relisting import Discovery, DiscoveryMetrics
 from adapter.rules.config import AdapterConfig
 from adapter.security.tls import peer_certificate_der
 from adapter.settings import AdapterSettings
 from metricscale import __version__
-from metricscale.kube.informer import start_guarded_task
+from metricscale.kube.errors import KubeError
+from metricscale.kube.http import KubeHTTP, connect
+from metricscale.tasks import start_guarded_task
 
 __all__ = [
     "ALLOW_ALL_AUTHENTICATOR",
     "ALLOW_ALL_AUTHORIZER",
     "CLOCK_KEY",
+    "CLUSTER_CATALOG_KEY",
     "CONFIG_KEY",
     "DISCOVERY_KEY",
     "HEALTH_KEY",
-    "KUBE_API_KEY",
-    "KUBE_DISCOVERY_KEY",
+    "KUBE_HTTP_KEY",
     "METRICS_REGISTRY_KEY",
     "OBJECT_CACHES_KEY",
     "PROMETHEUS_KEY",
@@ -226,9 +229,9 @@ HEALTH_KEY = web.AppKey("health", HealthChecks)
 AUTHENTICATOR_KEY = web.AppKey("authenticator", Authenticator)
 AUTHORIZER_KEY = web.AppKey("authorizer", Authorizer)
 FATAL_KEY: web.AppKey[Callable[[BaseException], None]] = web.AppKey("on_fatal")
-KUBE_API_KEY = web.AppKey("kube_api", object)
-KUBE_DISCOVERY_KEY = web.AppKey("kube_discovery", kube.Discovery)
-OBJECT_CACHES_KEY = web.AppKey("object_caches", kube.ObjectCaches)
+KUBE_HTTP_KEY = web.AppKey("kube_http", KubeHTTP)
+CLUSTER_CATALOG_KEY = web.AppKey("cluster_catalog", ClusterCatalog)
+OBJECT_CACHES_KEY = web.AppKey("object_caches", ObjectCaches)
 PROMETHEUS_KEY = web.AppKey("prometheus", PrometheusClient)
 DISCOVERY_KEY = web.AppKey("discovery", Discovery)
 SERVICE_KEY = web.AppKey("service", MetricsService)
@@ -574,25 +577,26 @@ async def _api_not_found(request: web.Request) -> web.StreamResponse:
 async def _kube_context(app: web.Application) -> AsyncIterator[None]:
     settings = app[SETTINGS_KEY]
     on_fatal = app[FATAL_KEY]
-    async with kube.connect(kubeconfig=settings.kubeconfig, on_failure=on_fatal) as api:
-        app[KUBE_API_KEY] = api
-        discovery = kube.Discovery(api, refresh_interval=float(settings.relist_interval),
-                                   registry=app[METRICS_REGISTRY_KEY])
-        app[KUBE_DISCOVERY_KEY] = discovery
+    async with connect(kubeconfig=settings.kubeconfig, user_agent=USER_AGENT,
+                       on_failure=on_fatal) as http:
+        app[KUBE_HTTP_KEY] = http
+        catalog = ClusterCatalog(http, refresh_interval=float(settings.relist_interval),
+                                 registry=app[METRICS_REGISTRY_KEY])
+        app[CLUSTER_CATALOG_KEY] = catalog
         try:
             async with asyncio.timeout(_FIRST_KUBE_DISCOVERY_WAIT):
-                await discovery.refresh()
-        except (kube.KubeError, TimeoutError) as error:
+                await catalog.refresh()
+        except (KubeError, TimeoutError) as error:
             logger.warning("the cluster's resources are not discovered yet (%s); the built-in "
                            "list answers until they are", error or "timed out")
-        discovery.start(on_failure=on_fatal)
-        caches = kube.ObjectCaches(api, discovery, on_failure=on_fatal)
+        catalog.start(on_failure=on_fatal)
+        caches = ObjectCaches(http, catalog, on_failure=on_fatal)
         app[OBJECT_CACHES_KEY] = caches
         try:
             yield
         finally:
             await caches.close()
-            await discovery.stop()
+            await catalog.stop()
 
 
 async def _prometheus_context(app: web.Application) -> AsyncIterator[None]:
@@ -607,10 +611,10 @@ async def _prometheus_context(app: web.Application) -> AsyncIterator[None]:
 
 async def _discovery_context(app: web.Application) -> AsyncIterator[None]:
     settings = app[SETTINGS_KEY]
-    kube_discovery = app[KUBE_DISCOVERY_KEY]
+    cluster_catalog = app[CLUSTER_CATALOG_KEY]
     discovery = Discovery(
         config=app[CONFIG_KEY], lister=app[PROMETHEUS_KEY],
-        catalog=lambda: kube_discovery.catalog, interval=settings.relist_interval,
+        catalog=lambda: cluster_catalog.catalog, interval=settings.relist_interval,
         max_age=settings.max_age, metrics=DiscoveryMetrics.register(app[METRICS_REGISTRY_KEY]),
         clock=app[CLOCK_KEY])
     app[DISCOVERY_KEY] = discovery

@@ -37,12 +37,7 @@ from adapter.api.wire import (
     sample_to_quantity,
     service_unavailable,
 )
-from adapter.kube.objects import (
-    KubeCacheFailed,
-    KubeUnavailable,
-    ResourceNotListable,
-    UnknownResource,
-)
+from adapter.kube.objects import KubeCacheFailed, ResourceNotListable
 from adapter.prometheus.client import (
     PrometheusError,
     PrometheusUnavailable,
@@ -65,6 +60,7 @@ from adapter.rules.query import (
 from adapter.rules.registry import MetricRegistry
 from adapter.rules.resources import NAMESPACES, GroupResource, ResourceInfo
 from metricscale.core.selectors import Selector, SelectorError, label_selector_json
+from metricscale.kube.errors import KubeUnavailable, UnknownResource
 
 __all__ = [
     "Answer",

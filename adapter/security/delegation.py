@@ -24,6 +24,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Generic, TypeVar
 
+import aiohttp
 from aiohttp import web
 from aiohttp.http_exceptions import HttpProcessingError
 
@@ -77,7 +78,12 @@ from adapter.http.app import (
     Authorizer,
     IncomingRequest,
 )
-from adapter.kube import objects as kube
+from adapter.kube.objects import (
+    AUTHENTICATION_CONFIGMAP,
+    AUTHENTICATION_NAMESPACE,
+    USER_AGENT,
+    authentication_config_informer,
+)
 from adapter.security.tls import (
     ReloadingServerContext,
     TLSConfigError,
@@ -87,7 +93,11 @@ from adapter.security.tls import (
     load_trust_bundle,
 )
 from adapter.settings import AdapterSettings, AuthFlags
-from metricscale.kube.informer import InformerFailed, parse_retry_after, start_guarded_task
+from metricscale.kube.errors import KubeError
+from metricscale.kube.http import KubeHTTP, connect
+from metricscale.kube.informer import InformerFailed
+from metricscale.kube.requests import KubeRequests
+from metricscale.tasks import start_guarded_task
 
 __all__ = [
     "AUTH_CONFIG_CHECK",
@@ -152,15 +162,15 @@ class ReviewClient:
     """POSTs review objects to kube-apiserver, retrying as the Go webhook clients do.
 
     Connection errors, timeouts, 429 and 5xx are retried (500 ms, ×1.5, 5 attempts in all,
-    20 % jitter, 10 s per attempt); anything else fails at once. Bodies are read by
-    `kube.post_json`, never by the client library, whose debug log would print a TokenReview
-    answer (the token included), and never logged here. The `ApiClient` arrives when the app
-    starts (`api`); before that every review fails.
+    20 % jitter, 10 s per attempt); anything else fails at once. A Retry-After is waited (at
+    most 5 s) when it is longer than the step. Requests go out on the shared request path,
+    which never logs a body (a TokenReview answer holds the token). The session arrives when
+    the app starts (`api`); before that every review fails.
     """
 
     def __init__(self, *, sleep: Sleep = asyncio.sleep, jitter: Callable[[], float] = random.random,
                  timeout: float = REVIEW_TIMEOUT_SECONDS) -> None:
-        self.api: kube.KubeClient | None = None
+        self.api: KubeHTTP | None = None
         self._sleep = sleep
         self._jitter = jitter
         self._timeout = timeout
@@ -187,13 +197,15 @@ class ReviewClient:
         if api is None:
             raise ReviewFailed("the Kubernetes API client is not open yet")
         try:
-            answer = await kube.post_json(api, path, body=body, request_timeout=self._timeout)
-        except kube.KubeError as error:
-            raise ReviewFailed(f"POST {path}: {error}") from None
+            answer = await KubeRequests(api).send(
+                "POST", path, operation="review", resource=path.rsplit("/", 1)[-1], body=body,
+                client_timeout=aiohttp.ClientTimeout(total=self._timeout))
+        except KubeError as error:
+            if not error.status:  # no answer: the text names the URL, never the body
+                raise ReviewFailed(f"POST {path}: {error}") from None
+            raise ReviewFailed(f"POST {path}: the API server answered {error.status}",
+                               status=error.status, retry_after=error.retry_after) from None
         status, payload = answer.status, answer.body
-        if not 200 <= status < 300:
-            raise ReviewFailed(f"POST {path}: the API server answered {status}", status=status,
-                               retry_after=parse_retry_after(answer.headers.get("Retry-After")))
         try:
             parsed = json.loads(payload)
         except ValueError:
@@ -361,7 +373,7 @@ class AuthenticationSource:
 
     def apply_configmap(self, data: Mapping[str, str] | None) -> None:
         """The informer's callback: the ConfigMap's data, or None when it was deleted."""
-        name = f"{kube.AUTHENTICATION_NAMESPACE}/{kube.AUTHENTICATION_CONFIGMAP}"
+        name = f"{AUTHENTICATION_NAMESPACE}/{AUTHENTICATION_CONFIGMAP}"
         if data is None:
             # kube-apiserver rewrites it within a minute; dropping trust meanwhile would only
             # turn the aggregator away.
@@ -589,12 +601,14 @@ class AdapterSecurity:
         assert self.access_reviews is not None
         on_fatal = app[FATAL_KEY]
         async with contextlib.AsyncExitStack() as stack:
-            authn_api = await stack.enter_async_context(kube.connect(
-                kubeconfig=self.authentication_kubeconfig, on_failure=on_fatal))
+            authn_api = await stack.enter_async_context(connect(
+                kubeconfig=self.authentication_kubeconfig, user_agent=USER_AGENT,
+                on_failure=on_fatal))
             authz_api = authn_api
             if self.authorization_kubeconfig != self.authentication_kubeconfig:
-                authz_api = await stack.enter_async_context(kube.connect(
-                    kubeconfig=self.authorization_kubeconfig, on_failure=on_fatal))
+                authz_api = await stack.enter_async_context(connect(
+                    kubeconfig=self.authorization_kubeconfig, user_agent=USER_AGENT,
+                    on_failure=on_fatal))
             self.token_reviews.api = authn_api
             self.access_reviews.api = authz_api
             stack.callback(self._forget_clients)
@@ -615,10 +629,10 @@ class AdapterSecurity:
         self.token_reviews.api = None
         self.access_reviews.api = None
 
-    async def _follow_configmap(self, api: kube.KubeClient, *, stack: contextlib.AsyncExitStack,
+    async def _follow_configmap(self, api: KubeHTTP, *, stack: contextlib.AsyncExitStack,
                                 on_fatal: Callable[[BaseException], None]) -> None:
         assert self.source is not None
-        informer = kube.authentication_config_informer(
+        informer = authentication_config_informer(
             api, on_change=self.source.apply_configmap, **self.informer_options)
         self.source.follow_lookup(lambda: informer.has_synced)
         informer.start(on_failure=on_fatal)
@@ -631,7 +645,7 @@ class AdapterSecurity:
             logger.warning(
                 "%s/%s is not read yet (%s); /readyz fails until it is. The adapter needs the "
                 "extension-apiserver-authentication-reader Role in kube-system.",
-                kube.AUTHENTICATION_NAMESPACE, kube.AUTHENTICATION_CONFIGMAP,
+                AUTHENTICATION_NAMESPACE, AUTHENTICATION_CONFIGMAP,
                 informer.last_error or "no answer")
         elif self.source.config.request_header is None:
             logger.warning("no request-header CA (ConfigMap or --requestheader-client-ca-file): "

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
@@ -26,16 +27,12 @@ from autoscaler.decision.persistence import (
 )
 from autoscaler.decision.settings import Settings, render_settings
 from autoscaler.decision.snapshot import SNAPSHOT_API_VERSION, SNAPSHOT_KIND, SnapshotError
-from autoscaler.errors import KubeError, ScaleTargetError
 from autoscaler.kube.metrics_api import MetricsClient
 from autoscaler.kube.operations import (
     AUTOSCALER_GROUP,
     AUTOSCALER_PLURAL,
     AUTOSCALER_VERSION,
-    ErrorContext,
-    ResourceMapping,
     ScaleTargetRef,
-    load_configuration,
     open_kube_client,
 )
 from autoscaler.kube.operations import Scale as TargetScale
@@ -47,6 +44,9 @@ from autoscaler.model import (
     render_history,
 )
 from autoscaler.model import Scale as ModelScale
+from metricscale.kube.config import open_configuration
+from metricscale.kube.discovery import ResourceMapping
+from metricscale.kube.errors import ErrorContext, KubeConfigError, KubeError
 
 __all__ = ["CaptureAPI", "capture_document", "capture_snapshot", "object_path"]
 
@@ -106,7 +106,7 @@ async def capture_snapshot(kube: CaptureAPI, metrics: MetricsAPI, *, namespace: 
         scale = ModelScale(spec_replicas=target_scale.spec_replicas,
                            status_replicas=target_scale.status_replicas,
                            selector=target_scale.selector, name=ref.name, namespace=namespace)
-    except (ScaleTargetError, KubeError) as err:
+    except KubeError as err:
         scale_document = {"error": str(err)}
 
     pods: Any = []
@@ -154,15 +154,19 @@ def _split(target: str) -> tuple[str, str]:
 async def _capture(args: argparse.Namespace) -> dict[str, Any]:
     namespace, name = _split(args.live)
     try:
-        configuration = await load_configuration(kubeconfig=getattr(args, "kubeconfig", None)
-                                                 or None, context=getattr(args, "context", None))
-    except Exception as err:  # the loaders raise anything from ConfigException to OSError
+        async with contextlib.AsyncExitStack() as stack:
+            configuration = await stack.enter_async_context(open_configuration(
+                kubeconfig=getattr(args, "kubeconfig", None) or None,
+                context=getattr(args, "context", None)))
+            kube = await stack.enter_async_context(open_kube_client(
+                configuration, registry=CollectorRegistry(),
+                reporting_instance="metricscale-explain"))
+            return await capture_snapshot(
+                kube, MetricsClient(kube), namespace=namespace, name=name,
+                hpa=bool(getattr(args, "hpa", False)), now=datetime.now(UTC),
+                settings=Settings())
+    except KubeConfigError as err:
         raise SnapshotError("live", f"no cluster configuration: {err}") from None
-    async with open_kube_client(configuration, registry=CollectorRegistry(),
-                                reporting_instance="metricscale-explain") as kube:
-        return await capture_snapshot(kube, MetricsClient(kube), namespace=namespace, name=name,
-                                      hpa=bool(getattr(args, "hpa", False)),
-                                      now=datetime.now(UTC), settings=Settings())
 
 
 def capture_document(args: argparse.Namespace) -> dict[str, Any]:

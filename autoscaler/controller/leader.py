@@ -27,7 +27,7 @@ from datetime import datetime, timedelta
 from typing import Any, Protocol
 
 from autoscaler.decision.settings import parse_duration
-from autoscaler.errors import AlreadyExists, Conflict, KubeError, NotLeader
+from metricscale.kube.errors import AlreadyExists, Conflict, KubeError
 
 logger = logging.getLogger(__name__)
 
@@ -57,6 +57,10 @@ __all__ = [
 # client-go's wait.JitterUntil factor for the acquire loop (leaderelection.JitterFactor).
 _ACQUIRE_JITTER = 1.2
 _SERVICE_ACCOUNT_NAMESPACE = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
+
+
+class NotLeader(Exception):
+    """This replica does not hold the leader lease (or its renew deadline passed): no writes."""
 
 
 # --- Values -------------------------------------------------------------------------------

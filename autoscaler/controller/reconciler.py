@@ -45,19 +45,10 @@ from autoscaler.decision.persistence import (
     restore_history,
 )
 from autoscaler.decision.settings import Settings
-from autoscaler.errors import (
-    ConnectionFailed,
-    KubeError,
-    MetricsError,
-    ScaleTargetError,
-    ServerError,
-    TooManyRequests,
-)
-from autoscaler.kube.metrics_api import CUSTOM_METRICS_GROUP, EXTERNAL_METRICS_GROUP
+from autoscaler.kube.metrics_api import CUSTOM_METRICS_GROUP, EXTERNAL_METRICS_GROUP, MetricsError
 from autoscaler.kube.operations import (
     KubeWrites,
     ObjectReference,
-    ResourceMapping,
     ScaleTargetRef,
 )
 from autoscaler.kube.operations import Scale as TargetScale
@@ -76,6 +67,8 @@ from autoscaler.model import (
     parse_metric_input,
     render_status,
 )
+from metricscale.kube.discovery import ResourceMapping
+from metricscale.kube.errors import KubeError, KubeUnavailable
 
 __all__ = [
     "DRY_RUN_EVENT_REASON",
@@ -106,7 +99,6 @@ _LIST_KINDS: Mapping[str, tuple[str, str]] = {
     "Pods": ("MetricValueList", f"{CUSTOM_METRICS_GROUP}/v1beta2"),
     "External": ("ExternalMetricValueList", f"{EXTERNAL_METRICS_GROUP}/v1beta1"),
 }
-_TRANSIENT = (TooManyRequests, ServerError, ConnectionFailed)
 
 
 class MetricsAPI(Protocol):
@@ -350,9 +342,9 @@ class Reconciler:
             scale = Scale(spec_replicas=target_scale.spec_replicas,
                           status_replicas=target_scale.status_replicas,
                           selector=target_scale.selector, name=ref.name, namespace=namespace)
-        except (ScaleTargetError, KubeError) as err:
+        except KubeError as err:
             scale = ScaleError(message=str(err))
-            if isinstance(err, _TRANSIENT):
+            if isinstance(err, KubeUnavailable):
                 failed, retry_after = True, getattr(err, "retry_after", None)
 
         pods = []

@@ -24,9 +24,9 @@ from typing import Generic, Protocol, TypeVar
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
+from autoscaler.controller.leader import NotLeader
 from autoscaler.controller.watching import AutoscalerEntry, AutoscalerKey
 from autoscaler.decision.persistence import DRY_RUN_ANNOTATION
-from autoscaler.errors import NotLeader
 from metricscale.kube.informer import InformerEvent
 
 __all__ = [

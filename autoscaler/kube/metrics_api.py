@@ -28,15 +28,16 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol, cast
 from urllib.parse import quote
 
-from autoscaler.errors import InvalidTargetReference, KindNotFound, KubeError, MetricsError
-from autoscaler.kube.operations import ErrorContext, ResourceMapping, parse_group_version
 from metricscale.core.selectors import SelectorError, parse_selector, selector_from_label_selector
+from metricscale.kube.discovery import ResourceMapping, parse_group_version
+from metricscale.kube.errors import ErrorContext, InvalidGroupVersion, KubeError
 
 __all__ = [
     "CUSTOM_METRICS_GROUP",
     "EXTERNAL_METRICS_GROUP",
     "RESOURCE_METRICS_GROUP",
     "MetricsClient",
+    "MetricsError",
     "MetricsTransport",
     "choose_custom_metrics_version",
     "to_v1beta2_metric_value_list",
@@ -67,6 +68,19 @@ class MetricsTransport(Protocol):
     async def server_groups(self) -> list[Mapping[str, Any]]: ...
 
     async def resolve_kind(self, *, group: str, kind: str) -> list[ResourceMapping]: ...
+
+
+class MetricsError(Exception):
+    """A metrics API request failed; `str(err)` is upstream's text, ready for events and conditions.
+
+    `api` is "resource", "custom" or "external"; `cause` is the underlying API error, if any.
+    """
+
+    def __init__(self, message: str, *, api: str, cause: Exception | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.api = api
+        self.cause = cause
 
 
 # Characters no path escaping changes: names of namespaces and metrics are made of them.
@@ -263,7 +277,7 @@ class MetricsClient:
         name = str(described_object.get("name") or "")
         try:
             group, _ = parse_group_version(str(described_object.get("apiVersion") or ""))
-        except InvalidTargetReference:
+        except InvalidGroupVersion:
             group = ""  # schema.FromAPIVersionAndKind keeps only the kind of a bad apiVersion
         version = await self.custom_metrics_version()
         base = f"/apis/{CUSTOM_METRICS_GROUP}/{version}/namespaces/{_segment(namespace)}"
@@ -317,7 +331,7 @@ class MetricsClient:
         group_kind = f"{kind}.{group}" if group else kind
         try:
             mappings = await self._transport.resolve_kind(group=group, kind=kind)
-        except (KindNotFound, KubeError) as exc:
+        except KubeError as exc:
             raise MetricsError(
                 f"{_CUSTOM_PREFIX}unable to map kind {group_kind} to resource: {exc}",
                 api="custom", cause=exc) from exc

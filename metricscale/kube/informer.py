@@ -1,15 +1,13 @@
-"""A list+watch cache over kubernetes_asyncio: raw dicts, caller projections, resumable watches.
+"""A list+watch cache over the shared KubeHTTP: raw dicts, caller projections, resumable watches.
 
 The loop is client-go's reflector in miniature: LIST (paged) once, then WATCH from the list's
 resourceVersion with bookmarks, resume from the last seen resourceVersion after any disconnect,
 and LIST again only when the server says that version is gone (410). Both programs use it: the
 adapter for metadata-only object caches, the autoscaler to enqueue work on changes.
 
-Requests go out with ``_preload_content=False`` and the response is read here, line by line:
-that keeps every object a raw dict (no model deserialization, no client-side validation of
-half-filled objects), gives one place to read error statuses (the 36.1.0 wheel does not raise
-for them in that mode, later versions do: both are handled), and avoids ``watch.Watch``, which
-opens a second aiohttp session per stream.
+Responses are read here, line by line, from `KubeHTTP.stream`: every object stays a raw dict
+(no model deserialization, no client-side validation of half-filled objects), and error
+statuses (HTTP or a watch `ERROR` event) become `metricscale.kube.errors` classes in one place.
 """
 
 from __future__ import annotations
@@ -21,42 +19,43 @@ import json
 import logging
 import random
 import time
-from collections.abc import Awaitable, Callable, Coroutine, Mapping
+from collections.abc import Awaitable, Callable, Mapping
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from typing import Any, Generic, Literal, NamedTuple, NoReturn, Protocol, TypeVar, cast
 from urllib.parse import quote
 
 import aiohttp
-from kubernetes_asyncio.client import ApiClient
-from kubernetes_asyncio.client.exceptions import ApiException
+
+from metricscale.kube.errors import (
+    Gone,
+    KubeError,
+    UnexpectedResponse,
+    error_from_response,
+    error_from_status,
+)
+from metricscale.kube.http import JSON, KubeHTTP
+from metricscale.kube.retry import Backoff
+from metricscale.tasks import start_guarded_task
 
 __all__ = [
     "METADATA_LIST_ACCEPT",
     "METADATA_WATCH_ACCEPT",
-    "ApiFunctionSource",
-    "Backoff",
     "EventKind",
     "Informer",
-    "InformerError",
     "InformerEvent",
     "InformerFailed",
     "ListWatchSource",
-    "MalformedResponse",
     "ObjectKey",
     "ObjectMeta",
     "PathSource",
     "RequestOptions",
-    "ResourceExpired",
-    "StatusError",
     "WatchEnd",
     "WatchResult",
     "collection_path",
     "object_key",
-    "parse_retry_after",
     "project_metadata",
     "project_raw",
-    "start_guarded_task",
-    "status_error",
 ]
 
 logger = logging.getLogger(__name__)
@@ -73,8 +72,7 @@ METADATA_LIST_ACCEPT = (
 METADATA_WATCH_ACCEPT = (
     "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1,application/json")
 
-# Retry-After beyond this is treated as this: a confused proxy must not park a cache for hours.
-_MAX_RETRY_AFTER_SECONDS = 300.0
+_DEFAULT_BACKOFF = Backoff()
 # client-go treats a watch that ends within a second without a single event as a failure.
 _SHORT_WATCH_SECONDS = 1.0
 
@@ -113,16 +111,16 @@ class ObjectMeta:
 
 
 def object_key(obj: Mapping[str, Any]) -> ObjectKey:
-    """The store key of a raw object; raises MalformedResponse when it has no name."""
+    """The store key of a raw object; raises UnexpectedResponse when it has no name."""
     metadata = obj.get("metadata")
     if not isinstance(metadata, Mapping):
-        raise MalformedResponse("object without metadata")
+        raise UnexpectedResponse("object without metadata")
     name = metadata.get("name")
     if not isinstance(name, str) or not name:
-        raise MalformedResponse("object without metadata.name")
+        raise UnexpectedResponse("object without metadata.name")
     namespace = metadata.get("namespace") or ""
     if not isinstance(namespace, str):
-        raise MalformedResponse("object with a non-string metadata.namespace")
+        raise UnexpectedResponse("object with a non-string metadata.namespace")
     return ObjectKey(namespace, name)
 
 
@@ -150,145 +148,11 @@ def collection_path(*, group: str, version: str, plural: str, namespace: str | N
 
 
 # ---------------------------------------------------------------------------------------------
-# Errors
+# Errors (the Kubernetes ones are metricscale.kube.errors')
 
 
-class InformerError(Exception):
-    """Base of everything this module raises on purpose."""
-
-
-class StatusError(InformerError):
-    """The API server answered a LIST or WATCH with an error status (HTTP or an ERROR event)."""
-
-    def __init__(self, code: int, *, reason: str = "", message: str = "",
-                 retry_after: float | None = None) -> None:
-        self.code = code
-        self.reason = reason
-        self.message = message
-        self.retry_after = retry_after
-        super().__init__(f"{code} {reason}: {message}".rstrip(": "))
-
-
-class ResourceExpired(StatusError):
-    """410 Gone: the resourceVersion (or continue token) is older than the server's history."""
-
-
-class MalformedResponse(InformerError):
-    """A LIST page or watch line that is not what the Kubernetes API sends."""
-
-
-class InformerFailed(InformerError):
+class InformerFailed(Exception):
     """The informer's background task ended (a bug or a stop); its cache no longer follows."""
-
-
-def status_error(code: int, *, reason: str = "", message: str = "",
-                 retry_after: float | None = None) -> StatusError:
-    """The typed error for a status code: 410 is ResourceExpired, everything else StatusError."""
-    cls = ResourceExpired if code == 410 else StatusError
-    return cls(code, reason=reason, message=message, retry_after=retry_after)
-
-
-def parse_retry_after(value: str | None) -> float | None:
-    """Seconds from a Retry-After header (the API server only sends delta-seconds)."""
-    if value is None:
-        return None
-    try:
-        seconds = float(value.strip())
-    except ValueError:
-        return None
-    if seconds != seconds or seconds < 0:  # NaN or negative
-        return None
-    return min(seconds, _MAX_RETRY_AFTER_SECONDS)
-
-
-def _error_from_status_object(obj: object, *, http_status: int | None = None,
-                              retry_after: float | None = None) -> StatusError:
-    if not isinstance(obj, Mapping):
-        return status_error(http_status or 500, reason="Unknown", retry_after=retry_after)
-    code = obj.get("code")
-    if not isinstance(code, int) or isinstance(code, bool):
-        code = http_status or 500
-    details = obj.get("details")
-    if retry_after is None and isinstance(details, Mapping):
-        seconds = details.get("retryAfterSeconds")
-        if isinstance(seconds, int) and not isinstance(seconds, bool) and seconds > 0:
-            retry_after = min(float(seconds), _MAX_RETRY_AFTER_SECONDS)
-    return status_error(code, reason=str(obj.get("reason") or ""),
-                        message=str(obj.get("message") or ""), retry_after=retry_after)
-
-
-def _error_from_http(status: int, *, body: bytes, headers: Mapping[str, str]) -> StatusError:
-    retry_after = parse_retry_after(headers.get("Retry-After"))
-    try:
-        parsed: object = json.loads(body) if body else None
-    except ValueError:
-        parsed = None
-    if isinstance(parsed, Mapping) and parsed.get("kind") == "Status":
-        return _error_from_status_object(parsed, http_status=status, retry_after=retry_after)
-    return status_error(status, reason="Unknown", retry_after=retry_after)
-
-
-def _error_from_api_exception(exc: ApiException) -> StatusError:
-    """Map an ApiException; from a watch in the 36.1.0 wheel `body` is None, the reason a string."""
-    status = exc.status if isinstance(exc.status, int) and exc.status > 0 else 500
-    headers: Mapping[str, str] = exc.headers if isinstance(exc.headers, Mapping) else {}
-    body = exc.body
-    if isinstance(body, str):
-        body = body.encode()
-    if isinstance(body, bytes) and body:
-        return _error_from_http(status, body=body, headers=headers)
-    return status_error(status, reason=str(exc.reason or ""),
-                        retry_after=parse_retry_after(headers.get("Retry-After")))
-
-
-# ---------------------------------------------------------------------------------------------
-# Backoff and guarded tasks
-
-
-@dataclass(frozen=True)
-class Backoff:
-    """Capped exponential backoff with equal jitter: half the step fixed, half random."""
-
-    initial: float = 0.5
-    factor: float = 2.0
-    cap: float = 30.0
-
-    def delay(self, failures: int, *, jitter: float, retry_after: float | None = None) -> float:
-        """Seconds to wait after `failures` consecutive failures (>= 1); `jitter` is in [0, 1)."""
-        step = min(self.cap, self.initial * self.factor ** max(0, failures - 1))
-        wait = step / 2 + step / 2 * jitter
-        if retry_after is not None:
-            wait = max(wait, retry_after)
-        return wait
-
-
-def start_guarded_task(coro: Coroutine[Any, Any, Any], *, name: str,
-                       on_failure: Callable[[BaseException], None] | None = None,
-                       forever: bool = True) -> asyncio.Task[Any]:
-    """Start a background task whose unexpected end is logged at once and reported.
-
-    With `forever`, returning normally is also a failure (a loop that should never end did).
-    Cancellation is the normal way to stop, and is not reported.
-    """
-    task = asyncio.create_task(coro, name=name)
-
-    def _done(finished: asyncio.Task[Any]) -> None:
-        if finished.cancelled():
-            return
-        exc = finished.exception()
-        if exc is None:
-            if not forever:
-                return
-            exc = InformerFailed(f"background task {name} returned; it should run until stopped")
-        logger.error("background task %s ended unexpectedly: %r", name, exc, exc_info=exc)
-        if on_failure is not None:
-            try:
-                on_failure(exc)
-            except Exception:
-                logger.exception("failure handler of background task %s raised", name)
-
-    task.add_done_callback(_done)
-    return task
 
 
 # ---------------------------------------------------------------------------------------------
@@ -310,69 +174,25 @@ class RequestOptions:
 
 
 class ListWatchSource(Protocol):
-    """Opens a request and hands back the unread response (status not yet checked)."""
+    """Opens a LIST or WATCH request: the unread response (status not yet checked), released
+    when the `async with` ends."""
 
     @property
     def description(self) -> str: ...
 
-    async def open(self, options: RequestOptions) -> aiohttp.ClientResponse: ...
-
-
-def _as_response(value: object, description: str) -> aiohttp.ClientResponse:
-    if not isinstance(value, aiohttp.ClientResponse):
-        raise TypeError(f"{description} did not return a raw response (_preload_content ignored?)")
-    return value
-
-
-class ApiFunctionSource:
-    """A kubernetes_asyncio list function: `CoreV1Api.list_namespaced_pod`, `CustomObjectsApi.*`.
-
-    Positional `args` are the function's own (namespace, group, version, plural...). The typed
-    functions overwrite any Accept header, so metadata-only lists need `PathSource`.
-    """
-
-    def __init__(self, list_fn: Callable[..., Awaitable[Any]], *args: Any,
-                 description: str | None = None) -> None:
-        self._fn = list_fn
-        self._args = args
-        self._description = description or " ".join(
-            [getattr(list_fn, "__name__", "list"), *map(str, args)])
-
-    @property
-    def description(self) -> str:
-        return self._description
-
-    async def open(self, options: RequestOptions) -> aiohttp.ClientResponse:
-        kwargs: dict[str, Any] = {"_preload_content": False,
-                                  "_request_timeout": options.request_timeout}
-        if options.label_selector:
-            kwargs["label_selector"] = options.label_selector
-        if options.field_selector:
-            kwargs["field_selector"] = options.field_selector
-        if options.resource_version is not None:
-            kwargs["resource_version"] = options.resource_version
-        if options.watch:
-            kwargs["watch"] = True
-            kwargs["allow_watch_bookmarks"] = True
-            if options.timeout_seconds is not None:
-                kwargs["timeout_seconds"] = options.timeout_seconds
-        else:
-            if options.limit is not None:
-                kwargs["limit"] = options.limit
-            if options.continue_token:
-                kwargs["_continue"] = options.continue_token
-        return _as_response(await self._fn(*self._args, **kwargs), self._description)
+    def open(self, options: RequestOptions,
+             ) -> AbstractAsyncContextManager[aiohttp.ClientResponse]: ...
 
 
 class PathSource:
-    """Any collection by its REST path through `ApiClient.call_api` (arbitrary group/version).
+    """Any collection by its REST path, over the shared KubeHTTP (arbitrary group/version).
 
     With `metadata_only` the server is asked for PartialObjectMetadata, as client-go's metadata
     informers do, so a pod cache never transfers pod specs.
     """
 
-    def __init__(self, api: ApiClient, path: str, *, metadata_only: bool = False) -> None:
-        self._api = api
+    def __init__(self, http: KubeHTTP, path: str, *, metadata_only: bool = False) -> None:
+        self._http = http
         self._path = path
         self._metadata_only = metadata_only
 
@@ -380,7 +200,8 @@ class PathSource:
     def description(self) -> str:
         return self._path
 
-    async def open(self, options: RequestOptions) -> aiohttp.ClientResponse:
+    def open(self, options: RequestOptions,
+             ) -> AbstractAsyncContextManager[aiohttp.ClientResponse]:
         query: list[tuple[str, str]] = []
         if options.label_selector:
             query.append(("labelSelector", options.label_selector))
@@ -392,19 +213,15 @@ class PathSource:
             query += [("watch", "true"), ("allowWatchBookmarks", "true")]
             if options.timeout_seconds is not None:
                 query.append(("timeoutSeconds", str(options.timeout_seconds)))
-            accept = METADATA_WATCH_ACCEPT if self._metadata_only else "application/json"
+            accept = METADATA_WATCH_ACCEPT if self._metadata_only else JSON
         else:
             if options.limit is not None:
                 query.append(("limit", str(options.limit)))
             if options.continue_token:
                 query.append(("continue", options.continue_token))
-            accept = METADATA_LIST_ACCEPT if self._metadata_only else "application/json"
-        response = await self._api.call_api(
-            self._path, "GET", query_params=query, header_params={"Accept": accept},
-            auth_settings=["BearerToken"], _preload_content=False,
-            _request_timeout=options.request_timeout,
-        )
-        return _as_response(response, self._path)
+            accept = METADATA_LIST_ACCEPT if self._metadata_only else JSON
+        return self._http.stream(self._path, query=query, accept=accept,
+                                 client_timeout=options.request_timeout)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -447,7 +264,7 @@ class Informer(Generic[T]):
         connect_timeout: float = 10.0,
         read_grace: float = 30.0,
         list_read_timeout: float = 60.0,
-        backoff: Backoff = Backoff(),
+        backoff: Backoff = _DEFAULT_BACKOFF,
         clock: Callable[[], float] = time.monotonic,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
         jitter: Callable[[], float] = random.random,
@@ -476,6 +293,7 @@ class Informer(Generic[T]):
         self._listeners: list[Callable[[InformerEvent[T]], None]] = []
         self._failures = 0
         self._last_error: str | None = None
+        self._last_failure: BaseException | None = None
         self._task: asyncio.Task[Any] | None = None
         self._failure: BaseException | None = None
         self._stopped = False
@@ -498,6 +316,11 @@ class Informer(Generic[T]):
     def last_error(self) -> str | None:
         """The last LIST/WATCH failure, for diagnostics; cleared by the next success."""
         return self._last_error
+
+    @property
+    def last_failure(self) -> BaseException | None:
+        """The exception of the last LIST/WATCH failure; cleared by the next success."""
+        return self._last_failure
 
     @property
     def running(self) -> bool:
@@ -614,21 +437,21 @@ class Informer(Generic[T]):
                 self._succeeded()
                 return
             result = await self.watch_once()
-        except ResourceExpired as exc:
+        except Gone as exc:
             logger.info("informer %s: resourceVersion expired (%s); re-listing", self.name, exc)
             had_version = self._resource_version is not None
             self._resource_version = None
             if not had_version:  # the LIST itself expired (a stale continue token): do not spin
                 await self._fail(exc, retry_after=exc.retry_after)
             return
-        except StatusError as exc:
+        except KubeError as exc:
             await self._fail(exc, retry_after=exc.retry_after)
             return
-        except (MalformedResponse, aiohttp.ClientError, TimeoutError, OSError) as exc:
+        except (aiohttp.ClientError, TimeoutError, OSError) as exc:
             await self._fail(exc, retry_after=None)
             return
         if result.events == 0 and result.bookmarks == 0 and result.seconds < _SHORT_WATCH_SECONDS:
-            await self._fail(MalformedResponse("the watch ended at once without events"),
+            await self._fail(UnexpectedResponse("the watch ended at once without events"),
                              retry_after=None)
             return
         self._succeeded()
@@ -636,10 +459,13 @@ class Informer(Generic[T]):
     def _succeeded(self) -> None:
         self._failures = 0
         self._last_error = None
+        self._last_failure = None
 
     async def _fail(self, exc: BaseException, *, retry_after: float | None) -> None:
         self._failures += 1
-        self._last_error = str(exc) or type(exc).__name__
+        self._last_failure = exc
+        self._last_error = (exc.describe() if isinstance(exc, KubeError)
+                            else str(exc) or type(exc).__name__)
         delay = self._backoff.delay(self._failures, jitter=self._jitter(), retry_after=retry_after)
         phase = "list" if self._resource_version is None else "watch"
         logger.warning("informer %s: %s failed (%s); retrying in %.1fs", self.name, phase,
@@ -662,21 +488,21 @@ class Informer(Generic[T]):
                 continue_token=token))
             items = page.get("items") or []
             if not isinstance(items, list):
-                raise MalformedResponse("a list whose items is not an array")
+                raise UnexpectedResponse("a list whose items is not an array")
             for item in items:
                 if not isinstance(item, Mapping):
-                    raise MalformedResponse("a list item that is not an object")
+                    raise UnexpectedResponse("a list item that is not an object")
                 key = object_key(item)
                 fresh.setdefault(key.namespace, {})[key.name] = self._project(item)
             metadata = page.get("metadata") or {}
             if not isinstance(metadata, Mapping):
-                raise MalformedResponse("a list whose metadata is not an object")
+                raise UnexpectedResponse("a list whose metadata is not an object")
             token = metadata.get("continue") or None
             if token is None:
                 version = metadata.get("resourceVersion")
                 break
         if not isinstance(version, str) or not version:
-            raise MalformedResponse("a list without metadata.resourceVersion")
+            raise UnexpectedResponse("a list without metadata.resourceVersion")
         self._replace(fresh)
         self._resource_version = version
         logger.info("informer %s: listed %d objects at resourceVersion %s", self.name,
@@ -686,33 +512,16 @@ class Informer(Generic[T]):
             self._settled.set()
 
     async def _read_json(self, options: RequestOptions) -> Mapping[str, Any]:
-        response = await self._open(options)
-        try:
+        async with self._source.open(options) as response:
+            await _raise_for_status(response)
             body = await response.read()
-        finally:
-            response.release()
         try:
             parsed = json.loads(body)
         except ValueError:
-            raise MalformedResponse("a list response that is not JSON") from None
+            raise UnexpectedResponse("a list response that is not JSON") from None
         if not isinstance(parsed, Mapping):
-            raise MalformedResponse("a list response that is not an object")
+            raise UnexpectedResponse("a list response that is not an object")
         return cast(Mapping[str, Any], parsed)
-
-    async def _open(self, options: RequestOptions) -> aiohttp.ClientResponse:
-        try:
-            response = await self._source.open(options)
-        except ApiException as exc:  # newer wheels raise for error statuses themselves
-            raise _error_from_api_exception(exc) from None
-        if 200 <= response.status < 300:
-            return response
-        try:
-            body = await response.read()
-        except (aiohttp.ClientError, TimeoutError):
-            body = b""
-        finally:
-            response.release()
-        raise _error_from_http(response.status, body=body, headers=response.headers)
 
     def _replace(self, fresh: dict[str, dict[str, T]]) -> None:
         old, self._store = self._store, fresh
@@ -737,8 +546,9 @@ class Informer(Generic[T]):
     async def watch_once(self) -> WatchResult:
         """One WATCH connection from the current RV, applied to the cache until it ends.
 
-        Returns how it ended normally; raises StatusError (ResourceExpired for 410, whether sent
-        as HTTP or as an ERROR event), MalformedResponse, or a transport error.
+        Returns how it ended normally; raises a KubeError (Gone for 410, whether sent as HTTP or
+        as an ERROR event; UnexpectedResponse for what the API never sends), or a transport
+        error.
         """
         if self._resource_version is None:
             raise RuntimeError(f"informer {self.name}: watch_once needs a LIST first")
@@ -751,33 +561,32 @@ class Informer(Generic[T]):
                                                   sock_read=server_timeout + self._read_grace))
         started = self._clock()
         self.watches += 1
-        response = await self._open(options)
         events = bookmarks = 0
         end: WatchEnd | None = None
-        try:
-            while end is None:
-                try:
-                    async with asyncio.timeout(self._inactivity_timeout):
-                        line = await response.content.readline()
-                except TimeoutError:  # ours, or aiohttp's sock_read: either way, reconnect
-                    end = WatchEnd.INACTIVE
-                    logger.info("informer %s: watch silent for too long; resuming from %s",
-                                self.name, self._resource_version)
-                    break
-                if not line:
-                    end = WatchEnd.CLOSED
-                    break
-                if not line.strip():
-                    continue
-                if self._apply_line(line):
-                    events += 1
-                else:
-                    bookmarks += 1
-        finally:
-            if end is WatchEnd.CLOSED:
-                response.release()
-            else:
-                response.close()
+        async with self._source.open(options) as response:
+            await _raise_for_status(response)
+            try:
+                while end is None:
+                    try:
+                        async with asyncio.timeout(self._inactivity_timeout):
+                            line = await response.content.readline()
+                    except TimeoutError:  # ours, or aiohttp's sock_read: either way, reconnect
+                        end = WatchEnd.INACTIVE
+                        logger.info("informer %s: watch silent for too long; resuming from %s",
+                                    self.name, self._resource_version)
+                        break
+                    if not line:
+                        end = WatchEnd.CLOSED
+                        break
+                    if not line.strip():
+                        continue
+                    if self._apply_line(line):
+                        events += 1
+                    else:
+                        bookmarks += 1
+            finally:
+                if end is not WatchEnd.CLOSED:
+                    response.close()  # a half-read or silent stream must not go back to the pool
         return WatchResult(end=end, events=events, bookmarks=bookmarks,
                            seconds=self._clock() - started)
 
@@ -786,17 +595,17 @@ class Informer(Generic[T]):
         try:
             event = json.loads(line)
         except ValueError:
-            raise MalformedResponse("a watch line that is not JSON") from None
+            raise UnexpectedResponse("a watch line that is not JSON") from None
         if not isinstance(event, Mapping):
-            raise MalformedResponse("a watch line that is not an object")
+            raise UnexpectedResponse("a watch line that is not an object")
         kind = event.get("type")
         obj = event.get("object")
         if kind is None and (event.get("kind") == "Status" or "code" in event):
-            raise _error_from_status_object(event)  # a bare Status line instead of an event
+            raise error_from_status(event)  # a bare Status line instead of an event
         if kind == "ERROR":
-            raise _error_from_status_object(obj)
+            raise error_from_status(obj)
         if not isinstance(obj, Mapping):
-            raise MalformedResponse("a watch event without an object")
+            raise UnexpectedResponse("a watch event without an object")
         metadata = obj.get("metadata")
         version = metadata.get("resourceVersion") if isinstance(metadata, Mapping) else None
         if kind == "BOOKMARK":
@@ -842,3 +651,15 @@ class Informer(Generic[T]):
         except Exception:
             logger.exception("informer %s: a listener failed on %s %s", self.name, event.kind,
                              event.key)
+
+
+async def _raise_for_status(response: aiohttp.ClientResponse) -> None:
+    """Raise the KubeError of a response that is not a success (its body read for the Status)."""
+    if 200 <= response.status < 300:
+        return
+    try:
+        body = await response.read()
+    except (aiohttp.ClientError, TimeoutError):
+        body = b""
+    raise error_from_response(response.status, headers=response.headers, body=body,
+                              verb=response.method)

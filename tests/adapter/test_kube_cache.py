@@ -1,4 +1,4 @@
-"""adapter/kube.py object caches, discovery and the auth ConfigMap against the fake apiserver."""
+"""The adapter's object caches, resource catalog and auth ConfigMap against the fake apiserver."""
 
 from __future__ import annotations
 
@@ -8,20 +8,20 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from kubernetes_asyncio.client import ApiClient
 
+from adapter.kube.catalog import ClusterCatalog
 from adapter.kube.objects import (
     AUTHENTICATION_CONFIGMAP,
-    Discovery,
-    KubeUnavailable,
+    USER_AGENT,
     ObjectCaches,
-    UnknownResource,
     authentication_config_informer,
-    connect,
 )
 from adapter.rules.resources import GroupResource
 from metricscale.core.selectors import parse_selector
-from metricscale.kube.informer import Backoff, InformerEvent, ObjectMeta
+from metricscale.kube.errors import KubeUnavailable, UnknownResource
+from metricscale.kube.http import KubeHTTP, connect, open_kube_http
+from metricscale.kube.informer import InformerEvent, ObjectMeta
+from metricscale.kube.retry import Backoff
 from tests.fakes.kube_api import DropConnection, FakeKubeAPI, Latency, StallWatch
 
 PODS = GroupResource("pods")
@@ -39,12 +39,12 @@ def kube(fake_kube: FakeKubeAPI) -> FakeKubeAPI:
 
 
 @pytest.fixture
-def api(kube_api_client: ApiClient) -> ApiClient:
-    return kube_api_client
+def api(kube_session: KubeHTTP) -> KubeHTTP:
+    return kube_session
 
 
-def make_caches(api: ApiClient, **options: Any) -> ObjectCaches:
-    return ObjectCaches(api=api, discovery=Discovery(api), sync_timeout=5.0,
+def make_caches(api: KubeHTTP, **options: Any) -> ObjectCaches:
+    return ObjectCaches(http=api, catalog=ClusterCatalog(api), sync_timeout=5.0,
                         informer_options={**FAST, **options})
 
 
@@ -97,7 +97,7 @@ async def eventually(check: Callable[[], bool], seconds: float = 10.0) -> None:
 
 
 async def test_cache_fills_from_one_list_and_selects_in_name_order(
-        kube: FakeKubeAPI, api: ApiClient) -> None:
+        kube: FakeKubeAPI, api: KubeHTTP) -> None:
     for name, app in [("web-b", "web"), ("web-a", "web"), ("db-0", "db")]:
         kube.create_pod(name, labels={"app": app})
     kube.create_pod("web-other-ns", namespace="shop", labels={"app": "web"})
@@ -117,7 +117,7 @@ async def test_cache_fills_from_one_list_and_selects_in_name_order(
     assert "as=PartialObjectMetadataList" in (lists(kube)[0].header("Accept") or "")
 
 
-async def test_cache_follows_added_modified_deleted(kube: FakeKubeAPI, api: ApiClient) -> None:
+async def test_cache_follows_added_modified_deleted(kube: FakeKubeAPI, api: KubeHTTP) -> None:
     kube.create_pod("a", labels={"app": "web"})
     caches = make_caches(api)
     try:
@@ -139,7 +139,7 @@ async def test_cache_follows_added_modified_deleted(kube: FakeKubeAPI, api: ApiC
 
 
 async def test_a_remembered_selection_is_dropped_when_the_objects_change(
-        kube: FakeKubeAPI, api: ApiClient) -> None:
+        kube: FakeKubeAPI, api: KubeHTTP) -> None:
     kube.create_pod("a", labels={"app": "web"})
     caches = make_caches(api)
     try:
@@ -161,7 +161,7 @@ async def test_a_remembered_selection_is_dropped_when_the_objects_change(
         await caches.close()
 
 
-async def test_cache_relists_after_410_and_catches_up(kube: FakeKubeAPI, api: ApiClient) -> None:
+async def test_cache_relists_after_410_and_catches_up(kube: FakeKubeAPI, api: KubeHTTP) -> None:
     kube.create_pod("before")
     caches = make_caches(api, watch_timeout_seconds=1)
     try:
@@ -181,7 +181,7 @@ async def test_cache_relists_after_410_and_catches_up(kube: FakeKubeAPI, api: Ap
 
 
 async def test_dropped_watch_resumes_from_the_last_version_without_duplicates(
-        kube: FakeKubeAPI, api: ApiClient) -> None:
+        kube: FakeKubeAPI, api: KubeHTTP) -> None:
     caches = make_caches(api, watch_timeout_seconds=1)
     try:
         changes = await subscribed(caches, PODS)
@@ -199,7 +199,7 @@ async def test_dropped_watch_resumes_from_the_last_version_without_duplicates(
     assert versions == sorted(versions)
 
 
-async def test_stalled_watch_is_abandoned_and_resumed(kube: FakeKubeAPI, api: ApiClient) -> None:
+async def test_stalled_watch_is_abandoned_and_resumed(kube: FakeKubeAPI, api: KubeHTTP) -> None:
     kube.add_fault(PODS_PATH, StallWatch(), method="GET")  # the first request: the LIST
     caches = make_caches(api, inactivity_timeout=0.3, list_read_timeout=0.3)
     try:
@@ -216,11 +216,12 @@ async def test_stalled_watch_is_abandoned_and_resumed(kube: FakeKubeAPI, api: Ap
 
 
 async def test_a_forbidden_resource_is_unavailable_with_a_reason(kube: FakeKubeAPI,
-                                                                 api: ApiClient) -> None:
+                                                                 api: KubeHTTP) -> None:
     kube.authorizer = lambda attributes: attributes.resource != "pods"
     kube.add_user(token="adapter", username="system:serviceaccount:monitoring:adapter")
-    async with ApiClient(configuration=kube.api_client_configuration("adapter")) as limited:
-        caches = ObjectCaches(api=limited, discovery=Discovery(limited), sync_timeout=0.3,
+    async with open_kube_http(kube.api_client_configuration("adapter"),
+                              user_agent=USER_AGENT) as limited:
+        caches = ObjectCaches(http=limited, catalog=ClusterCatalog(limited), sync_timeout=0.3,
                               informer_options=FAST)
         try:
             with pytest.raises(KubeUnavailable, match="not allowed to list and watch pods"):
@@ -230,9 +231,9 @@ async def test_a_forbidden_resource_is_unavailable_with_a_reason(kube: FakeKubeA
 
 
 async def test_discovery_includes_crds_with_their_real_scope(kube: FakeKubeAPI,
-                                                             api: ApiClient) -> None:
+                                                             api: KubeHTTP) -> None:
     clock = [0.0]
-    discovery = Discovery(api, min_refresh_interval=30, clock=lambda: clock[0])
+    discovery = ClusterCatalog(api, min_refresh_interval=30, clock=lambda: clock[0])
     await discovery.refresh()
     assert discovery.catalog.find(GroupResource("widgets")) is None
     kube.create_crd(group="example.com", kind="Widget", plural="widgets", scope="Cluster")
@@ -252,7 +253,7 @@ async def test_discovery_includes_crds_with_their_real_scope(kube: FakeKubeAPI,
 
 
 async def test_cluster_scoped_custom_objects_are_selected(kube: FakeKubeAPI,
-                                                          api: ApiClient) -> None:
+                                                          api: KubeHTTP) -> None:
     kube.create_crd(group="example.com", kind="Widget", plural="widgets", scope="Cluster")
     for name, tier in [("w2", "gold"), ("w1", "gold"), ("w3", "iron")]:
         kube.create("example.com", "v1", "widgets",
@@ -268,7 +269,7 @@ async def test_cluster_scoped_custom_objects_are_selected(kube: FakeKubeAPI,
 
 
 async def test_authentication_configmap_is_watched_by_name(kube: FakeKubeAPI,
-                                                           api: ApiClient) -> None:
+                                                           api: KubeHTTP) -> None:
     seen: list[Mapping[str, str] | None] = []
     informer = authentication_config_informer(api, on_change=seen.append, **FAST)
     async with informer:
@@ -285,11 +286,11 @@ async def test_authentication_configmap_is_watched_by_name(kube: FakeKubeAPI,
 async def test_connect_from_a_kubeconfig_over_tls_serves_selections(kube: FakeKubeAPI,
                                                                    kubeconfig: Path) -> None:
     kube.create_pod("p", labels={"app": "web"})
-    async with connect(kubeconfig=str(kubeconfig)) as client:
+    async with connect(kubeconfig=str(kubeconfig), user_agent=USER_AGENT) as client:
         caches = make_caches(client)
         try:
             assert await caches.select(PODS, namespace="default",
                                        selector=parse_selector("app")) == ["p"]
-            assert caches.discovery.catalog.find(GroupResource("pods")) is not None
+            assert caches.catalog.catalog.find(GroupResource("pods")) is not None
         finally:
             await caches.close()

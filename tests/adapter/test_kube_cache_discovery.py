@@ -1,4 +1,5 @@
-"""adapter/kube.py discovery and connection against a scripted API server (no cluster needed)."""
+"""The cluster catalog over the shared discovery client, and connecting, against a scripted API
+server (no cluster needed)."""
 
 from __future__ import annotations
 
@@ -12,20 +13,15 @@ from typing import Any
 import pytest
 import yaml
 from aiohttp import web
-from kubernetes_asyncio.client import ApiClient, Configuration
 from prometheus_client import CollectorRegistry
 
-from adapter.kube.objects import (
-    DiscoveredResources,
-    Discovery,
-    KubeConfigError,
-    KubeUnavailable,
-    UnknownResource,
-    connect,
-    parse_aggregated_discovery,
-    resolve_kubeconfig,
-)
+from adapter.kube.catalog import ClusterCatalog, DiscoveredResources
+from adapter.kube.objects import USER_AGENT
 from adapter.rules.resources import GroupResource, ResourceInfo
+from metricscale.kube.config import Configuration
+from metricscale.kube.discovery import parse_aggregated_discovery
+from metricscale.kube.errors import KubeConfigError, KubeUnavailable, UnknownResource
+from metricscale.kube.http import KubeHTTP, connect, open_kube_http
 
 ALL_VERBS = ["create", "delete", "get", "list", "patch", "update", "watch"]
 
@@ -118,11 +114,12 @@ class Scripted:
 
 
 @contextlib.asynccontextmanager
-async def scripted_api(aiohttp_server: Any, script: Scripted) -> AsyncIterator[ApiClient]:
+async def scripted_api(aiohttp_server: Any, script: Scripted) -> AsyncIterator[KubeHTTP]:
     app = web.Application()
     app.router.add_route("GET", "/{tail:.*}", script.handle)
     server = await aiohttp_server(app)
-    async with ApiClient(Configuration(host=f"http://127.0.0.1:{server.port}")) as api:
+    async with open_kube_http(Configuration(host=f"http://127.0.0.1:{server.port}"),
+                              user_agent=USER_AGENT) as api:
         yield api
 
 
@@ -156,7 +153,7 @@ async def test_legacy_discovery_walks_every_group_version_preferred_first(
         aiohttp_server: Any) -> None:
     script = Scripted(dict(LEGACY))
     async with scripted_api(aiohttp_server, script) as api:
-        discovery = Discovery(api)
+        discovery = ClusterCatalog(api)
         assert not discovery.discovered
         await discovery.refresh()
     catalog = discovery.catalog
@@ -172,7 +169,7 @@ async def test_legacy_discovery_walks_every_group_version_preferred_first(
 async def test_aggregated_discovery_takes_two_requests(aiohttp_server: Any) -> None:
     script = Scripted(dict(LEGACY), aggregated=AGGREGATED)
     async with scripted_api(aiohttp_server, script) as api:
-        discovery = Discovery(api)
+        discovery = ClusterCatalog(api)
         await discovery.refresh()
     assert [path for path, _, _ in script.seen] == ["/api", "/apis"]
     widgets = discovery.catalog.find(GroupResource("widgets"))
@@ -186,7 +183,7 @@ async def test_unknown_resource_refreshes_at_most_once_per_interval(aiohttp_serv
     script = Scripted(documents)
     clock = Clock()
     async with scripted_api(aiohttp_server, script) as api:
-        discovery = Discovery(api, min_refresh_interval=30, clock=clock)
+        discovery = ClusterCatalog(api, min_refresh_interval=30, clock=clock)
         await discovery.refresh()
         assert discovery.passes == 1
         # A CRD appears; lookups within the interval do not hammer discovery.
@@ -207,7 +204,7 @@ async def test_a_failed_pass_keeps_the_last_good_catalog(aiohttp_server: Any) ->
     script = Scripted(dict(LEGACY))
     clock = Clock()
     async with scripted_api(aiohttp_server, script) as api:
-        discovery = Discovery(api, clock=clock)
+        discovery = ClusterCatalog(api, clock=clock)
         good = await discovery.refresh()
         clock.now += 5
         script.failing = True
@@ -228,7 +225,7 @@ async def test_an_unavailable_group_version_is_skipped_and_the_rest_used(
     script = Scripted(dict(LEGACY), failing_paths={"/apis/example.com/v1beta1"})
     registry = CollectorRegistry()
     async with scripted_api(aiohttp_server, script) as api:
-        discovery = Discovery(api, registry=registry)
+        discovery = ClusterCatalog(api, registry=registry)
         await discovery.refresh()
     assert discovery.discovered
     assert discovery.catalog.find(GroupResource("deployments", "apps")) is not None
@@ -243,7 +240,7 @@ async def test_a_group_version_that_fails_later_keeps_its_resources_from_the_las
     script = Scripted(dict(LEGACY))
     registry = CollectorRegistry()
     async with scripted_api(aiohttp_server, script) as api:
-        discovery = Discovery(api, registry=registry)
+        discovery = ClusterCatalog(api, registry=registry)
         await discovery.refresh()
         script.failing_paths = {"/apis/example.com/v1beta1"}
         await discovery.refresh()
@@ -261,7 +258,7 @@ async def test_a_group_version_that_fails_later_keeps_its_resources_from_the_las
 async def test_without_the_core_group_version_the_pass_fails(aiohttp_server: Any) -> None:
     script = Scripted(dict(LEGACY), failing_paths={"/api/v1"})
     async with scripted_api(aiohttp_server, script) as api:
-        discovery = Discovery(api)
+        discovery = ClusterCatalog(api)
         with pytest.raises(KubeUnavailable, match="core group version"):
             await discovery.refresh()
     assert not discovery.discovered  # the built-in catalog still answers
@@ -275,7 +272,7 @@ async def test_a_stale_aggregated_group_version_is_skipped_as_failed(
         {**example["versions"][0], "freshness": "Stale"}, example["versions"][1]]}]
     script = Scripted(dict(LEGACY), aggregated=aggregated)
     async with scripted_api(aiohttp_server, script) as api:
-        discovery = Discovery(api)
+        discovery = ClusterCatalog(api)
         await discovery.refresh()
     widgets = discovery.catalog.find(GroupResource("widgets"))
     assert widgets is not None and (widgets.version, widgets.namespaced) == ("v1beta1", True)
@@ -285,22 +282,10 @@ async def test_a_stale_aggregated_group_version_is_skipped_as_failed(
 async def test_builtin_catalog_answers_before_the_first_pass(aiohttp_server: Any) -> None:
     script = Scripted({}, failing=True)
     async with scripted_api(aiohttp_server, script) as api:
-        discovery = Discovery(api)
+        discovery = ClusterCatalog(api)
         info = await discovery.find(GroupResource("deployments"))
     assert info.group_resource == GroupResource("deployments", "apps")
     assert not discovery.discovered
-
-
-@pytest.mark.parametrize(("kubeconfig", "lister", "expected"), [
-    (None, None, None), ("/a", None, "/a"), (None, "/b", "/b"), ("/a", "/a", "/a")])
-def test_lister_kubeconfig_means_kubeconfig(kubeconfig: str | None, lister: str | None,
-                                            expected: str | None) -> None:
-    assert resolve_kubeconfig(kubeconfig, lister) == expected
-
-
-def test_two_different_kubeconfigs_are_refused() -> None:
-    with pytest.raises(KubeConfigError):
-        resolve_kubeconfig("/a", "/b")
 
 
 async def test_connect_uses_the_kubeconfig_without_touching_the_global_default(
@@ -316,8 +301,8 @@ async def test_connect_uses_the_kubeconfig_without_touching_the_global_default(
         "users": [{"name": "u", "user": {"token": "sekret"}}],
         "contexts": [{"name": "test", "context": {"cluster": "c", "user": "u"}}]}))
     default_host = Configuration.get_default_copy().host
-    async with connect(kubeconfig=str(kubeconfig)) as api:
-        await Discovery(api).refresh()
+    async with connect(kubeconfig=str(kubeconfig), user_agent=USER_AGENT) as api:
+        await ClusterCatalog(api).refresh()
     assert script.seen[0][2] == "Bearer sekret"
     assert Configuration.get_default_copy().host == default_host
 
@@ -327,7 +312,7 @@ async def test_connect_outside_a_cluster_without_kubeconfig_is_a_config_error(
     monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
     monkeypatch.delenv("KUBERNETES_SERVICE_PORT", raising=False)
     with pytest.raises(KubeConfigError):
-        async with connect(kubeconfig=None):
+        async with connect(kubeconfig=None, user_agent=USER_AGENT):
             pass
 
 
@@ -343,7 +328,7 @@ async def test_the_loop_waits_an_interval_after_each_attempt(aiohttp_server: Any
             raise asyncio.CancelledError
 
     async with scripted_api(aiohttp_server, script) as api:
-        discovery = Discovery(api, refresh_interval=60, clock=clock, sleep=sleep)
+        discovery = ClusterCatalog(api, refresh_interval=60, clock=clock, sleep=sleep)
         await discovery.refresh()  # the composition root's first pass
         clock.now += 10
         script.failing = True

@@ -15,7 +15,6 @@ import pytest
 from aiohttp.http_exceptions import LineTooLong
 from aiohttp.web import Application
 from cryptography.hazmat.primitives.serialization import Encoding
-from kubernetes_asyncio.client import ApiClient
 
 from adapter.auth.decisions import (
     ANONYMOUS,
@@ -52,6 +51,7 @@ from adapter.security.delegation import (
 from adapter.security.tls import ReloadingServerContext
 from adapter.settings import AuthFlags, parse_settings
 from metricscale import pki
+from metricscale.kube.http import KubeHTTP, open_kube_http
 from tests.fakes.kube_api import (
     DropConnection,
     FakeKubeAPI,
@@ -87,14 +87,15 @@ class Sleeps:
 
 
 @pytest.fixture
-async def api(fake_kube: FakeKubeAPI) -> AsyncIterator[ApiClient]:
+async def api(fake_kube: FakeKubeAPI) -> AsyncIterator[KubeHTTP]:
     token = "tok-adapter-service-account"
     fake_kube.add_user(token=token, username="system:serviceaccount:metricscale:adapter")
-    async with ApiClient(configuration=fake_kube.api_client_configuration(token)) as client:
+    async with open_kube_http(fake_kube.api_client_configuration(token),
+                              user_agent="metricscale-tests") as client:
         yield client
 
 
-def reviews(api: ApiClient, sleeps: Sleeps, *, timeout: float = 10.0) -> ReviewClient:
+def reviews(api: KubeHTTP, sleeps: Sleeps, *, timeout: float = 10.0) -> ReviewClient:
     client = ReviewClient(sleep=sleeps, jitter=lambda: 0.0, timeout=timeout)
     client.api = api
     return client
@@ -117,7 +118,7 @@ def request_with(*, token: str | None = None, der: bytes | None = None,
 
 
 async def test_review_retries_5xx_with_the_webhook_backoff_then_succeeds(
-        fake_kube: FakeKubeAPI, api: ApiClient) -> None:
+        fake_kube: FakeKubeAPI, api: KubeHTTP) -> None:
     sleeps = Sleeps()
     fake_kube.add_fault("subjectaccessreviews", ServerError(500), times=2)
     answer = await reviews(api, sleeps).create(
@@ -129,7 +130,7 @@ async def test_review_retries_5xx_with_the_webhook_backoff_then_succeeds(
 
 
 async def test_no_log_line_carries_a_token_review_body(
-        fake_kube: FakeKubeAPI, api: ApiClient, caplog: pytest.LogCaptureFixture) -> None:
+        fake_kube: FakeKubeAPI, api: KubeHTTP, caplog: pytest.LogCaptureFixture) -> None:
     token = "tok-reviewed-secret"
     fake_kube.add_user(token=token, username="jane")
     fake_kube.add_fault("tokenreviews", ServerError(500), times=1)
@@ -141,7 +142,7 @@ async def test_no_log_line_carries_a_token_review_body(
 
 
 async def test_review_gives_up_after_five_attempts(fake_kube: FakeKubeAPI,
-                                                   api: ApiClient) -> None:
+                                                   api: KubeHTTP) -> None:
     sleeps = Sleeps()
     fake_kube.add_fault("tokenreviews", DropConnection(), times=None)
     with pytest.raises(ReviewFailed):
@@ -151,7 +152,7 @@ async def test_review_gives_up_after_five_attempts(fake_kube: FakeKubeAPI,
 
 
 async def test_review_jitter_only_lengthens_the_delay(fake_kube: FakeKubeAPI,
-                                                      api: ApiClient) -> None:
+                                                      api: KubeHTTP) -> None:
     sleeps = Sleeps()
     client = ReviewClient(sleep=sleeps, jitter=lambda: 0.999)
     client.api = api
@@ -160,7 +161,7 @@ async def test_review_jitter_only_lengthens_the_delay(fake_kube: FakeKubeAPI,
     assert sleeps.delays == [pytest.approx(0.5 * 1.1998)]
 
 
-async def test_review_honours_retry_after_of_429(fake_kube: FakeKubeAPI, api: ApiClient) -> None:
+async def test_review_honours_retry_after_of_429(fake_kube: FakeKubeAPI, api: KubeHTTP) -> None:
     sleeps = Sleeps()
     fake_kube.add_fault("tokenreviews", TooManyRequests(retry_after=2), times=1)
     await reviews(api, sleeps).create(TOKEN_REVIEWS_PATH, {"spec": {"token": "t"}})
@@ -168,7 +169,7 @@ async def test_review_honours_retry_after_of_429(fake_kube: FakeKubeAPI, api: Ap
 
 
 async def test_review_refused_by_rbac_is_not_retried(fake_kube: FakeKubeAPI,
-                                                     api: ApiClient) -> None:
+                                                     api: KubeHTTP) -> None:
     fake_kube.authorizer = lambda attributes: attributes.resource != "subjectaccessreviews"
     sleeps = Sleeps()
     with pytest.raises(ReviewFailed) as failure:
@@ -181,7 +182,7 @@ async def test_review_refused_by_rbac_is_not_retried(fake_kube: FakeKubeAPI,
 
 
 async def test_review_slower_than_its_timeout_is_retried(fake_kube: FakeKubeAPI,
-                                                         api: ApiClient) -> None:
+                                                         api: KubeHTTP) -> None:
     sleeps = Sleeps()
     fake_kube.add_fault("tokenreviews", Latency(1.0), times=1)
     await reviews(api, sleeps, timeout=0.2).create(TOKEN_REVIEWS_PATH, {"spec": {"token": "t"}})
@@ -197,7 +198,7 @@ async def test_review_before_the_client_is_open_fails() -> None:
 # Authentication
 
 
-def authenticator(api: ApiClient, *, clock: Clock, ttl: float = 10.0,
+def authenticator(api: KubeHTTP, *, clock: Clock, ttl: float = 10.0,
                   source: AuthenticationSource | None = None) -> DelegatedAuthenticator:
     return DelegatedAuthenticator(
         source=source or AuthenticationSource(flags=AuthFlags(authentication_skip_lookup=True),
@@ -210,7 +211,7 @@ def token_reviews_of(fake: FakeKubeAPI, token: str) -> int:
 
 
 async def test_token_answers_are_cached_for_the_ttl_success_and_failure_alike(
-        fake_kube: FakeKubeAPI, api: ApiClient) -> None:
+        fake_kube: FakeKubeAPI, api: KubeHTTP) -> None:
     fake_kube.add_user(token="good", username="alice", groups=["devs"])
     clock = Clock()
     chain = authenticator(api, clock=clock)
@@ -228,7 +229,7 @@ async def test_token_answers_are_cached_for_the_ttl_success_and_failure_alike(
 
 
 async def test_token_review_that_cannot_be_made_is_a_500_and_not_cached(
-        fake_kube: FakeKubeAPI, api: ApiClient) -> None:
+        fake_kube: FakeKubeAPI, api: KubeHTTP) -> None:
     fake_kube.add_user(token="good", username="alice")
     chain = authenticator(api, clock=Clock())
     fault = fake_kube.add_fault("tokenreviews", ServerError(500), times=None)
@@ -238,7 +239,7 @@ async def test_token_review_that_cannot_be_made_is_a_500_and_not_cached(
     assert isinstance(await chain.authenticate(request_with(token="good")), Authenticated)
 
 
-async def test_zero_ttl_reviews_every_token(fake_kube: FakeKubeAPI, api: ApiClient) -> None:
+async def test_zero_ttl_reviews_every_token(fake_kube: FakeKubeAPI, api: KubeHTTP) -> None:
     fake_kube.add_user(token="good", username="alice")
     chain = authenticator(api, clock=Clock(), ttl=0)
     for _ in range(3):
@@ -247,7 +248,7 @@ async def test_zero_ttl_reviews_every_token(fake_kube: FakeKubeAPI, api: ApiClie
 
 
 async def test_concurrent_requests_with_one_token_share_one_review(
-        fake_kube: FakeKubeAPI, api: ApiClient) -> None:
+        fake_kube: FakeKubeAPI, api: KubeHTTP) -> None:
     fake_kube.add_user(token="busy", username="hpa")
     fake_kube.add_fault("tokenreviews", Latency(0.05), times=None)
     chain = authenticator(api, clock=Clock())
@@ -260,7 +261,7 @@ async def test_concurrent_requests_with_one_token_share_one_review(
 
 
 async def test_no_credentials_is_anonymous_without_any_review(fake_kube: FakeKubeAPI,
-                                                              api: ApiClient) -> None:
+                                                              api: KubeHTTP) -> None:
     chain = authenticator(api, clock=Clock())
     spoofed = (("X-Remote-User", "system:admin"), ("X-Remote-Group", "system:masters"))
     assert await chain.authenticate(request_with(headers=spoofed)) == \
@@ -288,7 +289,7 @@ def proxy_setup(tmp_path: Path) -> tuple[AuthenticationSource, bytes, bytes]:
 
 
 async def test_certificates_decide_without_any_review(tmp_path: Path, fake_kube: FakeKubeAPI,
-                                                      api: ApiClient) -> None:
+                                                      api: KubeHTTP) -> None:
     source, proxy_der, user_der = proxy_setup(tmp_path)
     assert source.needs_lookup is False and source.loaded is True
     chain = authenticator(api, clock=Clock(), source=source)
@@ -311,7 +312,7 @@ async def test_certificates_decide_without_any_review(tmp_path: Path, fake_kube:
 # Authorization
 
 
-def authorizer(api: ApiClient, *, clock: Clock, authorized_ttl: float = 10.0,
+def authorizer(api: KubeHTTP, *, clock: Clock, authorized_ttl: float = 10.0,
                unauthorized_ttl: float = 10.0) -> DelegatedAuthorizer:
     return DelegatedAuthorizer(
         reviews=reviews(api, Sleeps()),
@@ -324,7 +325,7 @@ def answer_by_user(fake: FakeKubeAPI, answers: dict[str, dict[str, Any]]) -> Non
 
 
 async def test_masters_and_always_allowed_paths_cost_no_review(fake_kube: FakeKubeAPI,
-                                                               api: ApiClient) -> None:
+                                                               api: KubeHTTP) -> None:
     chain = authorizer(api, clock=Clock())
     masters = UserInfo(name="system:kube-aggregator", groups=("system:masters",))
     assert (await chain.authorize(masters, PODS_METRIC)).decision is Decision.ALLOW
@@ -334,7 +335,7 @@ async def test_masters_and_always_allowed_paths_cost_no_review(fake_kube: FakeKu
 
 
 async def test_decisions_are_cached_per_spec_with_their_own_ttls(fake_kube: FakeKubeAPI,
-                                                                 api: ApiClient) -> None:
+                                                                 api: KubeHTTP) -> None:
     answer_by_user(fake_kube, {"alice": {"allowed": True},
                                "bob": {"allowed": False, "denied": True, "reason": "no"}})
     clock = Clock()
@@ -357,7 +358,7 @@ async def test_decisions_are_cached_per_spec_with_their_own_ttls(fake_kube: Fake
 
 
 async def test_oversized_attributes_are_reviewed_every_time(fake_kube: FakeKubeAPI,
-                                                            api: ApiClient) -> None:
+                                                            api: KubeHTTP) -> None:
     answer_by_user(fake_kube, {"alice": {"allowed": True}})
     chain = authorizer(api, clock=Clock())
     huge = RequestAttributes(verb="get", path="/" + "x" * 10_000)
@@ -367,7 +368,7 @@ async def test_oversized_attributes_are_reviewed_every_time(fake_kube: FakeKubeA
 
 
 async def test_no_opinion_both_answers_and_failures(fake_kube: FakeKubeAPI,
-                                                    api: ApiClient) -> None:
+                                                    api: KubeHTTP) -> None:
     answer_by_user(fake_kube, {"nobody": {"allowed": False},
                                "confused": {"allowed": True, "denied": True},
                                "garbled": {"allowed": "yes"}})
@@ -557,7 +558,7 @@ def test_unparsable_request_bytes_are_withheld_from_aiohttp_log(
 
 
 async def test_authenticators_close_their_in_flight_reviews(fake_kube: FakeKubeAPI,
-                                                            api: ApiClient) -> None:
+                                                            api: KubeHTTP) -> None:
     fake_kube.add_fault("tokenreviews", Latency(5.0), times=1)
     chain = authenticator(api, clock=Clock())
     waiting = asyncio.ensure_future(chain.authenticate(request_with(token="slow")))

@@ -17,22 +17,18 @@ from autoscaler.controller.watching import (
     SelectorRegistry,
     project_autoscaler,
 )
-from autoscaler.errors import (
-    Conflict,
-    KindNotFound,
-    KubeError,
-    MetricsError,
-    TargetNotFound,
-)
+from autoscaler.kube.metrics_api import MetricsError
 from autoscaler.kube.operations import (
     EventType,
     ObjectReference,
-    ResourceMapping,
     Scale,
     ScaleTargetRef,
+    TargetNotFound,
     merge_patch,
 )
 from autoscaler.model import Pod
+from metricscale.kube.discovery import ResourceMapping
+from metricscale.kube.errors import Conflict, KindNotFound, KubeError
 
 
 async def eventually(check: Callable[[], object], within: float = 5.0,

@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 from prometheus_client import CollectorRegistry
 
+from autoscaler.controller.leader import NotLeader
 from autoscaler.controller.watching import AutoscalerEntry, AutoscalerKey, project_autoscaler
 from autoscaler.controller.workqueue import (
     CURRENT_OBJECT,
@@ -25,7 +26,6 @@ from autoscaler.controller.workqueue import (
     needs_immediate_sync,
 )
 from autoscaler.decision.persistence import DRY_RUN_ANNOTATION
-from autoscaler.errors import NotLeader
 from metricscale.kube.informer import InformerEvent, ObjectKey
 from tests.autoscaler.controller_support import eventually
 

@@ -11,14 +11,10 @@ from typing import Any
 import pytest
 from prometheus_client import CollectorRegistry
 
-from autoscaler import errors
-from autoscaler.kube.operations import (
-    KubeClient,
-    ObjectReference,
-    RetryPolicy,
-    ScaleTargetRef,
-    open_kube_http,
-)
+from autoscaler.kube.operations import KubeClient, ObjectReference, ScaleTargetRef, TargetNotFound
+from metricscale.kube import errors
+from metricscale.kube.http import open_kube_http
+from metricscale.kube.retry import RetryPolicy
 from tests.fakes.kube_api import DropConnection, FakeKubeAPI, ServerError, TooManyRequests
 
 NOW = datetime(2024, 5, 1, 12, 0, 21, tzinfo=UTC)
@@ -157,7 +153,7 @@ async def test_get_scale_reads_replicas_selector_and_resource_version(
 
 async def test_scale_of_a_missing_target_is_target_not_found(kube: KubeClient) -> None:
     target = await kube.resolve_scale_target(ScaleTargetRef("apps/v1", "Deployment", "gone"))
-    with pytest.raises(errors.TargetNotFound) as caught:
+    with pytest.raises(TargetNotFound) as caught:
         await kube.get_scale(target, namespace="shop", name="gone")
     assert str(caught.value) == 'deployments.apps "gone" not found'
 

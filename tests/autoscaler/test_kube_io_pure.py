@@ -1,4 +1,5 @@
-"""kube.py's pure parts: errors, retries, MicroTime, merge patches, event and lease bodies."""
+"""The pure parts of Kubernetes access: errors, retries, MicroTime, merge patches, event and lease
+bodies."""
 
 from __future__ import annotations
 
@@ -6,32 +7,29 @@ import json
 from datetime import UTC, datetime, timedelta, timezone
 
 import pytest
-from kubernetes_asyncio.client.exceptions import ApiException
 from multidict import CIMultiDict, CIMultiDictProxy
 
-from autoscaler import errors
 from autoscaler.controller.leader import LeaseSpec
 from autoscaler.kube.operations import (
-    ErrorContext,
     ObjectReference,
-    ResourceMapping,
-    RetryPolicy,
-    error_from_api_exception,
     format_micro_time,
     merge_patch,
-    parse_group_version,
     parse_lease,
     parse_micro_time,
     render_event,
     render_lease_spec,
 )
+from metricscale.kube import errors
+from metricscale.kube.discovery import ResourceMapping, parse_group_version
+from metricscale.kube.errors import ErrorContext, error_from_response
+from metricscale.kube.retry import RetryPolicy
 
 
-def api_exception(status: int, body: str | None, **headers: str) -> ApiException:
-    exc = ApiException(status=status, reason="x")
-    exc.body = body  # type: ignore[assignment]  # __call_api decodes the body to str
-    exc.headers = CIMultiDictProxy(CIMultiDict(headers))
-    return exc
+def mapped(status: int, body: str | None, *, verb: str, context: ErrorContext | None = None,
+           **headers: str) -> errors.KubeError:
+    """The error for one failed answer, mapped as every request's is."""
+    return error_from_response(status, headers=CIMultiDictProxy(CIMultiDict(headers)), body=body,
+                               verb=verb, context=context)
 
 
 def status_body(code: int, reason: str, message: str, **details: object) -> str:
@@ -62,31 +60,31 @@ def status_body(code: int, reason: str, message: str, **details: object) -> str:
 ])
 def test_status_bodies_map_to_one_typed_error_keeping_the_server_message(
         status: int, reason: str, verb: str, cls: type[errors.KubeError]) -> None:
-    err = error_from_api_exception(api_exception(status, status_body(status, reason, "it broke")),
+    err = mapped(status, status_body(status, reason, "it broke"),
                                    verb=verb)
     assert type(err) is cls
     assert (str(err), err.status, err.reason) == ("it broke", status, reason)
 
 
 def test_conflict_on_update_is_not_already_exists() -> None:
-    err = error_from_api_exception(api_exception(409, status_body(
+    err = mapped(409, status_body(
         409, "Conflict", 'Operation cannot be fulfilled on leases.coordination.k8s.io "x": '
         "the object has been modified; please apply your changes to the latest version and "
-        "try again")), verb="PUT")
+        "try again"), verb="PUT")
     assert type(err) is errors.Conflict
 
 
 def test_retry_after_comes_from_the_header() -> None:
-    err = error_from_api_exception(api_exception(
+    err = mapped(
         429, status_body(429, "TooManyRequests", "Too many requests, please try again later."),
-        **{"Retry-After": "3"}), verb="GET")
+        **{"Retry-After": "3"}, verb="GET")
     assert isinstance(err, errors.TooManyRequests)
     assert err.retry_after == 3.0
 
 
 def test_retry_after_comes_from_status_details_without_a_header() -> None:
-    err = error_from_api_exception(api_exception(
-        503, status_body(503, "ServiceUnavailable", "not ready", retryAfterSeconds=2)),
+    err = mapped(
+        503, status_body(503, "ServiceUnavailable", "not ready", retryAfterSeconds=2),
         verb="GET")
     assert isinstance(err, errors.ServerError)
     assert err.retry_after == 2.0
@@ -107,13 +105,13 @@ def test_retry_after_comes_from_status_details_without_a_header() -> None:
 def test_bodies_that_are_not_status_get_client_go_generic_messages(
         status: int, content_type: str, body: str, context: ErrorContext | None,
         message: str) -> None:
-    err = error_from_api_exception(api_exception(status, body, **{"Content-Type": content_type}),
+    err = mapped(status, body, **{"Content-Type": content_type},
                                    verb="GET", context=context)
     assert str(err) == message
 
 
-def test_watch_style_exception_without_body_still_maps() -> None:
-    err = error_from_api_exception(api_exception(403, None), verb="GET")
+def test_an_answer_without_body_still_maps() -> None:
+    err = mapped(403, None, verb="GET")
     assert type(err) is errors.Forbidden
 
 
@@ -246,7 +244,7 @@ def test_parse_group_version(api_version: str, parsed: tuple[str, str]) -> None:
 
 
 def test_bad_group_version_has_upstreams_message() -> None:
-    with pytest.raises(errors.InvalidTargetReference,
+    with pytest.raises(errors.InvalidGroupVersion,
                        match="unexpected GroupVersion string: a/b/c"):
         parse_group_version("a/b/c")
 

@@ -14,10 +14,11 @@ from autoscaler.controller.leader import (
     LeaderGuard,
     Lease,
     LeaseSpec,
+    NotLeader,
     add_leader_election_arguments,
     leader_election_config,
 )
-from autoscaler.errors import AlreadyExists, Conflict, KubeError, NotLeader, ServerError
+from metricscale.kube.errors import AlreadyExists, Conflict, KubeError, ServerError
 
 T0 = datetime(2024, 5, 1, 12, 0, 0, tzinfo=UTC)
 CONFIG = LeaderElectionConfig(resource_name="autoscaler", resource_namespace="ops")

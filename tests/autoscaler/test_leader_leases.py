@@ -9,9 +9,10 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from prometheus_client import CollectorRegistry
 
-from autoscaler import errors
 from autoscaler.controller.leader import LeaderElectionConfig, LeaderElector, LeaseSpec
-from autoscaler.kube.operations import KubeClient, open_kube_http
+from autoscaler.kube.operations import KubeClient
+from metricscale.kube import errors
+from metricscale.kube.http import open_kube_http
 from tests.fakes.kube_api import FakeKubeAPI
 
 T0 = datetime(2024, 5, 1, 12, 0, 0, tzinfo=UTC)

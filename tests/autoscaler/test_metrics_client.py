@@ -12,10 +12,10 @@ import pytest
 from aiohttp import web
 from prometheus_client import CollectorRegistry
 
-from autoscaler.errors import MetricsError
-from autoscaler.kube.metrics_api import MetricsClient
-from autoscaler.kube.operations import KubeClient, open_kube_http
+from autoscaler.kube.metrics_api import MetricsClient, MetricsError
+from autoscaler.kube.operations import KubeClient
 from metricscale import pki
+from metricscale.kube.http import open_kube_http
 from tests.fakes.kube_api import FakeKubeAPI
 
 SERVICE = ("ops", "metrics-backend")

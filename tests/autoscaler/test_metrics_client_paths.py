@@ -7,9 +7,9 @@ from typing import Any
 
 import pytest
 
-from autoscaler.errors import KindNotFound, MetricsError, NotFound, ServerError
-from autoscaler.kube.metrics_api import MetricsClient, choose_custom_metrics_version
-from autoscaler.kube.operations import ErrorContext, ResourceMapping
+from autoscaler.kube.metrics_api import MetricsClient, MetricsError, choose_custom_metrics_version
+from metricscale.kube.discovery import ResourceMapping
+from metricscale.kube.errors import ErrorContext, KindNotFound, NotFound, ServerError
 
 
 def group(preferred: str, *versions: str) -> dict[str, Any]:

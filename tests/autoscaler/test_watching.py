@@ -190,9 +190,9 @@ def autoscaler_object(name: str, namespace: str, target: str, **spec: Any) -> di
 
 
 @pytest.fixture
-async def watching(fake_kube: FakeKubeAPI, kube_api_client: Any) -> AsyncIterator[Watching]:
+async def watching(fake_kube: FakeKubeAPI, kube_session: Any) -> AsyncIterator[Watching]:
     install_crd(fake_kube)
-    watch = Watching(lambda path: PathSource(kube_api_client, path), native_hpa=True,
+    watch = Watching(lambda path: PathSource(kube_session, path), native_hpa=True,
                      informer_options={"watch_timeout_seconds": 30})
     watch.start()
     try:
@@ -225,14 +225,14 @@ async def test_caches_fill_from_lists_and_follow_watches(fake_kube: FakeKubeAPI,
 
 
 async def test_a_paged_list_across_namespaces_sharing_a_prefix_fills_every_pod(
-        fake_kube: FakeKubeAPI, kube_api_client: Any) -> None:
+        fake_kube: FakeKubeAPI, kube_session: Any) -> None:
     # "a" and "a-b": in key order (etcd's, `namespace/name`) "a-b/..." sorts before "a/...".
     # A page boundary inside "a" must not lose the pods of "a-b".
     install_crd(fake_kube)
     for namespace in ("a", "a-b", "b"):
         for index in range(3):
             fake_kube.create_pod(f"p{index}", namespace=namespace, labels={"app": "web"})
-    watch = Watching(lambda path: PathSource(kube_api_client, path),
+    watch = Watching(lambda path: PathSource(kube_session, path),
                      informer_options={"page_size": 2, "watch_timeout_seconds": 30})
     watch.start()
     try:
@@ -246,8 +246,8 @@ async def test_a_paged_list_across_namespaces_sharing_a_prefix_fills_every_pod(
 
 
 async def test_a_watch_cut_by_compaction_relists_and_keeps_following(
-        fake_kube: FakeKubeAPI, kube_api_client: Any) -> None:
-    watch = Watching(lambda path: PathSource(kube_api_client, path),
+        fake_kube: FakeKubeAPI, kube_session: Any) -> None:
+    watch = Watching(lambda path: PathSource(kube_session, path),
                      informer_options={"watch_timeout_seconds": 1})
     install_crd(fake_kube)
     fake_kube.create_pod("a", namespace="shop", labels={"app": "web"})

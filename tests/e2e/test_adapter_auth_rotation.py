@@ -21,7 +21,7 @@ import pytest_asyncio
 from cryptography import x509
 
 from metricscale import pki
-from metricscale.kube.informer import Backoff
+from metricscale.kube.retry import Backoff
 from tests.e2e.test_adapter_auth_support import (
     CUSTOM,
     YEAR,

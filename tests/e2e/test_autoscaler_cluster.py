@@ -134,6 +134,9 @@ async def test_conflicts_on_the_scale_write_are_reread_and_retried(
         async with controller(fake_kube):
             await until(lambda: replicas_of(fake_kube, "web") == 4, within=10,
                         what="the scale-up despite two conflicts")
+            # The status is written after the scale: leaving at once could cut that write off.
+            await until(lambda: condition(fake_kube, "web", "AbleToScale") is not None,
+                        within=10, what="the status written after the scale")
     calls = [r.method for r in fake_kube.requests_to(scale_path)]
     first_put = calls.index("PUT")
     # update, re-read, update, re-read, update: as retry.RetryOnConflict with a fresh GET

@@ -10,32 +10,27 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-import aiohttp
 import pytest
 from aiohttp import web
-from kubernetes_asyncio.client import ApiClient, Configuration, CoreV1Api, CustomObjectsApi
-from kubernetes_asyncio.client.exceptions import ApiException
 
+from metricscale.kube.config import Configuration
+from metricscale.kube.errors import Forbidden, Gone, KubeError, TooManyRequests, parse_retry_after
+from metricscale.kube.http import KubeHTTP
 from metricscale.kube.informer import (
     METADATA_LIST_ACCEPT,
     METADATA_WATCH_ACCEPT,
-    ApiFunctionSource,
-    Backoff,
     Informer,
     InformerEvent,
     InformerFailed,
     ObjectKey,
     ObjectMeta,
     PathSource,
-    RequestOptions,
-    ResourceExpired,
-    StatusError,
     WatchEnd,
     collection_path,
-    parse_retry_after,
     project_metadata,
     project_raw,
 )
+from metricscale.kube.retry import Backoff
 
 # ---------------------------------------------------------------------------------------------
 # A scripted API server: every LIST and WATCH answer is queued by the test.
@@ -138,7 +133,7 @@ class ScriptedServer:
 
 
 @pytest.fixture
-async def scripted(aiohttp_server: Any) -> AsyncIterator[tuple[ScriptedServer, ApiClient]]:
+async def scripted(aiohttp_server: Any) -> AsyncIterator[tuple[ScriptedServer, KubeHTTP]]:
     script = ScriptedServer()
     app = web.Application()
     app.router.add_route("GET", "/{tail:.*}", script.handle)
@@ -146,7 +141,8 @@ async def scripted(aiohttp_server: Any) -> AsyncIterator[tuple[ScriptedServer, A
     cfg = Configuration(host=str(server.make_url("")).rstrip("/"))
     cfg.api_key = {"BearerToken": "t0ken"}
     cfg.api_key_prefix = {"BearerToken": "Bearer"}
-    api = ApiClient(configuration=cfg)
+    api = KubeHTTP(cfg, user_agent="metricscale-tests")
+    api.start()
     try:
         yield script, api
     finally:
@@ -164,7 +160,7 @@ class Sleeps:
         self.delays.append(seconds)
 
 
-def pods_informer(api: ApiClient, **kwargs: Any) -> Informer[ObjectMeta]:
+def pods_informer(api: KubeHTTP, **kwargs: Any) -> Informer[ObjectMeta]:
     kwargs.setdefault("jitter", lambda: 0.0)
     kwargs.setdefault("sleep", Sleeps())
     kwargs.setdefault("inactivity_timeout", 5.0)  # an unscripted watch is silent: fail fast
@@ -340,7 +336,7 @@ async def test_410_error_event_in_the_stream_relists(scripted: Any) -> None:
                                   ev("ERROR", status(410, "Expired", "too old resource version"))]))
     informer = pods_informer(api)
     await informer.list_once()
-    with pytest.raises(ResourceExpired):
+    with pytest.raises(Gone):
         await informer.watch_once()
     informer = pods_informer(api)
     script.lists.appendleft(page([], "1"))
@@ -359,7 +355,7 @@ async def test_bare_status_line_is_an_error(scripted: Any) -> None:
     script.watches.append(Stream([status(410, "Gone")]))
     informer = pods_informer(api)
     await informer.list_once()
-    with pytest.raises(ResourceExpired):
+    with pytest.raises(Gone):
         await informer.watch_once()
 
 
@@ -403,49 +399,43 @@ async def test_watch_that_ends_at_once_without_events_backs_off(scripted: Any) -
 
 
 # ---------------------------------------------------------------------------------------------
-# ApiException (the 36.1.0 watch path raises it with body=None) and sources
+# Error statuses without a Status body, a Status body's details, and other collections
 
 
-class RaisingSource:
-    description = "raising"
-
-    def __init__(self, exc: ApiException) -> None:
-        self.exc = exc
-
-    async def open(self, options: RequestOptions) -> aiohttp.ClientResponse:
-        raise self.exc
+def bare(code: int) -> Responder:
+    async def respond(request: web.Request) -> web.StreamResponse:
+        return web.Response(status=code, text="nope", content_type="text/plain")
+    return respond
 
 
-@pytest.mark.parametrize(("exc", "expected"), [
-    (ApiException(status=410, reason="Expired: too old resource version"), ResourceExpired),
-    (ApiException(status=403, reason="Forbidden"), StatusError),
-])
-async def test_api_exception_without_body_maps_by_status(exc: ApiException,
-                                                         expected: type[Exception]) -> None:
-    informer = Informer(RaisingSource(exc), project=project_raw)
+@pytest.mark.parametrize(("code", "expected"), [(410, Gone), (403, Forbidden)])
+async def test_an_error_status_without_a_status_body_maps_by_status(
+        scripted: Any, code: int, expected: type[Exception]) -> None:
+    script, api = scripted
+    script.lists.append(bare(code))
+    informer = pods_informer(api)
     with pytest.raises(expected) as caught:
         await informer.list_once()
-    assert isinstance(caught.value, StatusError)
-    assert caught.value.code == exc.status
+    assert isinstance(caught.value, KubeError)
+    assert caught.value.status == code
 
 
-async def test_api_exception_with_a_status_body_keeps_reason_and_retry_after() -> None:
-    exc = ApiException(status=429, reason="Too Many Requests")
-    exc.body = json.dumps(status(429, "TooManyRequests", "slow down"))
-    exc.headers = {"Retry-After": "3"}
-    informer = Informer(RaisingSource(exc), project=project_raw)
-    with pytest.raises(StatusError) as caught:
+async def test_a_status_body_keeps_reason_and_retry_after(scripted: Any) -> None:
+    script, api = scripted
+    script.lists.append(error(429, "TooManyRequests", {"Retry-After": "3"}))
+    informer = pods_informer(api)
+    with pytest.raises(TooManyRequests) as caught:
         await informer.list_once()
-    assert (caught.value.code, caught.value.reason, caught.value.retry_after) == (
+    assert (caught.value.status, caught.value.reason, caught.value.retry_after) == (
         429, "TooManyRequests", 3.0)
 
 
-async def test_typed_list_function_source_yields_raw_dicts(scripted: Any) -> None:
+async def test_a_plain_source_yields_raw_dicts(scripted: Any) -> None:
     script, api = scripted
     script.lists.append(page([pod("a", "1", app="web")], "1"))
     script.watches.append(Stream([ev("MODIFIED", pod("a", "2", app="api"))]))
     informer: Informer[Mapping[str, Any]] = Informer(
-        ApiFunctionSource(CoreV1Api(api).list_namespaced_pod, "default"), project=project_raw,
+        PathSource(api, "/api/v1/namespaces/default/pods"), project=project_raw,
         label_selector="app", jitter=lambda: 0.0)
     await informer.list_once()
     await informer.watch_once()
@@ -455,20 +445,21 @@ async def test_typed_list_function_source_yields_raw_dicts(scripted: Any) -> Non
     listed, watched = script.seen
     assert listed.path == "/api/v1/namespaces/default/pods"
     assert listed.query["labelSelector"] == "app"
+    assert listed.accept == "application/json"
     assert watched.query["watch"].lower() == "true"
     assert watched.query["allowWatchBookmarks"].lower() == "true"
     assert watched.query["resourceVersion"] == "1"
 
 
-async def test_custom_objects_source_lists_and_watches(scripted: Any) -> None:
+async def test_a_cluster_scoped_custom_collection_lists_and_watches(scripted: Any) -> None:
     script, api = scripted
     thing = {"apiVersion": "example.com/v1", "kind": "Thing",
              "metadata": {"name": "t", "resourceVersion": "3"}}
     script.lists.append(page([thing], "3"))
     script.watches.append(Stream([ev("DELETED", thing | {"metadata": {"name": "t",
                                                                       "resourceVersion": "4"}})]))
-    informer = Informer(ApiFunctionSource(CustomObjectsApi(api).list_cluster_custom_object,
-                                          "example.com", "v1", "things"),
+    informer = Informer(PathSource(api, collection_path(group="example.com", version="v1",
+                                                        plural="things")),
                         project=project_metadata, jitter=lambda: 0.0)
     await informer.list_once()
     assert informer.get("", "t") == ObjectMeta("", "t", {})

@@ -1,4 +1,4 @@
-"""The informer over typed and custom-object list functions against the shared fake apiserver."""
+"""The informer over built-in and custom-object collections against the shared fake apiserver."""
 
 from __future__ import annotations
 
@@ -6,25 +6,26 @@ import asyncio
 from collections.abc import Mapping
 from typing import Any
 
-from kubernetes_asyncio.client import ApiClient, AppsV1Api, CoreV1Api, CustomObjectsApi
-
+from metricscale.kube.http import KubeHTTP
 from metricscale.kube.informer import (
-    ApiFunctionSource,
-    Backoff,
     Informer,
     InformerEvent,
+    PathSource,
+    collection_path,
     project_raw,
 )
+from metricscale.kube.retry import Backoff
 from tests.fakes.kube_api import FakeKubeAPI, TooManyRequests
 
 FAST: dict[str, Any] = {"backoff": Backoff(initial=0.01, cap=0.02), "jitter": lambda: 0.0}
 
 
-async def test_typed_deployment_watch_keeps_raw_dicts_and_sees_changes(
-        fake_kube: FakeKubeAPI, kube_api_client: ApiClient) -> None:
+async def test_deployment_watch_keeps_raw_dicts_and_sees_changes(
+        fake_kube: FakeKubeAPI, kube_session: KubeHTTP) -> None:
     fake_kube.create_deployment("web", namespace="shop", replicas=2)
     informer: Informer[Mapping[str, Any]] = Informer(
-        ApiFunctionSource(AppsV1Api(kube_api_client).list_deployment_for_all_namespaces),
+        PathSource(kube_session, collection_path(group="apps", version="v1",
+                                                 plural="deployments")),
         project=project_raw, watch_timeout_seconds=1, **FAST)
     changed = asyncio.Event()
     events: list[InformerEvent[Mapping[str, Any]]] = []
@@ -45,12 +46,13 @@ async def test_typed_deployment_watch_keeps_raw_dicts_and_sees_changes(
     assert isinstance(modified.old, dict) and modified.old["spec"]["replicas"] == 2
 
 
-async def test_typed_namespaced_pods_relist_after_compaction(
-        fake_kube: FakeKubeAPI, kube_api_client: ApiClient) -> None:
+async def test_namespaced_pods_relist_after_compaction(
+        fake_kube: FakeKubeAPI, kube_session: KubeHTTP) -> None:
     fake_kube.create_pod("a", labels={"app": "web"})
     fake_kube.create_pod("skip", labels={"app": "db"})
     informer: Informer[Mapping[str, Any]] = Informer(
-        ApiFunctionSource(CoreV1Api(kube_api_client).list_namespaced_pod, "default"),
+        PathSource(kube_session, collection_path(group="", version="v1", plural="pods",
+                                                 namespace="default")),
         project=project_raw, label_selector="app=web", **FAST)
     await informer.list_once()
     fake_kube.create_pod("b", labels={"app": "web"})
@@ -62,7 +64,7 @@ async def test_typed_namespaced_pods_relist_after_compaction(
 
 
 async def test_custom_objects_watch_through_429_with_retry_after(
-        fake_kube: FakeKubeAPI, kube_api_client: ApiClient) -> None:
+        fake_kube: FakeKubeAPI, kube_session: KubeHTTP) -> None:
     fake_kube.create_crd(group="example.com", kind="Widget", plural="widgets")
     fake_kube.create("example.com", "v1", "widgets", {"metadata": {"name": "w"}},
                      namespace="default")
@@ -72,8 +74,8 @@ async def test_custom_objects_watch_through_429_with_retry_after(
         delays.append(seconds)
 
     informer: Informer[Mapping[str, Any]] = Informer(
-        ApiFunctionSource(CustomObjectsApi(kube_api_client).list_namespaced_custom_object,
-                          "example.com", "v1", "default", "widgets"),
+        PathSource(kube_session, collection_path(group="example.com", version="v1",
+                                                 plural="widgets", namespace="default")),
         project=project_raw, sleep=no_wait, **FAST)
     fake_kube.add_fault(r"/widgets$", TooManyRequests(retry_after=4), method="GET")
     await informer.step()

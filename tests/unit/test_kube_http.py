@@ -1,4 +1,4 @@
-"""KubeHTTP, the autoscaler's one HTTP path: proxies chosen once (kubeconfig proxy-url, else
+"""KubeHTTP, the one HTTP path of both programs: proxies chosen once (kubeconfig proxy-url, else
 HTTP(S)_PROXY/NO_PROXY), kept-alive connections, headers and the token refresh hook."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from yarl import URL
 
-from autoscaler.kube.operations import KubeHTTP, open_kube_http
+from metricscale.kube.http import KubeHTTP, open_kube_http
 from tests.fakes.kube_api import ADMIN_USER, FakeKubeAPI
 
 # --- over real sockets -----------------------------------------------------------------------
