@@ -5,14 +5,14 @@ server returns it) into frozen dataclasses, and rendered back at the edge. Parse
 the field path (`spec.metrics[1].pods.target.averageValue: ...`). Both kinds share one spec:
 `autoscaling/v2` HorizontalPodAutoscaler and `metricscale.dev/v1alpha1` Autoscaler.
 
-Label selectors live here too: the wire `LabelSelector`, upstream's Go `String()` of it (part of
-event and condition messages), `labels.Parse` for the scale's selector string, and matching.
+Label selectors are metricscale.core.selectors': the spec's `LabelSelector` is parsed here into its
+typed form, with field paths in the errors.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
@@ -26,7 +26,12 @@ from metricscale.core.quantity import (
     milli_value,
     parse_quantity,
 )
-from metricscale.core.selectors import quote_go_string
+from metricscale.core.selectors import (
+    LabelSelector,
+    LabelSelectorRequirement,
+    Selector,
+    render_label_selector,
+)
 
 __all__ = [
     "AUTOSCALER_API_VERSION",
@@ -49,8 +54,6 @@ __all__ = [
     "ExternalMetricValue",
     "ExternalMetricValueList",
     "History",
-    "LabelSelector",
-    "LabelSelectorRequirement",
     "MetricFetchError",
     "MetricIdentifier",
     "MetricInput",
@@ -79,19 +82,14 @@ __all__ = [
     "ScaleEvent",
     "ScalingPolicy",
     "ScalingRules",
-    "Selector",
-    "SelectorError",
-    "format_label_selector",
     "format_time",
     "format_time_precise",
-    "label_selector_as_selector",
     "parse_autoscaler",
     "parse_history",
     "parse_metric_input",
     "parse_pod",
     "parse_pods",
     "parse_scale",
-    "parse_selector",
     "parse_time",
     "render_autoscaler",
     "render_history",
@@ -336,21 +334,6 @@ def _resource_list(obj: Mapping[str, Any], key: str, path: str) -> dict[str, Qua
 # Label selectors
 
 
-@dataclass(frozen=True)
-class LabelSelectorRequirement:
-    key: str
-    operator: str
-    values: tuple[str, ...] | None = None
-
-
-@dataclass(frozen=True)
-class LabelSelector:
-    """metav1.LabelSelector as written in a spec (matchLabels keep their input order)."""
-
-    match_labels: tuple[tuple[str, str], ...] = ()
-    match_expressions: tuple[LabelSelectorRequirement, ...] = ()
-
-
 def _parse_label_selector(raw: Any, path: str) -> LabelSelector:
     obj = _object(raw, path)
     labels = _string_map(obj, "matchLabels", path)
@@ -369,366 +352,6 @@ def _parse_label_selector(raw: Any, path: str) -> LabelSelector:
         expressions.append(LabelSelectorRequirement(
             key=_str(expr, "key", where), operator=_str(expr, "operator", where), values=values))
     return LabelSelector(match_labels=tuple(labels.items()), match_expressions=tuple(expressions))
-
-
-def _render_label_selector(selector: LabelSelector) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    if selector.match_labels:
-        out["matchLabels"] = dict(selector.match_labels)
-    if selector.match_expressions:
-        expressions = []
-        for req in selector.match_expressions:
-            item: dict[str, Any] = {"key": req.key, "operator": req.operator}
-            if req.values:
-                item["values"] = list(req.values)
-            expressions.append(item)
-        out["matchExpressions"] = expressions
-    return out
-
-
-def format_label_selector(selector: LabelSelector | None) -> str:
-    """Go's `(*metav1.LabelSelector).String()`, as `%v`/`%+v` print it in upstream's messages."""
-    if selector is None:
-        return "nil"
-    labels = "".join(f"{key}: {value}," for key, value in sorted(selector.match_labels))
-    expressions = "".join(
-        f"LabelSelectorRequirement{{Key:{req.key},Operator:{req.operator},"
-        f"Values:[{' '.join(req.values or ())}],}},"
-        for req in selector.match_expressions
-    )
-    return (f"&LabelSelector{{MatchLabels:map[string]string{{{labels}}},"
-            f"MatchExpressions:[]LabelSelectorRequirement{{{expressions}}},}}")
-
-
-class SelectorError(ValueError):
-    """A selector that labels.Parse or LabelSelectorAsSelector rejects; text as upstream's."""
-
-
-@dataclass(frozen=True)
-class _Requirement:
-    key: str
-    operator: str  # in, notin, =, ==, !=, exists, !, gt, lt
-    values: tuple[str, ...]
-
-    def matches(self, labels: Mapping[str, str]) -> bool:
-        op = self.operator
-        if op in {"in", "=", "=="}:
-            value = labels.get(self.key)
-            return value is not None and value in self.values
-        if op in {"notin", "!="}:
-            value = labels.get(self.key)
-            return value is None or value not in self.values
-        if op == "exists":
-            return self.key in labels
-        if op == "!":
-            return self.key not in labels
-        value = labels.get(self.key)
-        if value is None or len(self.values) != 1:
-            return False
-        try:
-            have, want = int(value), int(self.values[0])
-        except ValueError:
-            return False
-        return have > want if op == "gt" else have < want
-
-
-@dataclass(frozen=True)
-class Selector:
-    """A parsed label selector (requirements ANDed); `nothing` matches no object at all."""
-
-    requirements: tuple[_Requirement, ...] = ()
-    nothing: bool = False
-
-    def matches(self, labels: Mapping[str, str]) -> bool:
-        if self.nothing:
-            return False
-        for requirement in self.requirements:  # noqa: SIM110 - a hot loop; all() is slower
-            if not requirement.matches(labels):
-                return False
-        return True
-
-    def exact_labels(self) -> tuple[tuple[str, str], ...] | None:
-        """The (key, value) pairs a pod must all carry when every requirement is `key=value`
-        (the common case). Pairs, not a dict: `app=b,app=a` is two requirements that no pod
-        meets, where a dict would keep only the last."""
-        if self.nothing or any(r.operator not in {"=", "==", "in"} or len(r.values) != 1
-                               for r in self.requirements):
-            return None
-        return tuple((r.key, r.values[0]) for r in self.requirements)
-
-    @property
-    def empty(self) -> bool:
-        return not self.nothing and not self.requirements
-
-
-_NAME_PART = re.compile(r"^([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$")
-_DNS1123_SUBDOMAIN = re.compile(
-    r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
-_LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
-_NAME_MESSAGE = (
-    "must consist of alphanumeric characters, '-', '_' or '.', and must start and end with an "
-    "alphanumeric character (e.g. 'MyName',  or 'my.name',  or '123-abc', regex used for "
-    "validation is '([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]')"
-)
-_SUBDOMAIN_MESSAGE = (
-    "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or "
-    "'.', and must start and end with an alphanumeric character (e.g. 'example.com', regex used "
-    "for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')"
-)
-_VALUE_MESSAGE = (
-    "a valid label must be an empty string or consist of alphanumeric characters, '-', '_' or "
-    "'.', and must start and end with an alphanumeric character (e.g. 'MyValue',  or "
-    "'my_value',  or '12345', regex used for validation is "
-    "'(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?')"
-)
-
-
-def _label_key_errors(key: str) -> list[str]:
-    parts = key.split("/")
-    if len(parts) > 2:
-        return ["a qualified name " + _NAME_MESSAGE]
-    errors = []
-    name = parts[-1]
-    if len(parts) == 2:
-        prefix = parts[0]
-        if not prefix:
-            errors.append("prefix part must be non-empty")
-        elif len(prefix) > 253:
-            errors.append("prefix part must be no more than 253 bytes")
-        elif not _DNS1123_SUBDOMAIN.match(prefix):
-            errors.append("prefix part " + _SUBDOMAIN_MESSAGE)
-    if not name:
-        errors.append("name part must be non-empty")
-    elif len(name) > 63:
-        errors.append("name part must be no more than 63 bytes")
-    elif not _NAME_PART.match(name):
-        errors.append("name part " + _NAME_MESSAGE)
-    return errors
-
-
-def _validate_requirement(key: str, values: Sequence[str]) -> None:
-    key_errors = _label_key_errors(key)
-    if key_errors:
-        raise SelectorError(f'key: Invalid value: {quote_go_string(key)}: {"; ".join(key_errors)}')
-    for i, value in enumerate(values):
-        problems = []
-        if len(value) > 63:
-            problems.append("must be no more than 63 bytes")
-        if not _LABEL_VALUE.match(value):
-            problems.append(_VALUE_MESSAGE)
-        if problems:
-            raise SelectorError(
-                f'values[{i}][{key}]: Invalid value: {quote_go_string(value)}: '
-                f'{"; ".join(problems)}')
-
-
-_SPECIAL = set("=!(),><")
-_WHITESPACE = set(" \t\r\n")
-_SYMBOLS = {"!": "!", "!=": "!=", "=": "=", "==": "==", "(": "(", ")": ")", ",": ",",
-            ">": "gt", "<": "lt"}
-
-
-def _lex(text: str) -> list[tuple[str, str]]:
-    """labels.Lexer: (token, literal) pairs; tokens: id, in, notin, an operator, end, error."""
-    items: list[tuple[str, str]] = []
-    position = 0
-    length = len(text)
-    while True:
-        while position < length and text[position] in _WHITESPACE:
-            position += 1
-        if position >= length:
-            items.append(("end", ""))
-            return items
-        char = text[position]
-        if char in _SPECIAL:
-            buffer = ""
-            last: tuple[str, str] | None = None
-            while position < length and text[position] in _SPECIAL:
-                candidate = buffer + text[position]
-                if candidate in _SYMBOLS:
-                    buffer = candidate
-                    last = (_SYMBOLS[candidate], candidate)
-                    position += 1
-                elif last is not None:
-                    break
-                else:
-                    buffer = candidate
-                    position += 1
-            if last is None:
-                items.append(("error", f"error expected: keyword found '{buffer}'"))
-            else:
-                items.append(last)
-        else:
-            start = position
-            while position < length and text[position] not in _SPECIAL \
-                    and text[position] not in _WHITESPACE:
-                position += 1
-            word = text[start:position]
-            items.append((word if word in {"in", "notin"} else "id", word))
-
-
-_BINARY_OPERATORS = "in, notin, =, ==, !=, gt, lt"
-
-
-def parse_selector(text: str) -> Selector:
-    """labels.Parse: the selector string a Scale's status carries (`app=web,tier in (a,b)`)."""
-    items = _lex(text)
-    position = 0
-
-    def peek(values: bool) -> tuple[str, str]:
-        token, literal = items[position]
-        if values and token in {"in", "notin"}:
-            token = "id"
-        return token, literal
-
-    def take(values: bool) -> tuple[str, str]:
-        nonlocal position
-        result = peek(values)
-        position += 1
-        return result
-
-    requirements: list[_Requirement] = []
-    while True:
-        token, literal = peek(True)
-        if token == "end":
-            break
-        if token not in {"id", "!"}:
-            raise SelectorError(f"found '{literal}', expected: !, identifier, or 'end of string'")
-        try:
-            requirements.append(_parse_requirement(take, peek))
-        except SelectorError as err:
-            raise SelectorError(f"unable to parse requirement: {err}") from None
-        token, literal = take(True)
-        if token == "end":
-            break
-        if token == ",":
-            next_token, next_literal = peek(True)
-            if next_token not in {"id", "!"}:
-                raise SelectorError(f"found '{next_literal}', expected: identifier after ','")
-            continue
-        raise SelectorError(f"found '{literal}', expected: ',' or 'end of string'")
-    requirements.sort(key=lambda r: r.key)
-    return Selector(requirements=tuple(requirements))
-
-
-def _parse_requirement(take: Any, peek: Any) -> _Requirement:
-    operator = ""
-    token, literal = take(True)
-    if token == "!":
-        operator = "!"
-        token, literal = take(True)
-    if token != "id":
-        raise SelectorError(f"found '{literal}', expected: identifier")
-    key = literal
-    key_errors = _label_key_errors(key)
-    if key_errors:
-        raise SelectorError(
-            f'<nil>: Invalid value: {quote_go_string(key)}: {"; ".join(key_errors)}')
-    next_token, _ = peek(True)
-    if next_token in {"end", ","}:
-        operator = operator or "exists"
-    if operator in {"exists", "!"}:
-        return _Requirement(key, operator, ())
-    token, literal = take(False)
-    if token not in {"in", "notin", "=", "==", "!=", "gt", "lt"}:
-        raise SelectorError(f"found '{literal}', expected: {_BINARY_OPERATORS}")
-    operator = token
-    values: list[str] = []
-    if operator in {"in", "notin"}:
-        token, literal = take(True)
-        if token != "(":
-            raise SelectorError(f"found '{literal}' expected: '('")
-        token, literal = peek(True)
-        if token == ")":
-            take(True)
-            values = [""]
-        elif token in {"id", ","}:
-            values = _parse_identifiers(take, peek)
-            closing, _ = take(True)
-            if closing != ")":
-                raise SelectorError(f"found '{literal}', expected: ')'")
-        else:
-            raise SelectorError(f"found '{literal}', expected: ',', ')' or identifier")
-    else:
-        token, literal = peek(True)
-        if token in {"end", ","}:
-            values = [""]
-        else:
-            token, literal = take(True)
-            if token != "id":
-                raise SelectorError(f"found '{literal}', expected: identifier")
-            values = [literal]
-    unique = tuple(sorted(set(values)))
-    if operator in {"gt", "lt"}:
-        for value in unique:
-            try:
-                int(value)
-            except ValueError:
-                raise SelectorError(
-                    f"values[0]: Invalid value: {quote_go_string(value)}: "
-                    "for 'Gt', 'Lt' operators, "
-                    "the value must be an integer") from None
-    _validate_requirement(key, unique)
-    return _Requirement(key, operator, unique)
-
-
-def _parse_identifiers(take: Any, peek: Any) -> list[str]:
-    values: list[str] = []
-    while True:
-        token, literal = take(True)
-        if token == "id":
-            values.append(literal)
-            next_token, next_literal = peek(True)
-            if next_token == ",":
-                continue
-            if next_token == ")":
-                return values
-            raise SelectorError(f"found '{next_literal}', expected: ',' or ')'")
-        if token == ",":
-            if not values:
-                values.append("")
-            next_token, _ = peek(True)
-            if next_token == ")":
-                values.append("")
-                return values
-            if next_token == ",":
-                values.append("")
-            continue
-        raise SelectorError(f"found '{literal}', expected: ',', or identifier")
-
-
-_SELECTOR_OPERATORS = {"In": "in", "NotIn": "notin", "Exists": "exists", "DoesNotExist": "!"}
-
-
-def label_selector_as_selector(selector: LabelSelector | None) -> Selector:
-    """metav1.LabelSelectorAsSelector: nil selects nothing, empty selects everything."""
-    if selector is None:
-        return Selector(nothing=True)
-    if not selector.match_labels and not selector.match_expressions:
-        return Selector()
-    requirements = []
-    for key, value in selector.match_labels:
-        _validate_requirement(key, (value,))
-        requirements.append(_Requirement(key, "=", (value,)))
-    for expr in selector.match_expressions:
-        operator = _SELECTOR_OPERATORS.get(expr.operator)
-        if operator is None:
-            raise SelectorError(
-                f"{quote_go_string(expr.operator)} is not a valid label selector operator")
-        values = tuple(expr.values or ())
-        if operator in {"in", "notin"} and not values:
-            raise SelectorError(
-                "values: Invalid value: []string{}: for 'in', 'notin' operators, "
-                "values set can't be empty")
-        if operator in {"exists", "!"} and values:
-            quoted = ", ".join(quote_go_string(v) for v in values)
-            raise SelectorError(
-                f"values: Invalid value: []string{{{quoted}}}: values set must be empty for "
-                "exists and does not exist")
-        _validate_requirement(expr.key, values)
-        requirements.append(_Requirement(expr.key, operator, values))
-    requirements.sort(key=lambda r: r.key)
-    return Selector(requirements=tuple(requirements))
 
 
 # --------------------------------------------------------------------------------------------
@@ -1195,7 +818,7 @@ def _render_reference(ref: CrossVersionObjectReference) -> dict[str, Any]:
 def _render_identifier(metric: MetricIdentifier) -> dict[str, Any]:
     out: dict[str, Any] = {"name": metric.name}
     if metric.selector is not None:
-        out["selector"] = _render_label_selector(metric.selector)
+        out["selector"] = render_label_selector(metric.selector)
     return out
 
 

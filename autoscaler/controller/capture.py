@@ -119,14 +119,9 @@ async def capture_snapshot(kube: CaptureAPI, metrics: MetricsAPI, *, namespace: 
         except KubeError as err:
             raise SnapshotError("live", f"cannot list the pods of {where}: {err}") from None
         if needs_metrics(autoscaler, scale, settings=settings):
-            raw_spec = document.get("spec") if isinstance(document.get("spec"), Mapping) else {}
-            raw_metrics = raw_spec.get("metrics") if isinstance(raw_spec, Mapping) else None
-            if not isinstance(raw_metrics, list) or len(raw_metrics) != len(answers):
-                raw_metrics = [None] * len(answers)
             answers = list(await asyncio.gather(*(
-                fetch_metric(metrics, metric=spec, raw_metric=raw_metric, namespace=namespace,
-                             selector=scale.selector)
-                for spec, raw_metric in zip(autoscaler.spec.metrics, raw_metrics, strict=True))))
+                fetch_metric(metrics, metric=spec, namespace=namespace, selector=scale.selector)
+                for spec in autoscaler.spec.metrics)))
 
     snapshot: dict[str, Any] = {
         "apiVersion": SNAPSHOT_API_VERSION, "kind": SNAPSHOT_KIND,

@@ -67,6 +67,7 @@ from autoscaler.model import (
     parse_metric_input,
     render_status,
 )
+from metricscale.core.selectors import LabelSelector
 from metricscale.kube.discovery import ResourceMapping
 from metricscale.kube.errors import KubeError, KubeUnavailable
 
@@ -108,15 +109,14 @@ class MetricsAPI(Protocol):
                                    pod_selector: str) -> dict[str, Any]: ...
 
     async def get_pods_metric(self, *, namespace: str, metric_name: str, pod_selector: str,
-                              metric_selector: Mapping[str, Any] | None) -> dict[str, Any]: ...
+                              metric_selector: LabelSelector | None) -> dict[str, Any]: ...
 
     async def get_object_metric(self, *, namespace: str, metric_name: str,
                                 described_object: Mapping[str, Any],
-                                metric_selector: Mapping[str, Any] | None) -> dict[str, Any]: ...
+                                metric_selector: LabelSelector | None) -> dict[str, Any]: ...
 
     async def get_external_metric(self, *, namespace: str, metric_name: str,
-                                  metric_selector: Mapping[str, Any] | None
-                                  ) -> dict[str, Any]: ...
+                                  metric_selector: LabelSelector | None) -> dict[str, Any]: ...
 
 
 class LeaderCheck(Protocol):
@@ -157,18 +157,7 @@ def metric_input_from_error(metric_type: str, error: MetricsError) -> Any:
     return {"error": text}
 
 
-def _raw_metric_selector(raw_metric: Mapping[str, Any] | None, source: str) -> Any:
-    if not raw_metric:
-        return None
-    source_spec = raw_metric.get(source)
-    if not isinstance(source_spec, Mapping):
-        return None
-    metric = source_spec.get("metric")
-    return metric.get("selector") if isinstance(metric, Mapping) else None
-
-
-async def fetch_metric(metrics: MetricsAPI, *, metric: MetricSpec,
-                       raw_metric: Mapping[str, Any] | None, namespace: str,
+async def fetch_metric(metrics: MetricsAPI, *, metric: MetricSpec, namespace: str,
                        selector: str) -> Any:
     """The metrics API's answer for one spec.metrics entry, in snapshot form: the list, or
     `{"error": ...}`, or None for a metric type nobody asks about."""
@@ -179,18 +168,18 @@ async def fetch_metric(metrics: MetricsAPI, *, metric: MetricSpec,
         if metric.type == "Pods" and metric.pods is not None:
             return await metrics.get_pods_metric(
                 namespace=namespace, metric_name=metric.pods.metric.name, pod_selector=selector,
-                metric_selector=_raw_metric_selector(raw_metric, "pods"))
+                metric_selector=metric.pods.metric.selector)
         if metric.type == "Object" and metric.object is not None:
             described = metric.object.described_object
             return await metrics.get_object_metric(
                 namespace=namespace, metric_name=metric.object.metric.name,
                 described_object={"apiVersion": described.api_version,
                                   "kind": described.kind, "name": described.name},
-                metric_selector=_raw_metric_selector(raw_metric, "object"))
+                metric_selector=metric.object.metric.selector)
         if metric.type == "External" and metric.external is not None:
             return await metrics.get_external_metric(
                 namespace=namespace, metric_name=metric.external.metric.name,
-                metric_selector=_raw_metric_selector(raw_metric, "external"))
+                metric_selector=metric.external.metric.selector)
     except MetricsError as err:
         return metric_input_from_error(metric.type, err)
     return None
@@ -394,15 +383,11 @@ class Reconciler:
 
     async def _fetch_metrics(self, autoscaler: Autoscaler, *, entry: AutoscalerEntry,
                              selector: str) -> list[MetricInput]:
-        raw_spec = entry.raw.get("spec")
-        raw_metrics = raw_spec.get("metrics") if isinstance(raw_spec, Mapping) else None
         specs = autoscaler.spec.metrics
-        if not isinstance(raw_metrics, list) or len(raw_metrics) != len(specs):
-            raw_metrics = [None] * len(specs)
         answers = await asyncio.gather(*(
-            fetch_metric(self._metrics, metric=spec, raw_metric=raw, selector=selector,
+            fetch_metric(self._metrics, metric=spec, selector=selector,
                          namespace=autoscaler.metadata.namespace)
-            for spec, raw in zip(specs, raw_metrics, strict=True)))
+            for spec in specs))
         return _metric_inputs(specs, answers)
 
     # -- outcomes and logs --

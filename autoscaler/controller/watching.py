@@ -22,12 +22,10 @@ from autoscaler.model import (
     Autoscaler,
     ModelError,
     Pod,
-    Selector,
-    SelectorError,
     parse_autoscaler,
     parse_pod,
-    parse_selector,
 )
+from metricscale.core.selectors import Operator, Selector, SelectorError, parse_selector
 from metricscale.kube.informer import (
     Informer,
     InformerEvent,
@@ -53,7 +51,7 @@ logger = logging.getLogger(__name__)
 AUTOSCALER_RESOURCE = ("metricscale.dev", "v1alpha1", "autoscalers")
 HPA_RESOURCE = ("autoscaling", "v2", "horizontalpodautoscalers")
 # Operators whose matching pods all carry one of a few known label pairs.
-_EQUALITY = frozenset({"=", "==", "in"})
+_EQUALITY = frozenset({Operator.EQUALS, Operator.DOUBLE_EQUALS, Operator.IN})
 
 
 class AutoscalerKey(NamedTuple):

@@ -50,7 +50,6 @@ from autoscaler.model import (
     ContainerResourceMetricStatus,
     ExternalMetricStatus,
     History,
-    LabelSelector,
     MetricIdentifier,
     MetricInput,
     MetricSpec,
@@ -64,15 +63,18 @@ from autoscaler.model import (
     ResourceMetricStatus,
     Scale,
     ScaleError,
-    Selector,
-    SelectorError,
-    format_label_selector,
-    label_selector_as_selector,
-    parse_selector,
     pods_matching,
 )
 from metricscale.core.quantity import Format, format_milli
-from metricscale.core.selectors import quote_go_string
+from metricscale.core.selectors import (
+    LabelSelector,
+    Selector,
+    SelectorError,
+    format_label_selector,
+    parse_selector,
+    quote_go_string,
+    selector_from_label_selector,
+)
 
 __all__ = [
     "SCALE_WRITE_SUCCEEDED",
@@ -295,7 +297,7 @@ def _failed(detail: MetricDetail, *, reason: str, event_error: str,
 
 def _selector_error(selector: LabelSelector | None) -> str | None:
     try:
-        label_selector_as_selector(selector)
+        selector_from_label_selector(selector)
     except SelectorError as err:
         return str(err)
     return None

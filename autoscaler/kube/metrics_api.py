@@ -28,7 +28,12 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol, cast
 from urllib.parse import quote
 
-from metricscale.core.selectors import SelectorError, parse_selector, selector_from_label_selector
+from metricscale.core.selectors import (
+    LabelSelector,
+    SelectorError,
+    parse_selector,
+    selector_from_label_selector,
+)
 from metricscale.kube.discovery import ResourceMapping, parse_group_version
 from metricscale.kube.errors import ErrorContext, InvalidGroupVersion, KubeError
 
@@ -99,7 +104,7 @@ def _query(**params: str) -> list[tuple[str, str]]:
     return [(key, value) for key, value in sorted(params.items()) if value]
 
 
-def _selector_param(label_selector: Mapping[str, Any] | None) -> str:
+def _selector_param(label_selector: LabelSelector | None) -> str:
     """LabelSelectorAsSelector(selector).String(); nil and {} both give "" (no parameter)."""
     return str(selector_from_label_selector(label_selector))
 
@@ -241,7 +246,7 @@ class MetricsClient:
         namespace: str,
         metric_name: str,
         pod_selector: str,
-        metric_selector: Mapping[str, Any] | None,
+        metric_selector: LabelSelector | None,
     ) -> dict[str, Any]:
         """custom.metrics.k8s.io MetricValueList (v1beta2 shape) for a Pods metric."""
         try:
@@ -265,7 +270,7 @@ class MetricsClient:
         namespace: str,
         metric_name: str,
         described_object: Mapping[str, Any],
-        metric_selector: Mapping[str, Any] | None,
+        metric_selector: LabelSelector | None,
     ) -> dict[str, Any]:
         """custom.metrics.k8s.io MetricValueList (v1beta2 shape, exactly one item) for an
         Object metric; `described_object` is the spec's {apiVersion, kind, name}."""
@@ -302,7 +307,7 @@ class MetricsClient:
         *,
         namespace: str,
         metric_name: str,
-        metric_selector: Mapping[str, Any] | None,
+        metric_selector: LabelSelector | None,
     ) -> dict[str, Any]:
         """external.metrics.k8s.io/v1beta1 ExternalMetricValueList for an External metric."""
         try:

@@ -1,4 +1,4 @@
-"""Kubernetes label selectors: upstream grammar and error texts, matching, LabelSelector JSON.
+"""Kubernetes label selectors: upstream grammar and error texts, matching, metav1.LabelSelector.
 
 The parser follows `k8s.io/apimachinery/pkg/labels` (lexer, parser, `NewRequirement` validation)
 closely enough that a selector string means the same thing here as in a Go client or server,
@@ -16,16 +16,21 @@ from enum import Enum
 from typing import Any
 
 __all__ = [
+    "LabelSelector",
+    "LabelSelectorRequirement",
     "Operator",
     "Requirement",
     "Selector",
     "SelectorError",
+    "format_label_selector",
     "label_key_errors",
+    "label_selector_from_json",
     "label_selector_json",
     "label_value_errors",
     "new_requirement",
     "parse_selector",
     "quote_go_string",
+    "render_label_selector",
     "selector_from_label_selector",
     "selector_from_set",
 ]
@@ -238,6 +243,9 @@ class Requirement:
         return f"{self.key}{symbol}{values}"
 
 
+_EXACT = frozenset({Operator.EQUALS, Operator.DOUBLE_EQUALS, Operator.IN})
+
+
 @dataclass(frozen=True)
 class Selector:
     """An AND of requirements, sorted by key. `nothing=True` is `labels.Nothing()`."""
@@ -265,7 +273,19 @@ class Selector:
     def matches(self, labels: Mapping[str, str]) -> bool:
         if self.nothing:
             return False
-        return all(requirement.matches(labels) for requirement in self.requirements)
+        for requirement in self.requirements:  # noqa: SIM110 - a hot loop; all() is slower
+            if not requirement.matches(labels):
+                return False
+        return True
+
+    def exact_labels(self) -> tuple[tuple[str, str], ...] | None:
+        """The (key, value) pairs an object must all carry when every requirement is
+        `key=value` (the common case), else None. Pairs, not a dict: `app=b,app=a` is two
+        requirements that nothing meets, where a dict would keep only the last."""
+        if self.nothing or any(r.operator not in _EXACT or len(r.values) != 1
+                               for r in self.requirements):
+            return None
+        return tuple((r.key, r.values[0]) for r in self.requirements)
 
     def __str__(self) -> str:
         return ",".join(str(requirement) for requirement in self.requirements)
@@ -541,38 +561,102 @@ _JSON_OPERATORS = {
 }
 
 
-def selector_from_label_selector(label_selector: Mapping[str, Any] | None) -> Selector:
-    """`metav1.LabelSelectorAsSelector`: None selects nothing, `{}` selects everything."""
-    if label_selector is None:
-        return Selector.match_nothing()
-    if not isinstance(label_selector, Mapping):
+@dataclass(frozen=True)
+class LabelSelectorRequirement:
+    """One `matchExpressions` entry of a metav1.LabelSelector, as written."""
+
+    key: str
+    operator: str
+    values: tuple[str, ...] | None = None
+
+
+@dataclass(frozen=True)
+class LabelSelector:
+    """metav1.LabelSelector as written in a spec (matchLabels keep their input order)."""
+
+    match_labels: tuple[tuple[str, str], ...] = ()
+    match_expressions: tuple[LabelSelectorRequirement, ...] = ()
+
+
+def label_selector_from_json(raw: Mapping[str, Any]) -> LabelSelector:
+    """A LabelSelector object as the API sends it; SelectorError names a wrong shape."""
+    if not isinstance(raw, Mapping):
         raise SelectorError("a label selector must be an object")
-    match_labels = label_selector.get("matchLabels") or {}
-    match_expressions = label_selector.get("matchExpressions") or []
+    match_labels = raw.get("matchLabels") or {}
+    match_expressions = raw.get("matchExpressions") or []
     if not isinstance(match_labels, Mapping):
         raise SelectorError("matchLabels must be an object of strings")
     if not isinstance(match_expressions, list):
         raise SelectorError("matchExpressions must be a list")
-    requirements: list[Requirement] = []
+    labels: list[tuple[str, str]] = []
     for key, value in match_labels.items():
         if not isinstance(key, str) or not isinstance(value, str):
             raise SelectorError("matchLabels must be an object of strings")
-        requirements.append(new_requirement(key, Operator.EQUALS, (value,)))
+        labels.append((key, value))
+    expressions: list[LabelSelectorRequirement] = []
     for expression in match_expressions:
         if not isinstance(expression, Mapping):
             raise SelectorError("each matchExpressions item must be an object")
         key = expression.get("key", "")
-        operator_name = expression.get("operator", "")
-        values = expression.get("values") or []
-        if not isinstance(key, str) or not isinstance(operator_name, str) \
-                or not isinstance(values, list) or not all(isinstance(v, str) for v in values):
+        operator = expression.get("operator", "")
+        values = expression.get("values")
+        if not isinstance(key, str) or not isinstance(operator, str) or not (
+                values is None or (isinstance(values, list)
+                and all(isinstance(v, str) for v in values))):
             raise SelectorError("matchExpressions items need a string key and operator "
                                 "and a list of string values")
-        operator = _JSON_OPERATORS.get(operator_name)
+        expressions.append(LabelSelectorRequirement(
+            key, operator, None if values is None else tuple(values)))
+    return LabelSelector(tuple(labels), tuple(expressions))
+
+
+def render_label_selector(selector: LabelSelector) -> dict[str, Any]:
+    """The LabelSelector as JSON again (empty parts left out)."""
+    out: dict[str, Any] = {}
+    if selector.match_labels:
+        out["matchLabels"] = dict(selector.match_labels)
+    if selector.match_expressions:
+        expressions = []
+        for requirement in selector.match_expressions:
+            item: dict[str, Any] = {"key": requirement.key, "operator": requirement.operator}
+            if requirement.values:
+                item["values"] = list(requirement.values)
+            expressions.append(item)
+        out["matchExpressions"] = expressions
+    return out
+
+
+def format_label_selector(selector: LabelSelector | None) -> str:
+    """Go's `(*metav1.LabelSelector).String()`, as `%v`/`%+v` print it in upstream's messages."""
+    if selector is None:
+        return "nil"
+    labels = "".join(f"{key}: {value}," for key, value in sorted(selector.match_labels))
+    expressions = "".join(
+        f"LabelSelectorRequirement{{Key:{req.key},Operator:{req.operator},"
+        f"Values:[{' '.join(req.values or ())}],}},"
+        for req in selector.match_expressions
+    )
+    return (f"&LabelSelector{{MatchLabels:map[string]string{{{labels}}},"
+            f"MatchExpressions:[]LabelSelectorRequirement{{{expressions}}},}}")
+
+
+def selector_from_label_selector(
+        label_selector: LabelSelector | Mapping[str, Any] | None) -> Selector:
+    """`metav1.LabelSelectorAsSelector`: None selects nothing, an empty one everything."""
+    if label_selector is None:
+        return Selector.match_nothing()
+    if not isinstance(label_selector, LabelSelector):
+        label_selector = label_selector_from_json(label_selector)
+    requirements: list[Requirement] = []
+    for key, value in label_selector.match_labels:
+        requirements.append(new_requirement(key, Operator.EQUALS, (value,)))
+    for expression in label_selector.match_expressions:
+        operator = _JSON_OPERATORS.get(expression.operator)
         if operator is None:
-            raise SelectorError(f"{quote_go_string(operator_name)} is not a valid label "
+            raise SelectorError(f"{quote_go_string(expression.operator)} is not a valid label "
                                 "selector operator")
-        requirements.append(new_requirement(key, operator, tuple(values)))
+        requirements.append(new_requirement(expression.key, operator,
+                                            tuple(expression.values or ())))
     return Selector.of(requirements)
 
 

@@ -17,28 +17,30 @@ from autoscaler.decision.snapshot import (
 )
 from autoscaler.model import (
     GO_ZERO_TIME,
-    LabelSelector,
-    LabelSelectorRequirement,
     MetricValueList,
     ModelError,
     Pod,
     Quantity,
     Scale,
     ScaleError,
-    SelectorError,
-    format_label_selector,
-    label_selector_as_selector,
     parse_autoscaler,
     parse_metric_input,
     parse_pods,
     parse_scale,
-    parse_selector,
     parse_time,
     pods_matching,
     render_autoscaler,
     render_spec,
 )
 from metricscale.core.quantity import Format
+from metricscale.core.selectors import (
+    LabelSelector,
+    LabelSelectorRequirement,
+    SelectorError,
+    format_label_selector,
+    parse_selector,
+    selector_from_label_selector,
+)
 from tests.autoscaler import builders as b
 
 
@@ -297,11 +299,11 @@ def test_label_selector_string_is_gos() -> None:
     assert format_label_selector(None) == "nil"
 
 
-def test_label_selector_as_selector() -> None:
-    assert label_selector_as_selector(None).matches({}) is False
-    assert label_selector_as_selector(LabelSelector()).matches({"a": "b"}) is True
+def test_selector_from_label_selector() -> None:
+    assert selector_from_label_selector(None).matches({}) is False
+    assert selector_from_label_selector(LabelSelector()).matches({"a": "b"}) is True
     with pytest.raises(SelectorError) as caught:
-        label_selector_as_selector(LabelSelector(match_expressions=(
+        selector_from_label_selector(LabelSelector(match_expressions=(
             LabelSelectorRequirement("a", "In", ()),)))
     assert "values set can't be empty" in str(caught.value)
 

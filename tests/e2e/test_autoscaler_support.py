@@ -26,9 +26,9 @@ from aiohttp import web
 
 from autoscaler.controller.leader import LeaderElectionConfig
 from autoscaler.decision.settings import Settings
-from autoscaler.model import parse_selector
 from autoscaler.server import AutoscalerServer, Options
 from metricscale import pki
+from metricscale.core.selectors import parse_selector
 from tests.fakes.exporter import Exporter
 from tests.fakes.kube_api import FakeKubeAPI
 
