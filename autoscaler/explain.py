@@ -1,18 +1,17 @@
-"""`metricscale explain`: what the autoscaler would decide for a snapshot, and why."""
+"""`metricscale explain`: what the autoscaler would decide for a snapshot, and why (the command:
+its flags, reading the snapshot from a file, standard input or the cluster, and the output)."""
 
 from __future__ import annotations
 
 import argparse
-import importlib
 import json
 import logging
 import sys
-from datetime import datetime
 from typing import Any, TextIO
 
 import yaml
 
-from autoscaler.decision.decide import Decision
+from autoscaler.decision.explanation import render_text
 from autoscaler.decision.snapshot import (
     Snapshot,
     SnapshotError,
@@ -20,7 +19,6 @@ from autoscaler.decision.snapshot import (
     parse_snapshot,
     render_decision,
 )
-from autoscaler.model import format_time
 
 __all__ = ["add_arguments", "load_document", "run"]
 
@@ -93,7 +91,8 @@ def _load_snapshot(args: argparse.Namespace) -> Snapshot:
     the cluster)."""
     if getattr(args, "live", None):
         # Imported by name so that explaining a file never loads the cluster client.
-        capture = importlib.import_module("autoscaler.controller.capture")
+        from autoscaler.controller import capture
+
         return parse_snapshot(capture.capture_document(args))
     if not args.snapshot:
         raise SnapshotError("", "a snapshot FILE (or - for standard input) is required")
@@ -124,55 +123,3 @@ def run(args: argparse.Namespace) -> int:
     except BrokenPipeError:  # `| head`: the reader has all it wanted
         pass
     return EXIT_OK
-
-
-def _when(value: datetime | None) -> str:
-    return "-" if value is None else format_time(value)
-
-
-def render_text(snapshot: Snapshot, decision: Decision) -> str:
-    """A readable report of the decision."""
-    autoscaler = snapshot.autoscaler
-    ref = autoscaler.spec.scale_target_ref
-    lines = [
-        f"{autoscaler.kind} {autoscaler.key} -> {ref.kind}/{ref.name} at {_when(snapshot.now)}",
-    ]
-    if decision.rescale:
-        lines.append(f"Decision: scale to {decision.new_replicas} "
-                     f"({decision.rescale_reason})")
-    else:
-        lines.append(f"Decision: keep {decision.desired_replicas} replicas")
-    lines.append("")
-    if decision.metrics:
-        lines.append("Metrics:")
-        for detail in decision.metrics:
-            label = detail.description or f"{detail.type} {detail.name}".strip()
-            if detail.error is not None:
-                lines.append(f"  [{detail.index}] {label}: FAILED ({detail.reason}): "
-                             f"{detail.error}")
-                continue
-            ratio = f"{detail.ratio:.4g}" if detail.ratio is not None else "undefined"
-            lines.append(f"  [{detail.index}] {label}: current {detail.current}, target "
-                         f"{detail.target}, ratio {ratio} -> {detail.proposed_replicas}")
-        lines.append("")
-    if decision.limits:
-        lines.append("Rules that changed the number:")
-        for limit in decision.limits:
-            lines.append(f"  {limit.rule}: {limit.from_replicas} -> {limit.to_replicas} "
-                         f"({limit.detail})")
-        lines.append("")
-    lines.append("Why:")
-    lines.extend(f"  - {line}" for line in decision.explanation)
-    lines.append("")
-    status = decision.status
-    lines.append(f"Status: currentReplicas {status.current_replicas}, desiredReplicas "
-                 f"{status.desired_replicas}, lastScaleTime {_when(status.last_scale_time)}")
-    for condition in status.conditions:
-        lines.append(f"  {condition.type:<15} {condition.status:<6} {condition.reason:<28} "
-                     f"{condition.message}")
-    if decision.events:
-        lines.append("")
-        lines.append("Events:")
-        for event in decision.events:
-            lines.append(f"  {event.type:<8} {event.reason:<28} {event.message}")
-    return "\n".join(lines) + "\n"

@@ -38,8 +38,9 @@ from autoscaler.controller.leader import (
     leader_election_config,
 )
 from autoscaler.controller.reconciler import Reconciler
+from autoscaler.controller.stats import ControllerMetrics
 from autoscaler.controller.watching import Watching
-from autoscaler.controller.workqueue import CURRENT_OBJECT, Controller, ControllerMetrics
+from autoscaler.controller.workqueue import CURRENT_OBJECT, Controller
 from autoscaler.decision import settings as settings_flags
 from autoscaler.decision.settings import Settings
 from autoscaler.kube.metrics_api import MetricsClient

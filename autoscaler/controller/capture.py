@@ -36,14 +36,11 @@ from autoscaler.kube.operations import (
     open_kube_client,
 )
 from autoscaler.kube.operations import Scale as TargetScale
-from autoscaler.model import (
-    HPA_KIND,
-    ModelError,
-    format_time_precise,
-    parse_autoscaler,
-    render_history,
-)
-from autoscaler.model import Scale as ModelScale
+from autoscaler.model.fields import ModelError
+from autoscaler.model.history import render_history
+from autoscaler.model.objects import HPA_KIND, parse_autoscaler
+from autoscaler.model.pods import Scale as ModelScale
+from autoscaler.model.times import format_time_precise
 from metricscale.kube.config import open_configuration
 from metricscale.kube.discovery import ResourceMapping
 from metricscale.kube.errors import ErrorContext, KubeConfigError, KubeError

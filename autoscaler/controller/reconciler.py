@@ -20,8 +20,8 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any, Protocol
 
+from autoscaler.controller.stats import ControllerMetrics
 from autoscaler.controller.watching import AutoscalerEntry, AutoscalerKey, SelectorRegistry
-from autoscaler.controller.workqueue import ControllerMetrics, ReconcileResult
 from autoscaler.decision.conditions import ABLE_TO_SCALE
 from autoscaler.decision.decide import (
     SCALE_WRITE_SUCCEEDED,
@@ -52,21 +52,13 @@ from autoscaler.kube.operations import (
     ScaleTargetRef,
 )
 from autoscaler.kube.operations import Scale as TargetScale
-from autoscaler.model import (
-    HPA_KIND,
-    Autoscaler,
-    AutoscalerStatus,
-    History,
-    MetricFetchError,
-    MetricInput,
-    MetricSpec,
-    ModelError,
-    Pod,
-    Scale,
-    ScaleError,
-    parse_metric_input,
-    render_status,
-)
+from autoscaler.model.fields import ModelError
+from autoscaler.model.history import History
+from autoscaler.model.metrics import MetricFetchError, MetricInput, parse_metric_input
+from autoscaler.model.objects import HPA_KIND, Autoscaler
+from autoscaler.model.pods import Pod, Scale, ScaleError
+from autoscaler.model.spec import MetricSpec
+from autoscaler.model.status import AutoscalerStatus, render_status
 from metricscale.core.selectors import LabelSelector
 from metricscale.kube.discovery import ResourceMapping
 from metricscale.kube.errors import KubeError, KubeUnavailable
@@ -77,6 +69,7 @@ __all__ = [
     "KubeWrites",
     "LeaderCheck",
     "MetricsAPI",
+    "ReconcileResult",
     "Reconciler",
     "fetch_metric",
     "metric_input_from_error",
@@ -100,6 +93,17 @@ _LIST_KINDS: Mapping[str, tuple[str, str]] = {
     "Pods": ("MetricValueList", f"{CUSTOM_METRICS_GROUP}/v1beta2"),
     "External": ("ExternalMetricValueList", f"{EXTERNAL_METRICS_GROUP}/v1beta1"),
 }
+
+
+@dataclass(frozen=True)
+class ReconcileResult:
+    """How one reconcile ended. `failed` means "try again sooner than usual is pointless, back
+    off": an API write failed or the reconcile raised. A decision that reports a problem in
+    the autoscaler's conditions (a metric is missing, the target is gone) is not a failure."""
+
+    outcome: str
+    failed: bool = False
+    retry_after: float | None = None
 
 
 class MetricsAPI(Protocol):

@@ -14,17 +14,16 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
-from autoscaler.model import (
+from autoscaler.model.fields import ModelError
+from autoscaler.model.objects import (
     AUTOSCALER_API_VERSION,
     AUTOSCALER_KIND,
     HPA_API_VERSION,
     HPA_KIND,
     Autoscaler,
-    ModelError,
-    Pod,
     parse_autoscaler,
-    parse_pod,
 )
+from autoscaler.model.pods import Pod, parse_pod
 from metricscale.core.selectors import Operator, Selector, SelectorError, parse_selector
 from metricscale.kube.informer import (
     Informer,

@@ -18,13 +18,12 @@ import time
 from collections import deque
 from collections.abc import Awaitable, Callable
 from contextvars import ContextVar
-from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Generic, Protocol, TypeVar
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
-
 from autoscaler.controller.leader import NotLeader
+from autoscaler.controller.reconciler import ReconcileResult
+from autoscaler.controller.stats import ControllerMetrics
 from autoscaler.controller.watching import AutoscalerEntry, AutoscalerKey
 from autoscaler.decision.persistence import DRY_RUN_ANNOTATION
 from metricscale.kube.informer import InformerEvent
@@ -32,9 +31,7 @@ from metricscale.kube.informer import InformerEvent
 __all__ = [
     "CURRENT_OBJECT",
     "Controller",
-    "ControllerMetrics",
     "QueueShutDown",
-    "ReconcileResult",
     "Reconciler",
     "Schedule",
     "WorkQueue",
@@ -47,17 +44,6 @@ K = TypeVar("K")
 
 # The object a log line is about: set by the worker for everything it logs (see server.py).
 CURRENT_OBJECT: ContextVar[str] = ContextVar("metricscale_object", default="")
-
-
-@dataclass(frozen=True)
-class ReconcileResult:
-    """How one reconcile ended. `failed` means "try again sooner than usual is pointless, back
-    off": an API write failed or the reconcile raised. A decision that reports a problem in
-    the autoscaler's conditions (a metric is missing, the target is gone) is not a failure."""
-
-    outcome: str
-    failed: bool = False
-    retry_after: float | None = None
 
 
 class Reconciler(Protocol):
@@ -177,42 +163,6 @@ class Schedule(Generic[K]):
                 del self._due[key]
                 ready.append(key)
         return ready
-
-
-# --------------------------------------------------------------------------------------------
-# Metrics
-
-
-class ControllerMetrics:
-    """The controller's Prometheus metrics (API latency lives with the API client)."""
-
-    def __init__(self, registry: CollectorRegistry) -> None:
-        self.reconciles = Counter(
-            "metricscale_autoscaler_reconciles_total",
-            "Reconciles, by result (ok, failed, timeout, not_leader, gone).",
-            ["result"], registry=registry)
-        self.duration = Histogram(
-            "metricscale_autoscaler_reconcile_duration_seconds",
-            "Duration of one reconcile, including its API calls.",
-            buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30),
-            registry=registry)
-        self.decisions = Counter(
-            "metricscale_autoscaler_decisions_total",
-            "Decisions, by outcome (scale_up, scale_down, no_change, dry_run_scale_up, "
-            "dry_run_scale_down, failed_rescale, failed_get_scale, failed_metrics, invalid).",
-            ["outcome"], registry=registry)
-        self.errors = Counter(
-            "metricscale_autoscaler_errors_total",
-            "Errors, by reason (the Warning event reason, or what failed in the controller).",
-            ["reason"], registry=registry)
-        self.queue_depth = Gauge(
-            "metricscale_autoscaler_queue_depth", "Autoscalers waiting for a worker.",
-            registry=registry)
-        self.autoscalers = Gauge(
-            "metricscale_autoscaler_autoscalers", "Autoscalers in the cache.", registry=registry)
-        self.leader = Gauge(
-            "metricscale_autoscaler_leader", "1 while this replica holds the lease.",
-            registry=registry)
 
 
 # --------------------------------------------------------------------------------------------

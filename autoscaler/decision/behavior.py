@@ -14,7 +14,8 @@ from datetime import datetime, timedelta
 
 from autoscaler.decision.conditions import Messages
 from autoscaler.decision.replicas import INT32_MAX, INT32_MIN, go_float_to_int32
-from autoscaler.model import Behavior, Recommendation, ScaleEvent, ScalingRules
+from autoscaler.model.history import Recommendation, ScaleEvent
+from autoscaler.model.spec import Behavior, ScalingRules
 
 __all__ = [
     "Normalized",

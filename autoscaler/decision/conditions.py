@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import replace
 from datetime import datetime
 
-from autoscaler.model import Condition
+from autoscaler.model.status import Condition
 
 __all__ = [
     "ABLE_TO_SCALE",

@@ -42,28 +42,22 @@ from autoscaler.decision.replicas import (
     get_resource_replicas,
 )
 from autoscaler.decision.settings import Settings
-from autoscaler.model import (
-    Autoscaler,
+from autoscaler.model.fields import Quantity
+from autoscaler.model.history import History
+from autoscaler.model.metrics import MetricInput
+from autoscaler.model.objects import Autoscaler
+from autoscaler.model.pods import Pod, Scale, ScaleError, pods_matching
+from autoscaler.model.spec import Behavior, MetricIdentifier, MetricSpec, MetricTarget
+from autoscaler.model.status import (
     AutoscalerStatus,
-    Behavior,
     Condition,
     ContainerResourceMetricStatus,
     ExternalMetricStatus,
-    History,
-    MetricIdentifier,
-    MetricInput,
-    MetricSpec,
     MetricStatus,
-    MetricTarget,
     MetricValueStatus,
     ObjectMetricStatus,
-    Pod,
     PodsMetricStatus,
-    Quantity,
     ResourceMetricStatus,
-    Scale,
-    ScaleError,
-    pods_matching,
 )
 from metricscale.core.quantity import Format, format_milli
 from metricscale.core.selectors import (

@@ -26,18 +26,10 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from autoscaler.decision.settings import Settings
-from autoscaler.model import (
-    AutoscalerSpec,
-    AutoscalerStatus,
-    History,
-    MetricSpec,
-    MetricStatus,
-    ModelError,
-    Quantity,
-    Recommendation,
-    parse_history,
-    render_history,
-)
+from autoscaler.model.fields import ModelError, Quantity
+from autoscaler.model.history import History, Recommendation, parse_history, render_history
+from autoscaler.model.spec import AutoscalerSpec, MetricSpec
+from autoscaler.model.status import AutoscalerStatus, MetricStatus
 from metricscale.core.quantity import Format, format_quantity
 
 __all__ = [

@@ -14,15 +14,15 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from decimal import Decimal
 
-from autoscaler.model import (
-    GO_ZERO_TIME,
+from autoscaler.model.metrics import (
     ExternalMetricValueList,
     MetricFetchError,
     MetricInput,
     MetricValueList,
-    Pod,
     PodMetricsList,
 )
+from autoscaler.model.pods import Pod
+from autoscaler.model.times import GO_ZERO_TIME
 from metricscale.core.quantity import milli_value
 
 __all__ = [

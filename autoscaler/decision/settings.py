@@ -7,10 +7,9 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass, fields, replace
 from datetime import timedelta
-from decimal import ROUND_HALF_EVEN
 from typing import Any
 
-from metricscale.core import durations
+from autoscaler.model.times import format_duration, parse_duration
 
 __all__ = [
     "FLAGS",
@@ -82,33 +81,6 @@ _SNAPSHOT_KEYS: Mapping[str, str] = {
     "scale_to_zero": "scaleToZero",
     "sync_period": "syncPeriodSeconds",
 }
-
-def parse_duration(text: str) -> timedelta:
-    """A Go duration string (`15s`, `5m0s`, `1h30m`, `500ms`) as a timedelta."""
-    try:
-        seconds = durations.parse_duration(text.strip())
-    except durations.DurationError:
-        raise ValueError(f"time: invalid duration {text!r}") from None
-    # timedelta keeps microseconds; round half to even as timedelta(seconds=...) does.
-    return timedelta(microseconds=int((seconds * 1_000_000).to_integral_value(ROUND_HALF_EVEN)))
-
-
-def format_duration(value: timedelta) -> str:
-    """Go's `Duration.String()` for whole seconds and above (`5m0s`, `15s`, `1h0m0s`)."""
-    total = value.total_seconds()
-    if total == 0:
-        return "0s"
-    sign = "-" if total < 0 else ""
-    total = abs(total)
-    hours, rest = divmod(total, 3600)
-    minutes, seconds = divmod(rest, 60)
-    text = f"{seconds:g}s"
-    if hours:
-        return f"{sign}{int(hours)}h{int(minutes)}m{text}"
-    if minutes:
-        return f"{sign}{int(minutes)}m{text}"
-    return f"{sign}{text}"
-
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The controller's flags, with upstream's names and defaults (for `metricscale autoscaler`)."""

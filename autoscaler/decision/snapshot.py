@@ -16,27 +16,20 @@ from autoscaler.decision.decide import (
     decide,
 )
 from autoscaler.decision.settings import Settings, SettingsError, parse_settings
-from autoscaler.model import (
-    Autoscaler,
+from autoscaler.model.fields import ModelError
+from autoscaler.model.history import History, parse_history, render_history
+from autoscaler.model.metrics import (
     ExternalMetricValueList,
-    History,
     MetricFetchError,
     MetricInput,
     MetricValueList,
-    ModelError,
-    Pod,
     PodMetricsList,
-    Scale,
-    ScaleError,
-    parse_autoscaler,
-    parse_history,
     parse_metric_input,
-    parse_pods,
-    parse_scale,
-    parse_time,
-    render_history,
-    render_status,
 )
+from autoscaler.model.objects import Autoscaler, parse_autoscaler
+from autoscaler.model.pods import Pod, Scale, ScaleError, parse_pods, parse_scale
+from autoscaler.model.status import render_status
+from autoscaler.model.times import parse_time
 
 __all__ = [
     "SNAPSHOT_API_VERSION",

@@ -22,7 +22,7 @@ from typing import Any, Literal, Protocol, cast
 
 from prometheus_client import CollectorRegistry, Histogram
 
-from autoscaler.controller.leader import Lease, LeaseSpec
+from autoscaler.decision.leadership import Lease, LeaseSpec
 from metricscale import __version__
 from metricscale.kube.config import Configuration
 from metricscale.kube.discovery import (

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from autoscaler.model import format_time_precise
+from autoscaler.model.times import format_time_precise
 
 NOW = datetime(2026, 11, 21, 10, 0, 0, tzinfo=UTC)
 ZERO = "0001-01-01T00:00:00Z"

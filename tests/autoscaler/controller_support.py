@@ -26,7 +26,7 @@ from autoscaler.kube.operations import (
     TargetNotFound,
     merge_patch,
 )
-from autoscaler.model import Pod
+from autoscaler.model.pods import Pod
 from metricscale.kube.discovery import ResourceMapping
 from metricscale.kube.errors import Conflict, KindNotFound, KubeError
 

@@ -18,8 +18,9 @@ from autoscaler.decision.behavior import (
     stabilize_recommendation_with_behaviors,
     store_scale_event,
 )
-from autoscaler.model import Behavior, Recommendation, ScaleEvent, ScalingPolicy, ScalingRules
-from autoscaler.model import parse_autoscaler as _parse
+from autoscaler.model.history import Recommendation, ScaleEvent
+from autoscaler.model.objects import parse_autoscaler as _parse
+from autoscaler.model.spec import Behavior, ScalingPolicy, ScalingRules
 from tests.autoscaler import builders as b
 
 NOW = b.NOW

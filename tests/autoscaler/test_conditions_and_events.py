@@ -16,7 +16,7 @@ from autoscaler.decision.decide import (
 )
 from autoscaler.decision.settings import Settings
 from autoscaler.decision.snapshot import parse_snapshot
-from autoscaler.model import Condition, MetricStatus, render_status
+from autoscaler.model.status import Condition, MetricStatus, render_status
 from tests.autoscaler import builders as b
 from tests.autoscaler.reconcile_support import STATUS_OK, conditions, ok_with, scenario
 

@@ -14,13 +14,13 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from autoscaler.controller.leader import NotLeader
+from autoscaler.controller.reconciler import ReconcileResult
+from autoscaler.controller.stats import ControllerMetrics
 from autoscaler.controller.watching import AutoscalerEntry, AutoscalerKey, project_autoscaler
 from autoscaler.controller.workqueue import (
     CURRENT_OBJECT,
     Controller,
-    ControllerMetrics,
     QueueShutDown,
-    ReconcileResult,
     Schedule,
     WorkQueue,
     needs_immediate_sync,

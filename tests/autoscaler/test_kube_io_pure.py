@@ -9,7 +9,7 @@ from datetime import UTC, datetime, timedelta, timezone
 import pytest
 from multidict import CIMultiDict, CIMultiDictProxy
 
-from autoscaler.controller.leader import LeaseSpec
+from autoscaler.decision.leadership import LeaseSpec
 from autoscaler.kube.operations import (
     ObjectReference,
     format_micro_time,

@@ -6,7 +6,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from autoscaler.controller.leader import (
+from autoscaler.decision.leadership import (
     Acquire,
     Create,
     Decision,

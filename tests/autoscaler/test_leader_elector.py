@@ -12,12 +12,11 @@ from autoscaler.controller.leader import (
     LeaderElectionConfig,
     LeaderElector,
     LeaderGuard,
-    Lease,
-    LeaseSpec,
     NotLeader,
     add_leader_election_arguments,
     leader_election_config,
 )
+from autoscaler.decision.leadership import Lease, LeaseSpec
 from metricscale.kube.errors import AlreadyExists, Conflict, KubeError, ServerError
 
 T0 = datetime(2024, 5, 1, 12, 0, 0, tzinfo=UTC)

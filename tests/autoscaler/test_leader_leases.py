@@ -9,7 +9,8 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from prometheus_client import CollectorRegistry
 
-from autoscaler.controller.leader import LeaderElectionConfig, LeaderElector, LeaseSpec
+from autoscaler.controller.leader import LeaderElectionConfig, LeaderElector
+from autoscaler.decision.leadership import LeaseSpec
 from autoscaler.kube.operations import KubeClient
 from metricscale.kube import errors
 from metricscale.kube.http import open_kube_http

@@ -9,14 +9,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from autoscaler import model
-from autoscaler.model import (
-    MetricValueList,
-    ModelError,
-    PodMetricsList,
-    Quantity,
-    parse_metric_input,
-)
+from autoscaler.model import metrics as model
+from autoscaler.model.fields import ModelError, Quantity
+from autoscaler.model.metrics import MetricValueList, PodMetricsList, parse_metric_input
 from metricscale.core.quantity import milli_value, parse_quantity
 
 PROFILE = settings(max_examples=300, deadline=None)

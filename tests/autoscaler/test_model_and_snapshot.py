@@ -8,30 +8,19 @@ from typing import Any
 
 import pytest
 
-from autoscaler.decision.settings import Settings, format_duration, parse_duration, parse_settings
+from autoscaler.decision.settings import Settings, parse_settings
 from autoscaler.decision.snapshot import (
     SnapshotError,
     decide_snapshot,
     parse_snapshot,
     render_decision,
 )
-from autoscaler.model import (
-    GO_ZERO_TIME,
-    MetricValueList,
-    ModelError,
-    Pod,
-    Quantity,
-    Scale,
-    ScaleError,
-    parse_autoscaler,
-    parse_metric_input,
-    parse_pods,
-    parse_scale,
-    parse_time,
-    pods_matching,
-    render_autoscaler,
-    render_spec,
-)
+from autoscaler.model.fields import ModelError, Quantity
+from autoscaler.model.metrics import MetricValueList, parse_metric_input
+from autoscaler.model.objects import parse_autoscaler, render_autoscaler
+from autoscaler.model.pods import Pod, Scale, ScaleError, parse_pods, parse_scale, pods_matching
+from autoscaler.model.spec import render_spec
+from autoscaler.model.times import GO_ZERO_TIME, format_duration, parse_duration, parse_time
 from metricscale.core.quantity import Format
 from metricscale.core.selectors import (
     LabelSelector,

@@ -15,7 +15,7 @@ from autoscaler.decision.behavior import (
 )
 from autoscaler.decision.decide import Decision
 from autoscaler.decision.snapshot import decide_snapshot, parse_snapshot
-from autoscaler.model import Recommendation
+from autoscaler.model.history import Recommendation
 from tests.autoscaler import builders as b
 
 PROFILE = settings(max_examples=120, deadline=None,

@@ -12,12 +12,12 @@ from prometheus_client import CollectorRegistry
 
 from autoscaler.controller.leader import NotLeader
 from autoscaler.controller.reconciler import Reconciler, metric_input_from_error
+from autoscaler.controller.stats import ControllerMetrics
 from autoscaler.controller.watching import AutoscalerKey, project_pod
-from autoscaler.controller.workqueue import ControllerMetrics
 from autoscaler.decision.persistence import DRY_RUN_ANNOTATION, HISTORY_ANNOTATION
 from autoscaler.decision.settings import Settings
 from autoscaler.kube.metrics_api import MetricsError
-from autoscaler.model import parse_history
+from autoscaler.model.history import parse_history
 from metricscale.kube.discovery import ResourceMapping
 from metricscale.kube.errors import TooManyRequests
 from tests.autoscaler.controller_support import (

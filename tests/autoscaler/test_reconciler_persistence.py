@@ -27,16 +27,10 @@ from autoscaler.decision.persistence import (
     restore_history,
 )
 from autoscaler.decision.settings import Settings
-from autoscaler.model import (
-    Autoscaler,
-    AutoscalerSpec,
-    History,
-    ModelError,
-    Recommendation,
-    ScaleEvent,
-    parse_autoscaler,
-    parse_history,
-)
+from autoscaler.model.fields import ModelError
+from autoscaler.model.history import History, Recommendation, ScaleEvent, parse_history
+from autoscaler.model.objects import Autoscaler, parse_autoscaler
+from autoscaler.model.spec import AutoscalerSpec
 
 T0 = datetime(2026, 11, 21, 10, 0, 0, tzinfo=UTC)
 WINDOW = timedelta(minutes=5)

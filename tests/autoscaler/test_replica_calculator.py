@@ -32,14 +32,8 @@ from autoscaler.decision.replicas import (
     group_pods,
     per_pod_usage,
 )
-from autoscaler.model import (
-    MetricFetchError,
-    MetricInput,
-    Pod,
-    parse_metric_input,
-    parse_pod,
-    parse_pods,
-)
+from autoscaler.model.metrics import MetricFetchError, MetricInput, parse_metric_input
+from autoscaler.model.pods import Pod, parse_pod, parse_pods
 from tests.autoscaler import builders as b
 
 RULES = ReadinessRules(cpu_initialization_period=timedelta(minutes=2),

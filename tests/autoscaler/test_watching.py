@@ -21,7 +21,7 @@ from autoscaler.controller.watching import (
     project_autoscaler,
     project_pod,
 )
-from autoscaler.model import Pod
+from autoscaler.model.pods import Pod
 from metricscale.kube.informer import InformerEvent, PathSource
 from tests.autoscaler.controller_support import eventually
 from tests.fakes.kube_api import FakeKubeAPI, Latency

@@ -16,7 +16,8 @@ from typing import Any
 
 import pytest
 
-from autoscaler.model import parse_history, parse_time
+from autoscaler.model.history import parse_history
+from autoscaler.model.times import parse_time
 from tests.e2e.test_adapter_auth_support import (
     ShiftedClock,
     make_pki,

@@ -1,0 +1,63 @@
+"""The readable report of a decision, as `metricscale explain -o text` prints it (pure)."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from autoscaler.decision.decide import Decision
+from autoscaler.decision.snapshot import Snapshot
+from autoscaler.model.times import format_time
+
+__all__ = ["render_text"]
+
+
+def _when(value: datetime | None) -> str:
+    return "-" if value is None else format_time(value)
+
+
+def render_text(snapshot: Snapshot, decision: Decision) -> str:
+    """A readable report of the decision."""
+    autoscaler = snapshot.autoscaler
+    ref = autoscaler.spec.scale_target_ref
+    lines = [
+        f"{autoscaler.kind} {autoscaler.key} -> {ref.kind}/{ref.name} at {_when(snapshot.now)}",
+    ]
+    if decision.rescale:
+        lines.append(f"Decision: scale to {decision.new_replicas} "
+                     f"({decision.rescale_reason})")
+    else:
+        lines.append(f"Decision: keep {decision.desired_replicas} replicas")
+    lines.append("")
+    if decision.metrics:
+        lines.append("Metrics:")
+        for detail in decision.metrics:
+            label = detail.description or f"{detail.type} {detail.name}".strip()
+            if detail.error is not None:
+                lines.append(f"  [{detail.index}] {label}: FAILED ({detail.reason}): "
+                             f"{detail.error}")
+                continue
+            ratio = f"{detail.ratio:.4g}" if detail.ratio is not None else "undefined"
+            lines.append(f"  [{detail.index}] {label}: current {detail.current}, target "
+                         f"{detail.target}, ratio {ratio} -> {detail.proposed_replicas}")
+        lines.append("")
+    if decision.limits:
+        lines.append("Rules that changed the number:")
+        for limit in decision.limits:
+            lines.append(f"  {limit.rule}: {limit.from_replicas} -> {limit.to_replicas} "
+                         f"({limit.detail})")
+        lines.append("")
+    lines.append("Why:")
+    lines.extend(f"  - {line}" for line in decision.explanation)
+    lines.append("")
+    status = decision.status
+    lines.append(f"Status: currentReplicas {status.current_replicas}, desiredReplicas "
+                 f"{status.desired_replicas}, lastScaleTime {_when(status.last_scale_time)}")
+    for condition in status.conditions:
+        lines.append(f"  {condition.type:<15} {condition.status:<6} {condition.reason:<28} "
+                     f"{condition.message}")
+    if decision.events:
+        lines.append("")
+        lines.append("Events:")
+        for event in decision.events:
+            lines.append(f"  {event.type:<8} {event.reason:<28} {event.message}")
+    return "\n".join(lines) + "\n"

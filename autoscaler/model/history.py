@@ -1,0 +1,107 @@
+"""The controller's memory for one autoscaler: recommendations and scale events."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from autoscaler.model.fields import (
+    ModelError,
+    read_bool,
+    read_int,
+    read_list,
+    read_object,
+)
+from autoscaler.model.times import (
+    format_time_precise,
+    parse_time,
+)
+
+__all__ = [
+    "History",
+    "Recommendation",
+    "ScaleEvent",
+    "parse_history",
+    "render_history",
+]
+
+
+@dataclass(frozen=True)
+class Recommendation:
+    timestamp: datetime
+    replicas: int
+
+
+@dataclass(frozen=True)
+class ScaleEvent:
+    timestamp: datetime
+    replica_change: int
+    outdated: bool = False
+
+
+@dataclass(frozen=True)
+class History:
+    """Recommendations and scale events; `recommendations is None` means a first sync."""
+
+    recommendations: tuple[Recommendation, ...] | None = None
+    scale_up_events: tuple[ScaleEvent, ...] = ()
+    scale_down_events: tuple[ScaleEvent, ...] = ()
+
+
+def _parse_events(raw: Mapping[str, Any], key: str, path: str) -> tuple[ScaleEvent, ...]:
+    events = []
+    for i, item in enumerate(read_list(raw, key, path) or []):
+        where = f"{path}.{key}[{i}]"
+        obj = read_object(item, where)
+        timestamp = obj.get("timestamp")
+        if timestamp is None:
+            raise ModelError(f"{where}.timestamp", "is required")
+        events.append(ScaleEvent(
+            timestamp=parse_time(timestamp, f"{where}.timestamp"),
+            replica_change=read_int(obj, "replicaChange", where, required=True) or 0,
+            outdated=read_bool(obj, "outdated", where),
+        ))
+    return tuple(events)
+
+
+def parse_history(raw: Any, path: str = "history") -> History:
+    if raw is None:
+        return History()
+    obj = read_object(raw, path)
+    recommendations: tuple[Recommendation, ...] | None = None
+    recs_raw = read_list(obj, "recommendations", path)
+    if recs_raw is not None:
+        recs = []
+        for i, item in enumerate(recs_raw):
+            where = f"{path}.recommendations[{i}]"
+            rec = read_object(item, where)
+            timestamp = rec.get("timestamp")
+            if timestamp is None:
+                raise ModelError(f"{where}.timestamp", "is required")
+            recs.append(Recommendation(
+                timestamp=parse_time(timestamp, f"{where}.timestamp"),
+                replicas=read_int(rec, "replicas", where, required=True) or 0))
+        recommendations = tuple(recs)
+    return History(
+        recommendations=recommendations,
+        scale_up_events=_parse_events(obj, "scaleUpEvents", path),
+        scale_down_events=_parse_events(obj, "scaleDownEvents", path),
+    )
+
+
+def render_history(history: History) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    if history.recommendations is not None:
+        out["recommendations"] = [
+            {"timestamp": format_time_precise(r.timestamp), "replicas": r.replicas}
+            for r in history.recommendations]
+    out["scaleUpEvents"] = [_render_event(e) for e in history.scale_up_events]
+    out["scaleDownEvents"] = [_render_event(e) for e in history.scale_down_events]
+    return out
+
+
+def _render_event(event: ScaleEvent) -> dict[str, Any]:
+    return {"timestamp": format_time_precise(event.timestamp),
+            "replicaChange": event.replica_change, "outdated": event.outdated}
