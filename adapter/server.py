@@ -25,11 +25,11 @@ from aiohttp import web
 from prometheus_client import CollectorRegistry
 from yarl import URL
 
-from adapter.http.app import create_app, mark_shutting_down
+from adapter.http.app import HEALTH_KEY, create_app, mark_shutting_down
 from adapter.kube.catalog import ClusterCatalog
 from adapter.kube.objects import USER_AGENT
-from adapter.prometheus.client import PrometheusClient, PrometheusConfigError
-from adapter.prometheus.relisting import DiscoveryFailed, relist_once
+from adapter.prometheus.client import PrometheusClient
+from adapter.prometheus.relisting import RelistFailed, relist_once
 from adapter.rules.config import AdapterConfig, ConfigError, parse_config
 from adapter.rules.query import QueryError, build_custom_query, build_external_query
 from adapter.rules.registry import MetricRegistry
@@ -40,7 +40,13 @@ from adapter.security.tls import (
     TLSConfigError,
     ensure_self_signed_certificate,
 )
-from adapter.settings import AdapterSettings, SettingsError, add_arguments, settings_from_args
+from adapter.settings import (
+    AdapterSettings,
+    PrometheusConfigError,
+    SettingsError,
+    add_arguments,
+    settings_from_args,
+)
 from metricscale.core.selectors import Selector
 from metricscale.kube.errors import KubeConfigError, KubeError
 from metricscale.kube.http import connect
@@ -142,7 +148,7 @@ async def serve(settings: AdapterSettings, config: AdapterConfig, *,
         return 1
     app = create_app(settings=settings, config=config, on_fatal=on_fatal,
                      authenticator=security.authenticator, authorizer=security.authorizer)
-    security.install(app)
+    security.install(app, health=app[HEALTH_KEY], on_fatal=on_fatal)
     runner = web.AppRunner(app, handle_signals=False, shutdown_timeout=_SHUTDOWN_GRACE_SECONDS,
                            access_log=None)
     for signum in (signal.SIGTERM, signal.SIGINT):
@@ -278,7 +284,7 @@ async def _check_discovery(settings: AdapterSettings, *, config: AdapterConfig,
             registry = await relist_once(now, config=config, lister=client, catalog=catalog,
                                          max_age=settings.max_age,
                                          request_timeout=settings.prometheus.timeout)
-        except DiscoveryFailed as error:
+        except RelistFailed as error:
             cause = error.__cause__
             detail = getattr(cause, "detail", "") or ""
             print(f"discovery against {shown_url} failed: {error} {detail}",

@@ -8,16 +8,15 @@ listed in the README ("Running it").
 from __future__ import annotations
 
 import argparse
+import math
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from decimal import Decimal
+from typing import Literal
 
-from adapter.prometheus.client import (
-    Method,
-    PrometheusConfigError,
-    PrometheusSettings,
-    parse_header,
-)
+from yarl import URL
+
 from metricscale.core import durations
 
 __all__ = [
@@ -25,11 +24,15 @@ __all__ = [
     "DEFAULT_RELIST_INTERVAL",
     "AdapterSettings",
     "AuthFlags",
+    "Method",
+    "PrometheusConfigError",
+    "PrometheusSettings",
     "ServingSettings",
     "SettingsError",
     "add_arguments",
     "format_duration",
     "parse_duration",
+    "parse_header",
     "settings_from_args",
 ]
 
@@ -43,6 +46,72 @@ DEFAULT_CERT_DIR = "apiserver.local.config/certificates"
 DEFAULT_RELIST_INTERVAL = "1m"
 DEFAULT_PROMETHEUS_TIMEOUT = "10s"
 DEFAULT_ALWAYS_ALLOW_PATHS = ("/healthz", "/readyz", "/livez")
+
+
+Method = Literal["POST", "GET"]
+_HEADER_NAME = re.compile(r"^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$")
+
+
+class PrometheusConfigError(ValueError):
+    """Settings that cannot work (conflicting auth, a header without a name, a bad URL...)."""
+
+
+def parse_header(text: str) -> tuple[str, str]:
+    """`Name=value` (split on the first `=`; no `=` means an empty value, as upstream does)."""
+    name, _, value = text.partition("=")
+    name = name.strip()
+    if not name or not _HEADER_NAME.match(name):
+        raise PrometheusConfigError(f"--prometheus-header {name!r}: not a header name")
+    if "\r" in value or "\n" in value:
+        raise PrometheusConfigError(f"--prometheus-header {name}: the value has a line break")
+    return name, value
+
+
+@dataclass(frozen=True)
+class PrometheusSettings:
+    """Everything the client needs; built from flags by the adapter's settings module."""
+
+    url: str
+    headers: tuple[tuple[str, str], ...] = ()
+    bearer_token_file: str | None = None
+    basic_auth_username: str | None = None
+    basic_auth_password_file: str | None = None
+    client_cert_file: str | None = None
+    client_key_file: str | None = None
+    ca_file: str | None = None
+    insecure_skip_verify: bool = False
+    timeout: float = 30.0
+    method: Method = "POST"
+    coalesce_window: float = 1.0
+    max_connections: int = 100
+    cache_ttl: float = 0.0
+
+    def __post_init__(self) -> None:
+        url = URL(self.url)
+        if url.scheme not in ("http", "https") or not url.host:
+            raise PrometheusConfigError("--prometheus-url must be an http:// or https:// URL")
+        if self.method not in ("POST", "GET"):
+            raise PrometheusConfigError("--prometheus-verb must be GET or POST")
+        if not (self.timeout > 0 and math.isfinite(self.timeout)):
+            raise PrometheusConfigError("--prometheus-timeout must be a positive duration")
+        if not (self.coalesce_window >= 0 and math.isfinite(self.coalesce_window)):
+            raise PrometheusConfigError("the coalesce window must be a non-negative duration")
+        if not (self.cache_ttl >= 0 and math.isfinite(self.cache_ttl)):
+            raise PrometheusConfigError("--prometheus-cache-ttl must not be negative")
+        if self.bearer_token_file and (self.basic_auth_username or self.basic_auth_password_file):
+            raise PrometheusConfigError("use either a bearer token file or basic auth, not both")
+        if bool(self.basic_auth_username) != bool(self.basic_auth_password_file):
+            raise PrometheusConfigError("basic auth needs both a username and a password file")
+        if self.basic_auth_username and ":" in self.basic_auth_username:
+            raise PrometheusConfigError("a basic auth username cannot contain ':'")
+        if bool(self.client_cert_file) != bool(self.client_key_file):
+            raise PrometheusConfigError("a client certificate needs both the certificate and key")
+        authorizes = self.bearer_token_file or self.basic_auth_username
+        for name, value in self.headers:
+            parse_header(f"{name}={value}")
+            if authorizes and name.lower() == "authorization":
+                raise PrometheusConfigError(
+                    "an Authorization header conflicts with the bearer token or basic auth")
 
 
 class SettingsError(ValueError):

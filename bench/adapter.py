@@ -427,11 +427,11 @@ def discovery_child(prometheus_url: str, config_path: str, max_age: str) -> None
     """Runs in its own process: one discovery pass; prints JSON with time and peak RSS."""
     from prometheus_client import CollectorRegistry
 
-    from adapter.prometheus.client import PrometheusClient, PrometheusSettings
+    from adapter.prometheus.client import PrometheusClient
     from adapter.prometheus.relisting import relist_once
     from adapter.rules.config import parse_config
     from adapter.rules.resources import builtin_catalog
-    from adapter.settings import parse_duration
+    from adapter.settings import PrometheusSettings, parse_duration
 
     config = parse_config(Path(config_path).read_text())
     baseline = _peak_rss_mb()

@@ -11,19 +11,13 @@ from __future__ import annotations
 
 import re
 import urllib.parse
-from collections.abc import Mapping
 from dataclasses import dataclass
-from types import MappingProxyType
 
+from adapter.api.groups import API_GROUP_VERSIONS, EXTERNAL_METRICS_GROUP
 from adapter.rules.resources import NAMESPACES, GroupResource
 from metricscale.core.selectors import Selector, SelectorError, parse_selector
 
 __all__ = [
-    "API_GROUP_VERSIONS",
-    "CUSTOM_METRICS_GROUP",
-    "CUSTOM_METRICS_VERSIONS",
-    "EXTERNAL_METRICS_GROUP",
-    "EXTERNAL_METRICS_VERSIONS",
     "CustomMetricRoute",
     "ExternalMetricRoute",
     "GroupListRoute",
@@ -34,14 +28,6 @@ __all__ = [
     "parse_route",
 ]
 
-CUSTOM_METRICS_GROUP = "custom.metrics.k8s.io"
-EXTERNAL_METRICS_GROUP = "external.metrics.k8s.io"
-CUSTOM_METRICS_VERSIONS = ("v1beta2", "v1beta1")  # preference order
-EXTERNAL_METRICS_VERSIONS = ("v1beta1",)
-# Both groups, in the order `/apis` lists them, each with its versions in preference order.
-API_GROUP_VERSIONS: Mapping[str, tuple[str, ...]] = MappingProxyType({
-    CUSTOM_METRICS_GROUP: CUSTOM_METRICS_VERSIONS,
-    EXTERNAL_METRICS_GROUP: EXTERNAL_METRICS_VERSIONS})
 
 
 @dataclass(frozen=True)

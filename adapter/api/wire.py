@@ -17,7 +17,7 @@ from decimal import ROUND_DOWN, ROUND_FLOOR, Decimal, InvalidOperation, localcon
 from types import MappingProxyType
 from typing import Any
 
-from adapter.api.routes import CUSTOM_METRICS_GROUP, EXTERNAL_METRICS_GROUP
+from adapter.api.groups import CUSTOM_METRICS_GROUP, EXTERNAL_METRICS_GROUP
 from adapter.rules.resources import CustomMetricKey, ResourceInfo
 from metricscale.core.quantity import Format, format_quantity
 

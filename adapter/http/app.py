@@ -5,8 +5,8 @@ a `cleanup_ctx` inside the running loop and closed in reverse order. Requests pa
 middlewares, outermost first: request metrics, error mapping (every failure becomes a `Status`
 body, never a traceback), and the authentication/authorization seam, which runs before routing
 (an unauthorized caller gets 401/403 even for a path that would be 404), as the generic
-Kubernetes API server does. Until the auth wiring lands, `ALLOW_ALL_AUTHENTICATOR` and
-`ALLOW_ALL_AUTHORIZER` fill the seam.
+Kubernetes API server does. The composition root hands in the delegated authenticator and
+authorizer (adapter.security); the seam itself is adapter.auth.seam.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any, Protocol
+from typing import Any
 
 from aiohttp import web
 from prometheus_client import (
@@ -33,9 +33,8 @@ from prometheus_client import (
     generate_latest,
 )
 
+from adapter.api.groups import API_GROUP_VERSIONS, EXTERNAL_METRICS_GROUP
 from adapter.api.routes import (
-    API_GROUP_VERSIONS,
-    EXTERNAL_METRICS_GROUP,
     CustomMetricRoute,
     ExternalMetricRoute,
     GroupListRoute,
@@ -60,15 +59,10 @@ from adapter.api.wire import (
     unauthorized,
 )
 from adapter.auth.decisions import (
-    ANONYMOUS,
     AUTHENTICATION_FAILED_CAUSE,
     AUTHORIZATION_FAILED_CAUSE,
-    Authenticated,
     AuthenticationFailure,
-    AuthMethod,
-    AuthorizationDecision,
     Decision,
-    RequestAttributes,
     RequestAttributesError,
     RequestPathError,
     UserInfo,
@@ -76,11 +70,19 @@ from adapter.auth.decisions import (
     forbidden_status,
     request_attributes,
 )
+from adapter.auth.seam import (
+    ALLOW_ALL_AUTHENTICATOR,
+    ALLOW_ALL_AUTHORIZER,
+    AuthCheckUnavailable,
+    Authenticator,
+    Authorizer,
+    IncomingRequest,
+)
 from adapter.http.handlers import Answer, ApiError, MetricsService
 from adapter.kube.catalog import ClusterCatalog
 from adapter.kube.objects import USER_AGENT, ObjectCaches
 from adapter.prometheus.client import PrometheusClient
-from adapter.prometheus.relisting import Discovery, DiscoveryMetrics
+from adapter.prometheus.relisting import Relister, RelistMetrics
 from adapter.rules.config import AdapterConfig
 from adapter.security.tls import peer_certificate_der
 from adapter.settings import AdapterSettings
@@ -90,25 +92,19 @@ from metricscale.kube.http import KubeHTTP, connect
 from metricscale.tasks import start_guarded_task
 
 __all__ = [
-    "ALLOW_ALL_AUTHENTICATOR",
-    "ALLOW_ALL_AUTHORIZER",
     "CLOCK_KEY",
     "CLUSTER_CATALOG_KEY",
     "CONFIG_KEY",
-    "DISCOVERY_KEY",
     "HEALTH_KEY",
     "KUBE_HTTP_KEY",
     "METRICS_REGISTRY_KEY",
     "OBJECT_CACHES_KEY",
     "PROMETHEUS_KEY",
+    "RELISTER_KEY",
     "SERVICE_KEY",
     "SETTINGS_KEY",
     "USER_KEY",
-    "AuthCheckUnavailable",
-    "Authenticator",
-    "Authorizer",
     "HealthChecks",
-    "IncomingRequest",
     "create_app",
     "negotiate_json",
 ]
@@ -122,55 +118,6 @@ NOSNIFF: Mapping[str, str] = MappingProxyType({"X-Content-Type-Options": "nosnif
 # overrides naming CRDs are normalised against the real cluster rather than the built-in list.
 _FIRST_KUBE_DISCOVERY_WAIT = 5.0
 _API_PREFIXES = ("/apis", "/api")
-
-
-# --------------------------------------------------------------------------------------------
-# The authentication / authorization seam
-
-
-@dataclass(frozen=True)
-class IncomingRequest:
-    """What the auth chain needs to know about a request, before any routing."""
-
-    method: str
-    raw_path: str  # as sent, percent-encoded, without the query
-    raw_query: str  # as sent, percent-encoded
-    headers: tuple[tuple[str, str], ...]  # in arrival order, repeated names kept
-    peer_certificate_der: bytes | None  # the TLS client's leaf certificate
-
-
-class AuthCheckUnavailable(Exception):
-    """A TokenReview or SubjectAccessReview could not be made: the request gets a 500."""
-
-
-class Authenticator(Protocol):
-    """Who is asking: a user, or a failure (401). Raise AuthCheckUnavailable for a 500."""
-
-    async def authenticate(self, request: IncomingRequest,
-                           ) -> Authenticated | AuthenticationFailure: ...
-
-
-class Authorizer(Protocol):
-    """Whether `user` may do `attributes`. Raise AuthCheckUnavailable for a 500."""
-
-    async def authorize(self, user: UserInfo, attributes: RequestAttributes,
-                        ) -> AuthorizationDecision: ...
-
-
-class _AllowAllAuthenticator:
-    async def authenticate(self, request: IncomingRequest,
-                           ) -> Authenticated | AuthenticationFailure:
-        return Authenticated(ANONYMOUS, AuthMethod.ANONYMOUS)
-
-
-class _AllowAllAuthorizer:
-    async def authorize(self, user: UserInfo, attributes: RequestAttributes,
-                        ) -> AuthorizationDecision:
-        return AuthorizationDecision(Decision.ALLOW)
-
-
-ALLOW_ALL_AUTHENTICATOR: Authenticator = _AllowAllAuthenticator()
-ALLOW_ALL_AUTHORIZER: Authorizer = _AllowAllAuthorizer()
 
 
 # --------------------------------------------------------------------------------------------
@@ -233,7 +180,7 @@ KUBE_HTTP_KEY = web.AppKey("kube_http", KubeHTTP)
 CLUSTER_CATALOG_KEY = web.AppKey("cluster_catalog", ClusterCatalog)
 OBJECT_CACHES_KEY = web.AppKey("object_caches", ObjectCaches)
 PROMETHEUS_KEY = web.AppKey("prometheus", PrometheusClient)
-DISCOVERY_KEY = web.AppKey("discovery", Discovery)
+RELISTER_KEY = web.AppKey("relister", Relister)
 SERVICE_KEY = web.AppKey("service", MetricsService)
 SHUTTING_DOWN_KEY = web.AppKey("shutting_down", asyncio.Event)
 REQUEST_METRICS_KEY = web.AppKey("request_metrics", _RequestMetrics)
@@ -501,7 +448,7 @@ async def _openapi_v2(request: web.Request) -> web.StreamResponse:
 
 
 def _resource_list(app: web.Application, *, group: str, version: str) -> dict[str, Any]:
-    registry = app[DISCOVERY_KEY].registry
+    registry = app[RELISTER_KEY].registry
     if group == EXTERNAL_METRICS_GROUP:
         return render_external_resource_list(metrics=registry.external_metrics())
     return render_custom_resource_list(version=version, metrics=registry.custom_metrics())
@@ -612,12 +559,12 @@ async def _prometheus_context(app: web.Application) -> AsyncIterator[None]:
 async def _discovery_context(app: web.Application) -> AsyncIterator[None]:
     settings = app[SETTINGS_KEY]
     cluster_catalog = app[CLUSTER_CATALOG_KEY]
-    discovery = Discovery(
+    discovery = Relister(
         config=app[CONFIG_KEY], lister=app[PROMETHEUS_KEY],
         catalog=lambda: cluster_catalog.catalog, interval=settings.relist_interval,
-        max_age=settings.max_age, metrics=DiscoveryMetrics.register(app[METRICS_REGISTRY_KEY]),
+        max_age=settings.max_age, metrics=RelistMetrics.register(app[METRICS_REGISTRY_KEY]),
         clock=app[CLOCK_KEY])
-    app[DISCOVERY_KEY] = discovery
+    app[RELISTER_KEY] = discovery
     app[SERVICE_KEY] = MetricsService(registry=lambda: discovery.registry,
                                       objects=app[OBJECT_CACHES_KEY],
                                       backend=app[PROMETHEUS_KEY], clock=app[CLOCK_KEY])
@@ -638,7 +585,7 @@ def _register_health(app: web.Application) -> HealthChecks:
     # includes this adapter's own APIServices, which stay unavailable until it is ready, and
     # the built-in resource list answers meanwhile.
     health.add(("readyz",), "metric-discovery",
-               lambda: DISCOVERY_KEY in app and app[DISCOVERY_KEY].has_succeeded)
+               lambda: RELISTER_KEY in app and app[RELISTER_KEY].has_succeeded)
     health.add(("readyz",), "shutdown", lambda: not app[SHUTTING_DOWN_KEY].is_set())
     return health
 

@@ -60,14 +60,13 @@ from multidict import CIMultiDict
 from prometheus_client import CollectorRegistry, Counter, Histogram
 from yarl import URL
 
+from adapter.settings import PrometheusConfigError, PrometheusSettings
 from metricscale.core.proxies import proxy_for
 
 __all__ = [
     "PrometheusClient",
-    "PrometheusConfigError",
     "PrometheusError",
     "PrometheusQueryError",
-    "PrometheusSettings",
     "PrometheusUnavailable",
     "QueryResult",
     "Scalar",
@@ -76,13 +75,10 @@ __all__ = [
     "VectorSample",
     "encode_form",
     "format_time",
-    "parse_header",
     "parse_query_response",
 ]
 
 logger = logging.getLogger(__name__)
-
-Method = Literal["POST", "GET"]
 
 # Codes whose bodies Prometheus' own Go client reads as API JSON (prometheus-adapter does too).
 _API_JSON_CODES = frozenset({400, 422, 503})
@@ -91,7 +87,6 @@ _TRANSIENT_ERROR_TYPES = frozenset({"timeout", "canceled", "unavailable", "inter
 _KNOWN_ERROR_TYPES = frozenset(
     {"bad_data", "execution", "timeout", "canceled", "unavailable", "internal", "not_found",
      "not_acceptable"})
-_HEADER_NAME = re.compile(r"^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$")
 _SERIES_CHUNK = 1 << 16
 _MILLISECOND = Decimal("0.001")
 _MISSING = object()
@@ -126,72 +121,6 @@ class PrometheusQueryError(PrometheusError):
 
 class UnexpectedResultType(PrometheusQueryError):
     """An instant query answered with a matrix or a string: no metric value can come from it."""
-
-
-class PrometheusConfigError(ValueError):
-    """Settings that cannot work (conflicting auth, a header without a name, a bad URL...)."""
-
-
-# ---------------------------------------------------------------------------------------------
-# Settings
-
-
-def parse_header(text: str) -> tuple[str, str]:
-    """`Name=value` (split on the first `=`; no `=` means an empty value, as upstream does)."""
-    name, _, value = text.partition("=")
-    name = name.strip()
-    if not name or not _HEADER_NAME.match(name):
-        raise PrometheusConfigError(f"--prometheus-header {name!r}: not a header name")
-    if "\r" in value or "\n" in value:
-        raise PrometheusConfigError(f"--prometheus-header {name}: the value has a line break")
-    return name, value
-
-
-@dataclass(frozen=True)
-class PrometheusSettings:
-    """Everything the client needs; built from flags by the adapter's settings module."""
-
-    url: str
-    headers: tuple[tuple[str, str], ...] = ()
-    bearer_token_file: str | None = None
-    basic_auth_username: str | None = None
-    basic_auth_password_file: str | None = None
-    client_cert_file: str | None = None
-    client_key_file: str | None = None
-    ca_file: str | None = None
-    insecure_skip_verify: bool = False
-    timeout: float = 30.0
-    method: Method = "POST"
-    coalesce_window: float = 1.0
-    max_connections: int = 100
-    cache_ttl: float = 0.0
-
-    def __post_init__(self) -> None:
-        url = URL(self.url)
-        if url.scheme not in ("http", "https") or not url.host:
-            raise PrometheusConfigError("--prometheus-url must be an http:// or https:// URL")
-        if self.method not in ("POST", "GET"):
-            raise PrometheusConfigError("--prometheus-verb must be GET or POST")
-        if not (self.timeout > 0 and math.isfinite(self.timeout)):
-            raise PrometheusConfigError("--prometheus-timeout must be a positive duration")
-        if not (self.coalesce_window >= 0 and math.isfinite(self.coalesce_window)):
-            raise PrometheusConfigError("the coalesce window must be a non-negative duration")
-        if not (self.cache_ttl >= 0 and math.isfinite(self.cache_ttl)):
-            raise PrometheusConfigError("--prometheus-cache-ttl must not be negative")
-        if self.bearer_token_file and (self.basic_auth_username or self.basic_auth_password_file):
-            raise PrometheusConfigError("use either a bearer token file or basic auth, not both")
-        if bool(self.basic_auth_username) != bool(self.basic_auth_password_file):
-            raise PrometheusConfigError("basic auth needs both a username and a password file")
-        if self.basic_auth_username and ":" in self.basic_auth_username:
-            raise PrometheusConfigError("a basic auth username cannot contain ':'")
-        if bool(self.client_cert_file) != bool(self.client_key_file):
-            raise PrometheusConfigError("a client certificate needs both the certificate and key")
-        authorizes = self.bearer_token_file or self.basic_auth_username
-        for name, value in self.headers:
-            parse_header(f"{name}={value}")
-            if authorizes and name.lower() == "authorization":
-                raise PrometheusConfigError(
-                    "an Authorization header conflicts with the bearer token or basic auth")
 
 
 _FORM_CONTENT_TYPE = "application/x-www-form-urlencoded"

@@ -1,4 +1,4 @@
-"""Metric discovery: `relist_once` (one pass over the series API) and the loop that swaps snapshots.
+"""Metric relisting: `relist_once` (one pass over the series API) and the loop that swaps snapshots.
 
 A pass sends one `/api/v1/series` request per distinct `seriesQuery`, all in parallel, with
 `start = now - max-age`, and folds each streamed answer into series shapes (name + label
@@ -27,9 +27,9 @@ from adapter.rules.registry import MetricRegistry, SeriesShape, build_registry, 
 from adapter.rules.resources import ResourceCatalog
 
 __all__ = [
-    "Discovery",
-    "DiscoveryFailed",
-    "DiscoveryMetrics",
+    "RelistFailed",
+    "RelistMetrics",
+    "Relister",
     "SeriesLister",
     "collect_shapes",
     "relist_once",
@@ -49,7 +49,7 @@ class SeriesLister(Protocol):
                request_timeout: float | None = None) -> AsyncIterator[dict[str, str]]: ...
 
 
-class DiscoveryFailed(Exception):
+class RelistFailed(Exception):
     """A pass could not complete; `str()` is safe to show, the cause is chained for logs."""
 
 
@@ -78,7 +78,7 @@ async def collect_shapes(lister: SeriesLister, series_query: str, *, start: Deci
 async def relist_once(now: datetime, *, config: AdapterConfig, lister: SeriesLister,
                       catalog: ResourceCatalog, max_age: Decimal,
                       request_timeout: float | None = None) -> MetricRegistry:
-    """One discovery pass; raises DiscoveryFailed if any series call fails."""
+    """One relisting pass; raises RelistFailed if any series call fails."""
     start = Decimal(str(now.timestamp())) - max_age
     queries = config.series_queries()
     interned: dict[frozenset[str], frozenset[str]] = {}
@@ -90,14 +90,14 @@ async def relist_once(now: datetime, *, config: AdapterConfig, lister: SeriesLis
                 name=f"series {query}") for query in queries}
     except* PrometheusError as failures:
         first = failures.exceptions[0]
-        raise DiscoveryFailed(f"a series request failed: {first}") from first
+        raise RelistFailed(f"a series request failed: {first}") from first
     shapes = {query: task.result() for query, task in tasks.items()}
     return build_registry(config=config, series=shapes, catalog=catalog, now=now)
 
 
 @dataclass(frozen=True)
-class DiscoveryMetrics:
-    """Discovery's own series on the adapter's CollectorRegistry."""
+class RelistMetrics:
+    """Relister's own series on the adapter's CollectorRegistry."""
 
     passes: Counter
     duration: Histogram
@@ -109,7 +109,7 @@ class DiscoveryMetrics:
     rules: Gauge
 
     @classmethod
-    def register(cls, registry: CollectorRegistry) -> DiscoveryMetrics:
+    def register(cls, registry: CollectorRegistry) -> RelistMetrics:
         return cls(
             passes=Counter("metricscale_discovery_passes_total",
                            "Discovery passes, by result (success, failure).", ["result"],
@@ -139,7 +139,7 @@ class DiscoveryMetrics:
         )
 
 
-class Discovery:
+class Relister:
     """Holds the snapshot in use and runs the relist loop.
 
     Drive it with `step()` in tests (the clock and the sleep are injected), or `run()` as a
@@ -148,7 +148,7 @@ class Discovery:
 
     def __init__(self, *, config: AdapterConfig, lister: SeriesLister,
                  catalog: Callable[[], ResourceCatalog], interval: Decimal, max_age: Decimal,
-                 metrics: DiscoveryMetrics, timeout: float | None = None,
+                 metrics: RelistMetrics, timeout: float | None = None,
                  clock: Callable[[], float],
                  sleep: Callable[[float], Awaitable[None]] = asyncio.sleep) -> None:
         self._config = config
@@ -197,7 +197,7 @@ class Discovery:
             registry = await relist_once(now, config=self._config, lister=self._lister,
                                          catalog=self._catalog(), max_age=self._max_age,
                                          request_timeout=self._timeout)
-        except DiscoveryFailed as error:
+        except RelistFailed as error:
             self._failures += 1
             self.last_error = str(error)
             self._metrics.passes.labels("failure").inc()

@@ -36,7 +36,6 @@ __all__ = [
     "UnsupportedSelectorError",
     "build_custom_query",
     "build_external_query",
-    "build_resource_metrics_query",
     "escape_regex",
     "match_samples",
     "selector_matchers",
@@ -178,8 +177,7 @@ def _render(template: Template, *, series: str, matchers: Sequence[Matcher],
 
 
 def _build(*, template: Template, mapper: ResourceMapper, series: str, resource: GroupResource,
-           namespace: str | None, names: Sequence[str], metric_selector: Selector,
-           extra_group_by: Sequence[str]) -> BuiltQuery:
+           namespace: str | None, names: Sequence[str], metric_selector: Selector) -> BuiltQuery:
     if not names:
         raise QueryError("no object names to query for")
     parts = list(selector_matchers(metric_selector))
@@ -197,7 +195,7 @@ def _build(*, template: Template, mapper: ResourceMapper, series: str, resource:
         alternation = _alternation(names)
         matchers.append(Matcher(resource_label, "=~", alternation))
         values_by_name[resource_label] = _string_body(alternation)
-    group_by = [resource_label, *extra_group_by]
+    group_by = [resource_label]
     promql = _render(template, series=series, matchers=matchers,
                      values_by_name=values_by_name, group_by=group_by)
     return BuiltQuery(promql, resource_label, tuple(matchers))
@@ -213,7 +211,7 @@ def build_custom_query(*, rule: DiscoveryRule, mapper: ResourceMapper, series: s
     """
     return _build(template=rule.metrics_template, mapper=mapper, series=series,
                   resource=resource, namespace=namespace, names=names,
-                  metric_selector=metric_selector, extra_group_by=())
+                  metric_selector=metric_selector)
 
 
 def build_external_query(*, rule: DiscoveryRule, mapper: ResourceMapper, series: str,
@@ -228,16 +226,6 @@ def build_external_query(*, rule: DiscoveryRule, mapper: ResourceMapper, series:
         parts.append((Matcher(namespace_label, "=", namespace), _string_body(namespace)))
     return _render(rule.metrics_template, series=series, matchers=[m for m, _ in parts],
                    values_by_name={m.label: v for m, v in parts}, group_by=())
-
-
-def build_resource_metrics_query(*, template: Template, mapper: ResourceMapper,
-                                 resource: GroupResource, namespace: str | None,
-                                 names: Sequence[str], container_label: str | None) -> BuiltQuery:
-    """A `resourceRules` query: pods grouped by `<pod label>,<container label>`, nodes by node."""
-    extra = (container_label,) if container_label else ()
-    return _build(template=template, mapper=mapper, series="", resource=resource,
-                  namespace=namespace, names=names, metric_selector=Selector(),
-                  extra_group_by=extra)
 
 
 T = TypeVar("T")

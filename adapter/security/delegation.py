@@ -1,9 +1,9 @@
 """Delegated authentication and authorization with I/O: TokenReview, SubjectAccessReview, CAs.
 
 The decisions are :mod:`adapter.auth.decisions`'s; this module feeds them. It implements the
-`Authenticator` and `Authorizer` seam of :mod:`adapter.http.app` (front proxy and client certificate
-from the TLS peer, bearer tokens through TokenReviews, SubjectAccessReviews, both cached and
-coalesced), keeps the current `AuthenticationConfig` from the flags and the
+`Authenticator` and `Authorizer` seam of :mod:`adapter.auth.seam` (front proxy and client
+certificate from the TLS peer, bearer tokens through TokenReviews, SubjectAccessReviews, both
+cached and coalesced), keeps the current `AuthenticationConfig` from the flags and the
 `kube-system/extension-apiserver-authentication` ConfigMap, and pushes its CA bundles into the
 `ReloadingServerContext` so a rotated front-proxy CA applies to new connections at once.
 
@@ -18,11 +18,11 @@ import json
 import logging
 import random
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, Protocol, TypeVar
 
 import aiohttp
 from aiohttp import web
@@ -68,11 +68,9 @@ from adapter.auth.decisions import (
     token_cache_key,
     token_review_body,
 )
-from adapter.http.app import (
+from adapter.auth.seam import (
     ALLOW_ALL_AUTHENTICATOR,
     ALLOW_ALL_AUTHORIZER,
-    FATAL_KEY,
-    HEALTH_KEY,
     AuthCheckUnavailable,
     Authenticator,
     Authorizer,
@@ -566,6 +564,12 @@ def withhold_unparsed_requests(logger: logging.Logger) -> None:
 # Wiring
 
 
+class ReadinessChecks(Protocol):
+    """Where readiness checks are registered (adapter.http.app.HealthChecks)."""
+
+    def add(self, endpoints: Sequence[str], name: str, check: Callable[[], bool]) -> None: ...
+
+
 @dataclass
 class AdapterSecurity:
     """What the composition root hands to `create_app`, then installs on the app it made."""
@@ -579,15 +583,19 @@ class AdapterSecurity:
     authorization_kubeconfig: str | None = None
     sync_timeout: float = DEFAULT_CONFIGMAP_SYNC_SECONDS
     informer_options: Mapping[str, Any] = field(default_factory=dict)
+    _on_fatal: Callable[[BaseException], None] | None = field(default=None, init=False,
+                                                              repr=False)
 
     @property
     def disabled(self) -> bool:
         return self.source is None
 
-    def install(self, app: web.Application) -> None:
-        """Add the readiness check and the context that opens the clients and the informer."""
+    def install(self, app: web.Application, *, health: ReadinessChecks,
+                on_fatal: Callable[[BaseException], None]) -> None:
+        """Add the readiness check to `health` and, to the app, the context that opens the
+        clients and the informer (a background failure goes to `on_fatal`)."""
         withhold_unparsed_requests(logging.getLogger("aiohttp.server"))
-        health = app[HEALTH_KEY]
+        self._on_fatal = on_fatal
         if self.source is None:
             # Passes, so the line shows in /readyz?verbose without making the pod unready.
             health.add(("readyz",), INSECURE_CHECK, lambda: True)
@@ -599,7 +607,8 @@ class AdapterSecurity:
     async def _context(self, app: web.Application) -> AsyncIterator[None]:
         assert self.source is not None and self.token_reviews is not None
         assert self.access_reviews is not None
-        on_fatal = app[FATAL_KEY]
+        on_fatal = self._on_fatal
+        assert on_fatal is not None  # set by install(), which added this context
         async with contextlib.AsyncExitStack() as stack:
             authn_api = await stack.enter_async_context(connect(
                 kubeconfig=self.authentication_kubeconfig, user_agent=USER_AGENT,

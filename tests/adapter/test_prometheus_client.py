@@ -23,9 +23,7 @@ from prometheus_client import CollectorRegistry
 
 from adapter.prometheus.client import (
     PrometheusClient,
-    PrometheusConfigError,
     PrometheusQueryError,
-    PrometheusSettings,
     PrometheusUnavailable,
     Scalar,
     UnexpectedResultType,
@@ -34,9 +32,9 @@ from adapter.prometheus.client import (
     _SeriesReader,
     encode_form,
     format_time,
-    parse_header,
     parse_query_response,
 )
+from adapter.settings import PrometheusConfigError, PrometheusSettings, parse_header
 from metricscale import pki
 
 # ---------------------------------------------------------------------------------------------

@@ -19,11 +19,11 @@ from prometheus_client import CollectorRegistry
 from adapter.prometheus.client import (
     PrometheusClient,
     PrometheusQueryError,
-    PrometheusSettings,
     PrometheusUnavailable,
     UnexpectedResultType,
     Vector,
 )
+from adapter.settings import PrometheusSettings
 from metricscale.core.selectors import quote_go_string
 from tests.fakes.exporter import Exporter
 from tests.fakes.prometheus import PrometheusServer

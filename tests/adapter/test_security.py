@@ -26,14 +26,13 @@ from adapter.auth.decisions import (
     UserInfo,
     parse_always_allow_paths,
 )
-from adapter.http.app import (
+from adapter.auth.seam import (
     ALLOW_ALL_AUTHENTICATOR,
     ALLOW_ALL_AUTHORIZER,
-    HEALTH_KEY,
     AuthCheckUnavailable,
-    HealthChecks,
     IncomingRequest,
 )
+from adapter.http.app import HEALTH_KEY, HealthChecks
 from adapter.security.delegation import (
     INSECURE_CHECK,
     SUBJECT_ACCESS_REVIEWS_PATH,
@@ -498,7 +497,7 @@ def test_insecure_disable_auth_allows_everything_and_says_so_in_readyz() -> None
     assert security.authorizer is ALLOW_ALL_AUTHORIZER
     app = Application()
     app[HEALTH_KEY] = HealthChecks()
-    security.install(app)
+    security.install(app, health=app[HEALTH_KEY], on_fatal=lambda error: None)
     assert (INSECURE_CHECK, True) in app[HEALTH_KEY].run("readyz")
     assert not app.cleanup_ctx
 

@@ -23,13 +23,13 @@ from aiohttp import web
 from yarl import URL
 
 from adapter.http.app import (
-    DISCOVERY_KEY,
     OBJECT_CACHES_KEY,
     PROMETHEUS_KEY,
+    RELISTER_KEY,
     create_app,
 )
 from adapter.prometheus.client import PrometheusClient
-from adapter.prometheus.relisting import Discovery
+from adapter.prometheus.relisting import Relister
 from adapter.rules.config import parse_config
 from adapter.security.tls import build_server_context
 from adapter.settings import parse_settings
@@ -98,8 +98,8 @@ class RunningAdapter:
     fatal: list[BaseException] = field(default_factory=list)
 
     @property
-    def discovery(self) -> Discovery:
-        return self.app[DISCOVERY_KEY]
+    def relister(self) -> Relister:
+        return self.app[RELISTER_KEY]
 
     @property
     def prometheus(self) -> PrometheusClient:
@@ -157,8 +157,8 @@ async def running_adapter(*, workdir: Path, config_text: str, prometheus_url: st
                           pair: ServingPair | None = None) -> AsyncIterator[RunningAdapter]:
     """The adapter app, started on 127.0.0.1:<free port> over TLS; cleaned up on exit.
 
-    Discovery runs once at start; the relist interval is an hour (unless `args` says otherwise)
-    so tests drive further passes themselves with `adapter.discovery.step()`.
+    Relister runs once at start; the relist interval is an hour (unless `args` says otherwise)
+    so tests drive further passes themselves with `adapter.relister.step()`.
     """
     config_file = _write_config(workdir, config_text)
     settings = parse_settings(["--config", str(config_file), "--prometheus-url", prometheus_url,

@@ -102,11 +102,11 @@ async def test_requests_while_prometheus_is_down_are_503_status(
 
 async def test_failed_relist_keeps_the_last_good_snapshot(
         world: World, adapter: RunningAdapter) -> None:
-    before = adapter.discovery.registry
+    before = adapter.relister.registry
     assert before.stats.custom_metrics == 2
     world.prometheus.stop()
-    assert await adapter.discovery.step() is False
-    assert adapter.discovery.registry is before
+    assert await adapter.relister.step() is False
+    assert adapter.relister.registry is before
     listing = (await adapter.get("/apis/custom.metrics.k8s.io/v1beta2")).json()
     assert {r["name"] for r in listing["resources"]} == {"pods/down_requests",
                                                          "namespaces/down_requests"}
@@ -114,8 +114,8 @@ async def test_failed_relist_keeps_the_last_good_snapshot(
     text = (await adapter.get("/metrics")).text
     assert 'metricscale_discovery_passes_total{result="failure"} 1.0' in text
     world.prometheus.start()
-    assert await adapter.discovery.step() is True
-    assert adapter.discovery.registry is not before
+    assert await adapter.relister.step() is True
+    assert adapter.relister.registry is not before
     assert (await adapter.get(POD_METRIC)).status == 200
 
 

@@ -24,7 +24,7 @@ from typing import Any
 
 from aiohttp import web
 
-from adapter.http.app import create_app
+from adapter.http.app import HEALTH_KEY, create_app
 from adapter.rules.config import parse_config
 from adapter.security.delegation import AdapterSecurity, build_security
 from adapter.security.tls import ReloadingServerContext
@@ -383,7 +383,7 @@ async def secured_adapter(*, workdir: Path, test_pki: AuthPKI, kubeconfig: Path,
     fatal: list[BaseException] = []
     app = create_app(settings=settings, config=parse_config(config_text), on_fatal=fatal.append,
                      authenticator=security.authenticator, authorizer=security.authorizer)
-    security.install(app)
+    security.install(app, health=app[HEALTH_KEY], on_fatal=fatal.append)
     runner = web.AppRunner(app, handle_signals=False, shutdown_timeout=1.0, access_log=None)
     await runner.setup()
     try:

@@ -21,7 +21,6 @@ from adapter.rules.query import (
     UnsupportedSelectorError,
     build_custom_query,
     build_external_query,
-    build_resource_metrics_query,
     escape_regex,
     match_samples,
 )
@@ -345,82 +344,6 @@ def test_13_5_external_rule_without_resources_cannot_build_a_query() -> None:
 def test_external_names_match_whatever_the_case() -> None:
     registry = external_registry("  resources: {namespaced: false}")
     assert registry.resolve_external("QUEUE_Consumer_lag") is not None
-
-
-# --- §13.6 resource rules from the shipped manifest -----------------------------------------------
-
-MANIFEST = parse_config('''\
-"resourceRules":
-  "cpu":
-    "containerLabel": "container"
-    "containerQuery": |
-      sum by (<<.GroupBy>>) (
-        irate (
-            container_cpu_usage_seconds_total{<<.LabelMatchers>>,container!="",pod!=""}[4m]
-        )
-      )
-    "nodeQuery": |
-      sum by (<<.GroupBy>>) (
-        irate(
-            node_cpu_usage_seconds_total{<<.LabelMatchers>>}[4m]
-        )
-      )
-    "resources":
-      "overrides":
-        "namespace":
-          "resource": "namespace"
-        "node":
-          "resource": "node"
-        "pod":
-          "resource": "pod"
-  "memory":
-    "containerLabel": "container"
-    "containerQuery": |
-      sum by (<<.GroupBy>>) (
-        container_memory_working_set_bytes{<<.LabelMatchers>>,container!="",pod!=""}
-      )
-    "nodeQuery": |
-      sum by (<<.GroupBy>>) (
-        node_memory_working_set_bytes{<<.LabelMatchers>>}
-      )
-    "resources":
-      "overrides":
-        "node":
-          "resource": "node"
-        "namespace":
-          "resource": "namespace"
-        "pod":
-          "resource": "pod"
-  "window": "5m"
-''')
-
-
-def test_13_6_pod_cpu_keeps_the_block_scalar_newlines() -> None:
-    rules = MANIFEST.resource_rules
-    assert rules is not None and rules.window_milliseconds == 300_000
-    mapper = ResourceMapper.build(template=None, overrides=rules.cpu.resources.overrides,
-                                  catalog=CATALOG)
-    built = build_resource_metrics_query(
-        template=rules.cpu.container_template, mapper=mapper, resource=GroupResource("pods"),
-        namespace="monitoring", names=["a", "b"], container_label=rules.cpu.container_label)
-    assert built.promql == (
-        "sum by (pod,container) (\n"
-        "  irate (\n"
-        '      container_cpu_usage_seconds_total{namespace="monitoring",pod=~"a|b",'
-        'container!="",pod!=""}[4m]\n'
-        "  )\n"
-        ")\n")
-
-
-def test_13_6_node_memory() -> None:
-    rules = MANIFEST.resource_rules
-    assert rules is not None
-    mapper = ResourceMapper.build(template=None, overrides=rules.memory.resources.overrides,
-                                  catalog=CATALOG)
-    built = build_resource_metrics_query(
-        template=rules.memory.node_template, mapper=mapper, resource=GroupResource("nodes"),
-        namespace=None, names=["n1", "n2"], container_label=None)
-    assert built.promql == 'sum by (node) (\n  node_memory_working_set_bytes{node=~"n1|n2"}\n)\n'
 
 
 # --- §7 selector → matcher table ------------------------------------------------------------------

@@ -1,0 +1,76 @@
+"""The authentication and authorization seam: what the HTTP surface asks of any auth chain.
+
+The HTTP surface hands an `IncomingRequest` to an `Authenticator`, and the user and request
+attributes to an `Authorizer`, before any routing; the delegated implementations are in
+adapter.security.delegation. The allow-all pair serves `--insecure-disable-auth` and tests.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+from adapter.auth.decisions import (
+    ANONYMOUS,
+    Authenticated,
+    AuthenticationFailure,
+    AuthMethod,
+    AuthorizationDecision,
+    Decision,
+    RequestAttributes,
+    UserInfo,
+)
+
+__all__ = [
+    "ALLOW_ALL_AUTHENTICATOR",
+    "ALLOW_ALL_AUTHORIZER",
+    "AuthCheckUnavailable",
+    "Authenticator",
+    "Authorizer",
+    "IncomingRequest",
+]
+
+
+@dataclass(frozen=True)
+class IncomingRequest:
+    """What the auth chain needs to know about a request, before any routing."""
+
+    method: str
+    raw_path: str  # as sent, percent-encoded, without the query
+    raw_query: str  # as sent, percent-encoded
+    headers: tuple[tuple[str, str], ...]  # in arrival order, repeated names kept
+    peer_certificate_der: bytes | None  # the TLS client's leaf certificate
+
+
+class AuthCheckUnavailable(Exception):
+    """A TokenReview or SubjectAccessReview could not be made: the request gets a 500."""
+
+
+class Authenticator(Protocol):
+    """Who is asking: a user, or a failure (401). Raise AuthCheckUnavailable for a 500."""
+
+    async def authenticate(self, request: IncomingRequest,
+                           ) -> Authenticated | AuthenticationFailure: ...
+
+
+class Authorizer(Protocol):
+    """Whether `user` may do `attributes`. Raise AuthCheckUnavailable for a 500."""
+
+    async def authorize(self, user: UserInfo, attributes: RequestAttributes,
+                        ) -> AuthorizationDecision: ...
+
+
+class _AllowAllAuthenticator:
+    async def authenticate(self, request: IncomingRequest,
+                           ) -> Authenticated | AuthenticationFailure:
+        return Authenticated(ANONYMOUS, AuthMethod.ANONYMOUS)
+
+
+class _AllowAllAuthorizer:
+    async def authorize(self, user: UserInfo, attributes: RequestAttributes,
+                        ) -> AuthorizationDecision:
+        return AuthorizationDecision(Decision.ALLOW)
+
+
+ALLOW_ALL_AUTHENTICATOR: Authenticator = _AllowAllAuthenticator()
+ALLOW_ALL_AUTHORIZER: Authorizer = _AllowAllAuthorizer()
