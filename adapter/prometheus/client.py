@@ -62,6 +62,7 @@ from yarl import URL
 
 from adapter.settings import PrometheusConfigError, PrometheusSettings
 from metricscale.core.proxies import proxy_for
+from metricscale.tasks import Flight, SingleFlight
 
 __all__ = [
     "PrometheusClient",
@@ -377,12 +378,6 @@ class _Metrics:
 
 
 @dataclass(frozen=True)
-class _Flight:
-    task: asyncio.Task[QueryResult]
-    at: Decimal
-
-
-@dataclass(frozen=True)
 class _Cached:
     at: Decimal  # the evaluation time the answer was asked for
     result: QueryResult
@@ -413,7 +408,8 @@ class PrometheusClient:
                           if settings.basic_auth_password_file else None)
         self._metrics = _Metrics.register(registry or CollectorRegistry(auto_describe=True))
         self._session: aiohttp.ClientSession | None = None
-        self._flights: dict[tuple[str, str], list[_Flight]] = {}
+        # Identical queries in the air, by PromQL, tagged with their evaluation time.
+        self._flights: SingleFlight[str, QueryResult] = SingleFlight(landed=self._landed)
         self._window = Decimal(repr(settings.coalesce_window))
         self._cache_ttl = Decimal(repr(settings.cache_ttl))
         self._cache: dict[str, _Cached] = {}  # by PromQL, oldest evaluation time first
@@ -468,14 +464,8 @@ class PrometheusClient:
 
     async def close(self) -> None:
         """Cancel shared requests still in flight and close the session."""
-        flights = [f for group in self._flights.values() for f in group]
-        self._flights = {}
         self._cache = {}
-        for flight in flights:
-            flight.task.cancel()
-        for flight in flights:
-            with contextlib.suppress(BaseException):
-                await flight.task
+        await self._flights.close()
         session, self._session = self._session, None
         if session is not None:
             await session.close()
@@ -502,32 +492,18 @@ class PrometheusClient:
             if cached is not None and abs(when - cached.at) <= self._cache_ttl:
                 self._metrics.cached.labels("query").inc()
                 return cached.result
-        flights = self._flights.setdefault(("query", promql), [])
         window = self._window
-        flight = next((f for f in flights if abs(f.at - when) <= window), None)
-        if flight is None:
-            task = asyncio.create_task(self._query_now(promql, str(when)),
-                                       name="prometheus query")
-            flight = _Flight(task, when)
-            flights.append(flight)
-            task.add_done_callback(lambda done: self._landed(("query", promql), flight))
-        else:
+        flight, joined = self._flights.join(
+            promql, lambda: self._query_now(promql, str(when)), tag=when,
+            joins=lambda at: bool(abs(at - when) <= window))
+        if joined:
             self._metrics.shared.labels("query").inc()
         # shield: one caller giving up must not cancel the request the others wait for.
         return await asyncio.shield(flight.task)
 
-    def _landed(self, key: tuple[str, str], flight: _Flight) -> None:
-        flights = self._flights.get(key)
-        if flights is not None:
-            with contextlib.suppress(ValueError):
-                flights.remove(flight)
-            if not flights:
-                del self._flights[key]
-        if flight.task.cancelled():
-            return
-        # retrieved here: an error nobody awaited is not "lost"
-        if flight.task.exception() is None and self._cache_ttl and key[0] == "query":
-            self._remember(key[1], _Cached(flight.at, flight.task.result()))
+    def _landed(self, promql: str, flight: Flight[QueryResult]) -> None:
+        if flight.task.exception() is None and self._cache_ttl:
+            self._remember(promql, _Cached(flight.tag, flight.task.result()))
 
     def _remember(self, promql: str, entry: _Cached) -> None:
         cache = self._cache

@@ -22,7 +22,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequenc
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Generic, Protocol, TypeVar
+from typing import Any, Protocol
 
 import aiohttp
 from aiohttp import web
@@ -95,7 +95,7 @@ from metricscale.kube.errors import KubeError
 from metricscale.kube.http import KubeHTTP, connect
 from metricscale.kube.informer import InformerFailed
 from metricscale.kube.requests import KubeRequests
-from metricscale.tasks import start_guarded_task
+from metricscale.tasks import SingleFlight, start_guarded_task
 
 __all__ = [
     "AUTH_CONFIG_CHECK",
@@ -211,44 +211,6 @@ class ReviewClient:
         if not isinstance(parsed, Mapping):
             raise ReviewFailed(f"POST {path}: the answer is not an object", status=status)
         return parsed
-
-
-# --------------------------------------------------------------------------------------------
-# One call per key at a time
-
-V = TypeVar("V")
-
-
-class _SingleFlight(Generic[V]):
-    """Concurrent callers with the same key share one call (as Go's cached authenticators do).
-
-    The call runs as its own task, so a caller that gives up does not cancel it for the others.
-    """
-
-    def __init__(self) -> None:
-        self._calls: dict[str, asyncio.Task[V]] = {}
-
-    async def run(self, key: str, call: Callable[[], Awaitable[V]]) -> V:
-        task = self._calls.get(key)
-        if task is None:
-            task = asyncio.ensure_future(call())
-            self._calls[key] = task
-            task.add_done_callback(lambda done: self._finished(key, done))
-        return await asyncio.shield(task)
-
-    def _finished(self, key: str, task: asyncio.Task[V]) -> None:
-        if self._calls.get(key) is task:
-            del self._calls[key]
-        if not task.cancelled():
-            task.exception()  # retrieved here: every waiter may have gone
-
-    async def close(self) -> None:
-        tasks, self._calls = list(self._calls.values()), {}
-        for task in tasks:
-            task.cancel()
-        for task in tasks:
-            with contextlib.suppress(BaseException):
-                await task
 
 
 # --------------------------------------------------------------------------------------------
@@ -424,7 +386,7 @@ class DelegatedAuthenticator:
         self._token_ttl = token_ttl
         self._clock = clock
         self._cache: TTLCache[str, AuthenticatorResult] = TTLCache()
-        self._flights: _SingleFlight[AuthenticatorResult] = _SingleFlight()
+        self._flights: SingleFlight[str, AuthenticatorResult] = SingleFlight()
 
     async def authenticate(self, request: IncomingRequest,
                            ) -> Authenticated | AuthenticationFailure:
@@ -493,7 +455,7 @@ class DelegatedAuthorizer:
         self._clock = clock
         self._privileged_groups = privileged_groups
         self._cache: TTLCache[str, ReviewStatus] = TTLCache()
-        self._flights: _SingleFlight[ReviewStatus] = _SingleFlight()
+        self._flights: SingleFlight[str, ReviewStatus] = SingleFlight()
 
     async def authorize(self, user: UserInfo, attributes: RequestAttributes,
                         ) -> AuthorizationDecision:
