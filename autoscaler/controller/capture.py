@@ -27,7 +27,7 @@ from autoscaler.decision.persistence import (
 )
 from autoscaler.decision.settings import Settings, render_settings
 from autoscaler.decision.snapshot import SNAPSHOT_API_VERSION, SNAPSHOT_KIND, SnapshotError
-from autoscaler.kube.metrics_api import MetricsClient
+from autoscaler.kube.metrics_api import MetricsClient, MetricsError
 from autoscaler.kube.operations import (
     AUTOSCALER_GROUP,
     AUTOSCALER_PLURAL,
@@ -35,11 +35,11 @@ from autoscaler.kube.operations import (
     ScaleTargetRef,
     open_kube_client,
 )
-from autoscaler.kube.operations import Scale as TargetScale
 from autoscaler.model.fields import ModelError
 from autoscaler.model.history import render_history
 from autoscaler.model.objects import HPA_KIND, parse_autoscaler
-from autoscaler.model.pods import Scale as ModelScale
+from autoscaler.model.pods import Scale
+from autoscaler.model.spec import MetricSpec
 from autoscaler.model.times import format_time_precise
 from metricscale.kube.config import open_configuration
 from metricscale.kube.discovery import ResourceMapping
@@ -58,7 +58,7 @@ class CaptureAPI(Protocol):
     async def resolve_scale_target(self, ref: ScaleTargetRef) -> ResourceMapping: ...
 
     async def get_scale(self, target: ResourceMapping, *, namespace: str,
-                        name: str) -> TargetScale: ...
+                        name: str) -> Scale: ...
 
 
 def object_path(*, namespace: str, name: str, hpa: bool) -> str:
@@ -91,18 +91,14 @@ async def capture_snapshot(kube: CaptureAPI, metrics: MetricsAPI, *, namespace: 
 
     ref = autoscaler.spec.scale_target_ref
     scale_document: dict[str, Any]
-    scale: ModelScale | None = None
+    scale: Scale | None = None
     try:
         mapping = await kube.resolve_scale_target(
             ScaleTargetRef(api_version=ref.api_version, kind=ref.kind, name=ref.name))
-        target_scale = await kube.get_scale(mapping, namespace=namespace, name=ref.name)
-        scale_document = dict(target_scale.raw) or {
-            "spec": {"replicas": target_scale.spec_replicas},
-            "status": {"replicas": target_scale.status_replicas,
-                       "selector": target_scale.selector}}
-        scale = ModelScale(spec_replicas=target_scale.spec_replicas,
-                           status_replicas=target_scale.status_replicas,
-                           selector=target_scale.selector, name=ref.name, namespace=namespace)
+        scale = await kube.get_scale(mapping, namespace=namespace, name=ref.name)
+        scale_document = dict(scale.raw) or {
+            "spec": {"replicas": scale.spec_replicas},
+            "status": {"replicas": scale.status_replicas, "selector": scale.selector}}
     except KubeError as err:
         scale_document = {"error": str(err)}
 
@@ -117,7 +113,8 @@ async def capture_snapshot(kube: CaptureAPI, metrics: MetricsAPI, *, namespace: 
             raise SnapshotError("live", f"cannot list the pods of {where}: {err}") from None
         if needs_metrics(autoscaler, scale, settings=settings):
             answers = list(await asyncio.gather(*(
-                fetch_metric(metrics, metric=spec, namespace=namespace, selector=scale.selector)
+                _snapshot_metric(metrics, metric=spec, namespace=namespace,
+                                 selector=scale.selector)
                 for spec in autoscaler.spec.metrics)))
 
     snapshot: dict[str, Any] = {
@@ -134,6 +131,17 @@ async def capture_snapshot(kube: CaptureAPI, metrics: MetricsAPI, *, namespace: 
     if persisted is not None:
         snapshot["history"] = render_history(restore_history(persisted, now=now))
     return snapshot
+
+
+async def _snapshot_metric(metrics: MetricsAPI, *, metric: MetricSpec, namespace: str,
+                           selector: str) -> Any:
+    """A snapshot's `metrics[i]`: the API's answer, or what its failure stands for (a list
+    without items, read as the list the metric's type asks for, or `{"error": ...}`)."""
+    try:
+        return await fetch_metric(metrics, metric=metric, namespace=namespace,
+                                  selector=selector)
+    except MetricsError as err:
+        return {"items": []} if err.empty else {"error": err.detail}
 
 
 def _split(target: str) -> tuple[str, str]:

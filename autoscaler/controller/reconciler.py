@@ -22,8 +22,8 @@ from typing import Any, Protocol
 
 from autoscaler.controller.stats import ControllerMetrics
 from autoscaler.controller.watching import AutoscalerEntry, AutoscalerKey, SelectorRegistry
-from autoscaler.decision.conditions import ABLE_TO_SCALE
 from autoscaler.decision.decide import (
+    SCALE_WRITE_DRY_RUN,
     SCALE_WRITE_SUCCEEDED,
     Decision,
     Event,
@@ -45,16 +45,20 @@ from autoscaler.decision.persistence import (
     restore_history,
 )
 from autoscaler.decision.settings import Settings
-from autoscaler.kube.metrics_api import CUSTOM_METRICS_GROUP, EXTERNAL_METRICS_GROUP, MetricsError
+from autoscaler.kube.metrics_api import MetricsError
 from autoscaler.kube.operations import (
     KubeWrites,
     ObjectReference,
     ScaleTargetRef,
 )
-from autoscaler.kube.operations import Scale as TargetScale
 from autoscaler.model.fields import ModelError
 from autoscaler.model.history import History
-from autoscaler.model.metrics import MetricFetchError, MetricInput, parse_metric_input
+from autoscaler.model.metrics import (
+    MetricFetchError,
+    MetricInput,
+    empty_metric_list,
+    parse_metric_input,
+)
 from autoscaler.model.objects import HPA_KIND, Autoscaler
 from autoscaler.model.pods import Pod, Scale, ScaleError
 from autoscaler.model.spec import MetricSpec
@@ -64,7 +68,6 @@ from metricscale.kube.discovery import ResourceMapping
 from metricscale.kube.errors import KubeError, KubeUnavailable
 
 __all__ = [
-    "DRY_RUN_EVENT_REASON",
     "Caches",
     "KubeWrites",
     "LeaderCheck",
@@ -76,24 +79,6 @@ __all__ = [
 ]
 
 logger = logging.getLogger(__name__)
-
-DRY_RUN_EVENT_REASON = "DryRunRescale"
-DRY_RUN_CONDITION_REASON = "DryRun"
-_PREFIXES: Mapping[str, str] = {
-    "Resource": "unable to fetch metrics from resource metrics API: ",
-    "ContainerResource": "unable to fetch metrics from resource metrics API: ",
-    "Pods": "unable to fetch metrics from custom metrics API: ",
-    "Object": "unable to fetch metrics from custom metrics API: ",
-    "External": "unable to fetch metrics from external metrics API: ",
-}
-# The list kind each metric type reads, for an empty answer.
-_LIST_KINDS: Mapping[str, tuple[str, str]] = {
-    "Resource": ("PodMetricsList", "metrics.k8s.io/v1beta1"),
-    "ContainerResource": ("PodMetricsList", "metrics.k8s.io/v1beta1"),
-    "Pods": ("MetricValueList", f"{CUSTOM_METRICS_GROUP}/v1beta2"),
-    "External": ("ExternalMetricValueList", f"{EXTERNAL_METRICS_GROUP}/v1beta1"),
-}
-
 
 @dataclass(frozen=True)
 class ReconcileResult:
@@ -144,60 +129,57 @@ class _AlwaysLeader:
 
 
 # --------------------------------------------------------------------------------------------
-# Metrics: one request per metric, as the wire value a snapshot holds
+# Metrics: one request per metric
 
 
-def metric_input_from_error(metric_type: str, error: MetricsError) -> Any:
-    """A failed metrics call as a snapshot's `metrics[i]`: the list it stands for when the
-    API answered an empty list, else `{"error": ...}` without the client's prefix (the
-    decision adds upstream's prefix itself)."""
-    text = error.message
-    if text.startswith("no metrics returned from") and metric_type in _LIST_KINDS:
-        kind, api_version = _LIST_KINDS[metric_type]
-        return {"kind": kind, "apiVersion": api_version, "items": []}
-    prefix = _PREFIXES.get(metric_type, "")
-    if prefix and text.startswith(prefix):
-        text = text[len(prefix):]
-    return {"error": text}
+def metric_input_from_error(metric_type: str, error: MetricsError) -> MetricInput:
+    """A failed metrics call as the decision's input: the empty list the metric type reads
+    when the API answered with no metrics (the decision then says so in upstream's words),
+    else the failure's detail (the decision adds upstream's prefix itself)."""
+    if error.empty:
+        empty = empty_metric_list(metric_type)
+        if empty is not None:
+            return empty
+    return MetricFetchError(message=error.detail)
 
 
 async def fetch_metric(metrics: MetricsAPI, *, metric: MetricSpec, namespace: str,
-                       selector: str) -> Any:
-    """The metrics API's answer for one spec.metrics entry, in snapshot form: the list, or
-    `{"error": ...}`, or None for a metric type nobody asks about."""
-    try:
-        if metric.type in {"Resource", "ContainerResource"}:
-            return await metrics.get_resource_metrics(namespace=namespace,
-                                                      pod_selector=selector)
-        if metric.type == "Pods" and metric.pods is not None:
-            return await metrics.get_pods_metric(
-                namespace=namespace, metric_name=metric.pods.metric.name, pod_selector=selector,
-                metric_selector=metric.pods.metric.selector)
-        if metric.type == "Object" and metric.object is not None:
-            described = metric.object.described_object
-            return await metrics.get_object_metric(
-                namespace=namespace, metric_name=metric.object.metric.name,
-                described_object={"apiVersion": described.api_version,
-                                  "kind": described.kind, "name": described.name},
-                metric_selector=metric.object.metric.selector)
-        if metric.type == "External" and metric.external is not None:
-            return await metrics.get_external_metric(
-                namespace=namespace, metric_name=metric.external.metric.name,
-                metric_selector=metric.external.metric.selector)
-    except MetricsError as err:
-        return metric_input_from_error(metric.type, err)
+                       selector: str) -> dict[str, Any] | None:
+    """The metrics API's answer for one spec.metrics entry (the list, as the wire sends it),
+    or None for a metric type nobody asks about. Raises MetricsError."""
+    if metric.type in {"Resource", "ContainerResource"}:
+        return await metrics.get_resource_metrics(namespace=namespace, pod_selector=selector)
+    if metric.type == "Pods" and metric.pods is not None:
+        return await metrics.get_pods_metric(
+            namespace=namespace, metric_name=metric.pods.metric.name, pod_selector=selector,
+            metric_selector=metric.pods.metric.selector)
+    if metric.type == "Object" and metric.object is not None:
+        described = metric.object.described_object
+        return await metrics.get_object_metric(
+            namespace=namespace, metric_name=metric.object.metric.name,
+            described_object={"apiVersion": described.api_version,
+                              "kind": described.kind, "name": described.name},
+            metric_selector=metric.object.metric.selector)
+    if metric.type == "External" and metric.external is not None:
+        return await metrics.get_external_metric(
+            namespace=namespace, metric_name=metric.external.metric.name,
+            metric_selector=metric.external.metric.selector)
     return None
 
 
-def _metric_inputs(specs: Sequence[MetricSpec], answers: Sequence[Any]) -> list[MetricInput]:
-    inputs: list[MetricInput] = []
-    for index, (spec, answer) in enumerate(zip(specs, answers, strict=True)):
-        try:
-            inputs.append(parse_metric_input(answer, f"metrics[{index}]", metric_type=spec.type))
-        except ModelError as err:
-            inputs.append(MetricFetchError(message=f"the metrics API answered what the "
-                                                   f"autoscaler cannot read: {err}"))
-    return inputs
+async def read_metric(metrics: MetricsAPI, *, metric: MetricSpec, index: int, namespace: str,
+                      selector: str) -> MetricInput:
+    """One spec.metrics entry's input to the decision: the parsed answer, or its failure."""
+    try:
+        answer = await fetch_metric(metrics, metric=metric, namespace=namespace,
+                                    selector=selector)
+    except MetricsError as err:
+        return metric_input_from_error(metric.type, err)
+    try:
+        return parse_metric_input(answer, f"metrics[{index}]", metric_type=metric.type)
+    except ModelError as err:
+        return MetricFetchError(message=f"the metrics API answered what the autoscaler cannot "
+                                        f"read: {err}")
 
 
 def needs_metrics(autoscaler: Autoscaler, scale: Scale, *, settings: Settings) -> bool:
@@ -209,36 +191,6 @@ def needs_metrics(autoscaler: Autoscaler, scale: Scale, *, settings: Settings) -
     if scale.spec_replicas == 0:
         return settings.scale_to_zero
     return minimum <= scale.spec_replicas <= spec.max_replicas
-
-
-# --------------------------------------------------------------------------------------------
-# Dry run
-
-
-def as_dry_run(decision: Decision, *, old: AutoscalerStatus, settings: Settings,
-               now: datetime) -> Decision:
-    """What a rescale would have done, without doing it: the new size in desiredReplicas, an
-    AbleToScale reason and an Event that say so; no lastScaleTime, no scale event recorded.
-    `settings` and `now` are those `decide` was called with."""
-    pending = decision.pending
-    if pending is None:
-        return decision
-    done = complete(decision, write_result=SCALE_WRITE_SUCCEEDED, settings=settings, now=now)
-    message = (f"dry run: the HPA controller would have updated the target scale to "
-               f"{decision.new_replicas}")
-    conditions = tuple(
-        replace(c, reason=DRY_RUN_CONDITION_REASON, message=message)
-        if c.type == ABLE_TO_SCALE and c.reason == "SucceededRescale" else c
-        for c in done.status.conditions)
-    status = replace(done.status, conditions=conditions, last_scale_time=old.last_scale_time)
-    events = tuple(
-        Event("Normal", DRY_RUN_EVENT_REASON, f"{e.message}; dry run: the target was not scaled")
-        if e.reason == "SuccessfulRescale" else e for e in done.events)
-    return replace(done, status=status, events=events, scale_updated=False,
-                   history=pending.history, status_changed=status != old,
-                   desired_replicas=decision.new_replicas,
-                   explanation=(*done.explanation,
-                                "Dry run: the target's scale was not written."))
 
 
 # --------------------------------------------------------------------------------------------
@@ -324,21 +276,16 @@ class Reconciler:
         ref = autoscaler.spec.scale_target_ref
 
         mapping: ResourceMapping | None = None
-        target_scale: TargetScale | None = None
         scale: Scale | ScaleError
         failed, retry_after = False, None
         try:
             mapping = await self._kube.resolve_scale_target(
                 ScaleTargetRef(api_version=ref.api_version, kind=ref.kind, name=ref.name))
-            target_scale = await self._kube.get_scale(mapping, namespace=namespace,
-                                                      name=ref.name)
-            scale = Scale(spec_replicas=target_scale.spec_replicas,
-                          status_replicas=target_scale.status_replicas,
-                          selector=target_scale.selector, name=ref.name, namespace=namespace)
+            scale = await self._kube.get_scale(mapping, namespace=namespace, name=ref.name)
         except KubeError as err:
             scale = ScaleError(message=str(err))
             if isinstance(err, KubeUnavailable):
-                failed, retry_after = True, getattr(err, "retry_after", None)
+                failed, retry_after = True, err.retry_after
 
         pods = []
         others: dict[str, str] = {}
@@ -358,22 +305,20 @@ class Reconciler:
         outcome = self._outcome(decision, scale, dry_run=dry_run)
         if decision.rescale:
             if dry_run:
-                decision = as_dry_run(decision, old=autoscaler.status,
-                                      settings=self._settings, now=now)
+                result = SCALE_WRITE_DRY_RUN
             else:
-                assert mapping is not None and target_scale is not None
+                assert mapping is not None and isinstance(scale, Scale)
                 self._leader.ensure()
                 try:
                     await self._kube.update_scale(mapping, namespace=namespace, name=ref.name,
-                                                  scale=target_scale,
+                                                  scale=scale,
                                                   replicas=decision.new_replicas)
                     result = SCALE_WRITE_SUCCEEDED
                 except KubeError as err:
                     result = ScaleWriteResult(error=str(err))
-                    failed, retry_after = True, getattr(err, "retry_after", None)
+                    failed, retry_after = True, err.retry_after
                     outcome = "failed_rescale"
-                decision = complete(decision, write_result=result, settings=self._settings,
-                                    now=now)
+            decision = complete(decision, write_result=result, settings=self._settings, now=now)
         memory.history = decision.history
         self._log(decision, autoscaler, dry_run=dry_run)
 
@@ -387,12 +332,10 @@ class Reconciler:
 
     async def _fetch_metrics(self, autoscaler: Autoscaler, *, entry: AutoscalerEntry,
                              selector: str) -> list[MetricInput]:
-        specs = autoscaler.spec.metrics
-        answers = await asyncio.gather(*(
-            fetch_metric(self._metrics, metric=spec, selector=selector,
-                         namespace=autoscaler.metadata.namespace)
-            for spec in specs))
-        return _metric_inputs(specs, answers)
+        return list(await asyncio.gather(*(
+            read_metric(self._metrics, metric=spec, index=index, selector=selector,
+                        namespace=autoscaler.metadata.namespace)
+            for index, spec in enumerate(autoscaler.spec.metrics))))
 
     # -- outcomes and logs --
 

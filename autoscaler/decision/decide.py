@@ -1,10 +1,10 @@
 """One reconcile of an autoscaler, as upstream's horizontal.go makes it, as a pure function.
 
 `decide(...)` computes everything up to the write of the target's scale; when it says
-`rescale`, the caller writes `new_replicas` and hands the outcome to `complete(...)`, which
-applies upstream's after-write rules (SucceededRescale or FailedUpdateScale, the events, the
-scale-event log, lastScaleTime). `decide` already returns the decision as it stands if that
-write succeeds, so `explain` can show it as is.
+`rescale`, the decision awaits that write: the caller writes `new_replicas` (or, in a dry run,
+does not) and hands the outcome to `complete(...)`, which applies upstream's after-write rules
+(SucceededRescale or FailedUpdateScale, the events, the scale-event log, lastScaleTime), or
+their dry-run form. `explain` completes with a successful write.
 """
 
 from __future__ import annotations
@@ -71,6 +71,9 @@ from metricscale.core.selectors import (
 )
 
 __all__ = [
+    "DRY_RUN_CONDITION_REASON",
+    "DRY_RUN_EVENT_REASON",
+    "SCALE_WRITE_DRY_RUN",
     "SCALE_WRITE_SUCCEEDED",
     "Decision",
     "Event",
@@ -125,16 +128,21 @@ class MetricDetail:
 
 @dataclass(frozen=True)
 class ScaleWriteResult:
-    """The outcome of writing scale.spec.replicas: `error` is None on success."""
+    """The outcome of writing scale.spec.replicas: written (no `error`), failed (`error`), or
+    not made because the autoscaler runs dry (`dry_run`)."""
 
     error: str | None = None
+    dry_run: bool = False
 
     @property
     def succeeded(self) -> bool:
-        return self.error is None
+        return self.error is None and not self.dry_run
 
 
 SCALE_WRITE_SUCCEEDED = ScaleWriteResult()
+SCALE_WRITE_DRY_RUN = ScaleWriteResult(dry_run=True)
+DRY_RUN_EVENT_REASON = "DryRunRescale"
+DRY_RUN_CONDITION_REASON = "DryRun"
 
 
 @dataclass(frozen=True)
@@ -643,6 +651,51 @@ _LIMIT_RULES_BEHAVIOR = {"TooFewReplicas": "MinReplicas", "TooManyReplicas": "Ma
                          "ScaleUpLimit": "ScaleUpPolicy", "ScaleDownLimit": "ScaleDownPolicy"}
 
 
+@dataclass
+class _Draft:
+    """What one decide() has gathered so far, phase by phase, with the prose that explains it."""
+
+    old: AutoscalerStatus
+    reference: str
+    conditions: tuple[Condition, ...]
+    history: History
+    current: int = 0
+    min_replicas: int = 1
+    max_replicas: int = 1
+    events: list[Event] = field(default_factory=list)
+    limits: list[Limit] = field(default_factory=list)
+    explanation: list[str] = field(default_factory=list)
+    details: tuple[MetricDetail, ...] = ()
+    metric_statuses: tuple[MetricStatus, ...] = ()
+    error: str | None = None
+
+    def keep(self, *, desired_replicas: int, status: AutoscalerStatus, reason: str = "",
+             error: str | None = None) -> Decision:
+        """A decision that writes no scale."""
+        return Decision(
+            desired_replicas=desired_replicas, rescale=False, new_replicas=desired_replicas,
+            rescale_reason=reason, scale_updated=False, status=status,
+            status_changed=_status_changed(self.old, status), events=tuple(self.events),
+            metrics=self.details, limits=tuple(self.limits), history=self.history,
+            explanation=tuple(self.explanation), error=error)
+
+    def status(self, *, desired_replicas: int) -> AutoscalerStatus:
+        return AutoscalerStatus(current_replicas=self.current, desired_replicas=desired_replicas,
+                                last_scale_time=self.old.last_scale_time,
+                                current_metrics=self.metric_statuses, conditions=self.conditions)
+
+
+@dataclass(frozen=True)
+class _Start:
+    """Where the replica count starts from before metrics: the bounds' say."""
+
+    desired: int
+    reason: str
+    needs_metrics: bool
+    rescale: bool
+    scaled_to_zero: bool
+
+
 def decide(*, autoscaler: Autoscaler, scale: Scale | ScaleError, pods: Sequence[Pod],
            metrics: Sequence[MetricInput], history: History, now: datetime,
            settings: Settings, other_selectors: Mapping[str, str] | None = None) -> Decision:
@@ -651,236 +704,256 @@ def decide(*, autoscaler: Autoscaler, scale: Scale | ScaleError, pods: Sequence[
     `metrics[i]` is what the metrics API returned for `spec.metrics[i]` (or the error).
     `other_selectors` maps the names of the other autoscalers in the namespace to their
     targets' selectors (for upstream's AmbiguousSelector check); `explain` has none.
+    Phases: read the scale, apply the bounds, compute the metrics' proposal, stabilize and
+    limit it, then plan the write (or keep the size).
     """
-    spec = autoscaler.spec
-    old = autoscaler.status
-    ref = spec.scale_target_ref
-    reference = f"{ref.kind}/{autoscaler.metadata.namespace}/{ref.name}"
-    explanation: list[str] = []
-
+    ref = autoscaler.spec.scale_target_ref
+    draft = _Draft(old=autoscaler.status, conditions=autoscaler.status.conditions,
+                   history=history,
+                   reference=f"{ref.kind}/{autoscaler.metadata.namespace}/{ref.name}")
     gv_error = _group_version_error(ref.api_version)
     if gv_error is not None or isinstance(scale, ScaleError):
-        message = gv_error if gv_error is not None else \
-            (scale.message if isinstance(scale, ScaleError) else "")
-        conditions = set_condition(old.conditions, type=ABLE_TO_SCALE, status=FALSE,
-                                   reason="FailedGetScale",
-                                   message=Messages.FAILED_GET_SCALE.format(message), now=now)
-        status = replace(old, conditions=conditions)
-        returned = (f"invalid API version in scale target reference: {message}"
-                    if gv_error is not None
-                    else f"failed to query scale subresource for {reference}: {message}")
-        explanation.append(f"The scale of {reference} could not be read: {message}. "
-                           "Nothing else is decided until it can be.")
-        return Decision(
-            desired_replicas=old.current_replicas, rescale=False,
-            new_replicas=old.current_replicas, rescale_reason="", scale_updated=False,
-            status=status, status_changed=_status_changed(old, status),
-            events=(Event("Warning", "FailedGetScale", message),), metrics=(), limits=(),
-            history=history, explanation=tuple(explanation), error=returned)
-
-    conditions = set_condition(old.conditions, type=ABLE_TO_SCALE, status=TRUE,
-                               reason="SucceededGetScale", message=Messages.SUCCEEDED_GET_SCALE,
-                               now=now)
-    current = scale.spec_replicas
-    recommendations = rules.record_initial_recommendation(
-        history.recommendations, current_replicas=current, now=now)
-    if history.recommendations is None:
-        explanation.append(f"First sync: the current size {current} is remembered as a "
-                           "recommendation, so a scale-down waits a whole stabilization window.")
-    history = replace(history, recommendations=recommendations)
-    min_replicas = spec.min_replicas if spec.min_replicas is not None else 1
-    max_replicas = spec.max_replicas
-    explanation.append(f"{reference} has {current} replicas (spec), {scale.status_replicas} "
-                       f"(status); the autoscaler allows {min_replicas} to {max_replicas}.")
-
-    has_object_or_external = any(m.type in {"Object", "External"} for m in spec.metrics)
-    scaled_to_zero = settings.scale_to_zero and \
-        condition_status(conditions, SCALED_TO_ZERO) == TRUE
-    can_scale_from_zero = scaled_to_zero and has_object_or_external
-
-    events: list[Event] = []
-    limits: list[Limit] = []
-    details: tuple[MetricDetail, ...] = ()
-    metric_statuses: tuple[MetricStatus, ...] = ()
-    desired = 0
-    reason = ""
-    rescale = True
-    needs_metrics = True
-    error: str | None = None
-
-    if current == 0:
-        if (min_replicas != 0 and scaled_to_zero) or can_scale_from_zero:
-            explanation.append("The target was scaled to zero by the autoscaler: metrics decide "
-                               "whether it comes back.")
-        else:
-            needs_metrics = False
-            rescale = False
-            conditions = set_condition(conditions, type=SCALING_ACTIVE, status=FALSE,
-                                       reason="ScalingDisabled",
-                                       message=Messages.SCALING_DISABLED, now=now)
-            if not settings.scale_to_zero:
-                conditions = remove_condition(conditions, SCALED_TO_ZERO)
-            explanation.append("The target has 0 replicas and was not scaled to zero by the "
-                               "autoscaler: scaling is disabled until someone scales it up.")
-    elif current > max_replicas:
-        reason = "Current number of replicas above Spec.MaxReplicas"
-        desired = max_replicas
-        needs_metrics = False
-        limits.append(Limit("MaxReplicas", current, max_replicas,
-                            "the current size is above maxReplicas; no metrics are consulted"))
-        explanation.append(f"The current size {current} is above maxReplicas: scale to "
-                           f"{max_replicas} without looking at metrics.")
-    elif current < min_replicas:
-        reason = "Current number of replicas below Spec.MinReplicas"
-        desired = min_replicas
-        needs_metrics = False
-        limits.append(Limit("MinReplicas", current, min_replicas,
-                            "the current size is below minReplicas; no metrics are consulted"))
-        explanation.append(f"The current size {current} is below minReplicas: scale to "
-                           f"{min_replicas} without looking at metrics.")
-
-    if needs_metrics:
+        return _failed_get_scale(draft, gv_error=gv_error, scale=scale, now=now)
+    start = _read_scale_and_bounds(draft, autoscaler=autoscaler, scale=scale, now=now,
+                                   settings=settings)
+    desired, reason, rescale = start.desired, start.reason, start.rescale
+    if start.needs_metrics:
         result = _compute_replicas_for_metrics(
             autoscaler=autoscaler, scale=scale, pods=pods, metrics=metrics,
-            conditions=conditions, settings=settings, now=now,
+            conditions=draft.conditions, settings=settings, now=now,
             other_selectors=other_selectors or {})
-        conditions = result.conditions
-        events.extend(result.events)
-        details = result.details
-        metric_statuses = result.statuses
-        explanation.extend(_describe_metrics(details))
-        if result.replicas == -1:
-            assert result.error is not None
-            if result.blocked_scale_down is not None:
-                limits.append(Limit("FailingMetricBlocksScaleDown", result.blocked_scale_down,
-                                    current, "a metric failed, and a failing metric blocks any "
-                                             "scale-down"))
-                explanation.append(f"The working metrics propose {result.blocked_scale_down}, a "
-                                   "scale-down, but a metric failed: no scale-down while any "
-                                   "metric fails.")
-            else:
-                explanation.append("No metric could be used: the size stays, and "
-                                   "status.desiredReplicas keeps its old value.")
-            status = AutoscalerStatus(current_replicas=current,
-                                      desired_replicas=old.desired_replicas,
-                                      last_scale_time=old.last_scale_time,
-                                      current_metrics=metric_statuses, conditions=conditions)
-            events.append(Event("Warning", "FailedComputeMetricsReplicas", result.error))
-            return Decision(
-                desired_replicas=current, rescale=False, new_replicas=current, rescale_reason="",
-                scale_updated=False, status=status,
-                status_changed=_status_changed(old, status), events=tuple(events),
-                metrics=details, limits=tuple(limits), history=history,
-                explanation=tuple(explanation),
-                error=f"failed to compute desired number of replicas based on listed metrics "
-                      f"for {reference}: {result.error}")
-        if result.error is not None:
-            error = result.error  # some metrics failed; scale on the others, report at the end
-            explanation.append("Some metrics failed, but the others ask for no scale-down, so "
-                               "the autoscaler goes on with them.")
-        for note in result.notes:
-            if note.from_replicas != note.to_replicas:
-                limits.append(Limit(note.rule, note.from_replicas, note.to_replicas,
-                                    f"metric {result.index}: {note.detail}"))
-        metric_desired = result.replicas
-        rescale_metric = ""
-        if metric_desired > desired:
-            desired = metric_desired
-            rescale_metric = result.name
-        if desired > current:
-            reason = f"{rescale_metric} above target"
-        if desired < current:
-            reason = "All metrics below target"
-        explanation.append(f"The metrics ask for {desired} replicas"
-                           + (f" (the most, from {result.name})." if result.name else "."))
-        prenormalized = desired
-        if spec.behavior is None:
-            stabilized = rules.stabilize_recommendation(
-                history.recommendations or (), desired=desired,
-                window=settings.downscale_stabilization_window, now=now)
-            normalized = rules.convert_desired_replicas_with_rules(
-                current_replicas=current, desired_replicas=stabilized.replicas,
-                min_replicas=min_replicas, max_replicas=max_replicas,
-                factor=settings.scale_up_limit_factor, minimum=settings.scale_up_limit_minimum)
-            limit_names = _LIMIT_RULES_LEGACY
-            window_text = (f"the {int(settings.downscale_stabilization_window.total_seconds())} s "
-                           "downscale stabilization window")
-        else:
-            up = spec.behavior.scale_up
-            down = spec.behavior.scale_down
-            up_window = up.stabilization_window_seconds if up is not None else None
-            down_window = down.stabilization_window_seconds if down is not None else None
-            if down_window is None:  # maybeInitScaleDownStabilizationWindow
-                down_window = int(settings.downscale_stabilization_window.total_seconds())
-            stabilized = rules.stabilize_recommendation_with_behaviors(
-                history.recommendations or (), desired=desired, current=current,
-                up_window_seconds=up_window or 0, down_window_seconds=down_window, now=now)
-            normalized = rules.convert_desired_replicas_with_behavior_rate(
-                current_replicas=current, desired_replicas=stabilized.replicas,
-                min_replicas=min_replicas, max_replicas=max_replicas, behavior=spec.behavior,
-                up_events=history.scale_up_events, down_events=history.scale_down_events,
-                now=now)
-            limit_names = _LIMIT_RULES_BEHAVIOR
-            window_text = (f"the stabilization windows (up {up_window or 0} s, down "
-                           f"{down_window} s)")
-        history = replace(history, recommendations=stabilized.recommendations)
-        conditions = set_condition(conditions, type=ABLE_TO_SCALE, status=TRUE,
-                                   reason=stabilized.reason, message=stabilized.message, now=now)
-        if stabilized.replicas != prenormalized:
-            rule = ("ScaleUpStabilization" if stabilized.reason == "ScaleUpStabilized"
-                    else "ScaleDownStabilization")
-            limits.append(Limit(rule, prenormalized, stabilized.replicas,
-                                f"{stabilized.message} ({window_text})"))
-            explanation.append(f"Stabilization ({window_text}) turns {prenormalized} into "
-                               f"{stabilized.replicas}: {stabilized.message}.")
-        limited = normalized.replicas != stabilized.replicas
-        conditions = set_condition(conditions, type=SCALING_LIMITED,
-                                   status=TRUE if limited else FALSE, reason=normalized.reason,
-                                   message=normalized.message, now=now)
-        if limited:
-            limits.append(Limit(limit_names.get(normalized.reason, normalized.reason),
-                                stabilized.replicas, normalized.replicas, normalized.message))
-            explanation.append(f"Limits turn {stabilized.replicas} into {normalized.replicas}: "
-                               f"{normalized.message}.")
-        desired = normalized.replicas
-        if current == 0 and min_replicas != 0 and scaled_to_zero and desired < min_replicas:
-            limits.append(Limit("MinReplicas", desired, min_replicas,
-                                "scaling up from zero goes at least to minReplicas"))
-            desired = min_replicas
+        failed = _take_metrics(draft, result)
+        if failed is not None:
+            return failed
+        desired, reason = _metrics_proposal(draft, result, desired=desired)
+        desired = _stabilize_and_limit(draft, autoscaler=autoscaler, desired=desired,
+                                       settings=settings, now=now)
+        if draft.current == 0 and draft.min_replicas != 0 and start.scaled_to_zero \
+                and desired < draft.min_replicas:
+            draft.limits.append(Limit("MinReplicas", desired, draft.min_replicas,
+                                      "scaling up from zero goes at least to minReplicas"))
+            desired = draft.min_replicas
             if not reason:
                 reason = "Current number of replicas below Spec.MinReplicas"
-        rescale = desired != current
-
+        rescale = desired != draft.current
     if rescale:
-        explanation.append(f"Decision: scale {reference} from {current} to {desired} "
-                           f"({reason}).")
-        pending = _Pending(
-            old_status=old, conditions=conditions, metric_statuses=metric_statuses,
-            current_replicas=current, new_replicas=desired, min_replicas=min_replicas,
-            reason=reason, history=history,
-            has_object_or_external=has_object_or_external, reference=reference, error=error,
-            behavior=spec.behavior)
-        draft = Decision(
-            desired_replicas=desired, rescale=True, new_replicas=desired, rescale_reason=reason,
-            scale_updated=False, status=old, status_changed=False, events=tuple(events),
-            metrics=details, limits=tuple(limits), history=history,
-            explanation=tuple(explanation), error=error, pending=pending)
-        return _after_write(draft, SCALE_WRITE_SUCCEEDED, settings=settings, now=now,
-                            keep_pending=True)
+        return _plan_write(draft, autoscaler=autoscaler, desired=desired, reason=reason)
+    draft.explanation.append(f"Decision: keep {draft.reference} at {draft.current} replicas.")
+    return draft.keep(desired_replicas=draft.current,
+                      status=draft.status(desired_replicas=draft.current), reason=reason,
+                      error=draft.error)
 
-    explanation.append(f"Decision: keep {reference} at {current} replicas.")
-    status = AutoscalerStatus(current_replicas=current, desired_replicas=current,
-                              last_scale_time=old.last_scale_time,
-                              current_metrics=metric_statuses, conditions=conditions)
+
+def _failed_get_scale(draft: _Draft, *, gv_error: str | None, scale: Scale | ScaleError,
+                      now: datetime) -> Decision:
+    """The scale could not be read: FailedGetScale, and nothing else is decided."""
+    message = gv_error if gv_error is not None else \
+        (scale.message if isinstance(scale, ScaleError) else "")
+    draft.conditions = set_condition(draft.conditions, type=ABLE_TO_SCALE, status=FALSE,
+                                     reason="FailedGetScale",
+                                     message=Messages.FAILED_GET_SCALE.format(message), now=now)
+    returned = (f"invalid API version in scale target reference: {message}"
+                if gv_error is not None
+                else f"failed to query scale subresource for {draft.reference}: {message}")
+    draft.explanation.append(f"The scale of {draft.reference} could not be read: {message}. "
+                             "Nothing else is decided until it can be.")
+    draft.events.append(Event("Warning", "FailedGetScale", message))
+    return draft.keep(desired_replicas=draft.old.current_replicas,
+                      status=replace(draft.old, conditions=draft.conditions), error=returned)
+
+
+def _read_scale_and_bounds(draft: _Draft, *, autoscaler: Autoscaler, scale: Scale,
+                           now: datetime, settings: Settings) -> _Start:
+    """SucceededGetScale, the first recommendation, and what min/max and a zero size say
+    before any metric is read."""
+    spec = autoscaler.spec
+    draft.conditions = set_condition(draft.conditions, type=ABLE_TO_SCALE, status=TRUE,
+                                     reason="SucceededGetScale",
+                                     message=Messages.SUCCEEDED_GET_SCALE, now=now)
+    current = draft.current = scale.spec_replicas
+    recommendations = rules.record_initial_recommendation(
+        draft.history.recommendations, current_replicas=current, now=now)
+    if draft.history.recommendations is None:
+        draft.explanation.append(f"First sync: the current size {current} is remembered as a "
+                                 "recommendation, so a scale-down waits a whole stabilization "
+                                 "window.")
+    draft.history = replace(draft.history, recommendations=recommendations)
+    min_replicas = draft.min_replicas = spec.min_replicas if spec.min_replicas is not None \
+        else 1
+    max_replicas = draft.max_replicas = spec.max_replicas
+    draft.explanation.append(f"{draft.reference} has {current} replicas (spec), "
+                             f"{scale.status_replicas} (status); the autoscaler allows "
+                             f"{min_replicas} to {max_replicas}.")
+    has_object_or_external = any(m.type in {"Object", "External"} for m in spec.metrics)
+    scaled_to_zero = settings.scale_to_zero and \
+        condition_status(draft.conditions, SCALED_TO_ZERO) == TRUE
+    can_scale_from_zero = scaled_to_zero and has_object_or_external
+    if current == 0:
+        if (min_replicas != 0 and scaled_to_zero) or can_scale_from_zero:
+            draft.explanation.append("The target was scaled to zero by the autoscaler: metrics "
+                                     "decide whether it comes back.")
+            return _Start(0, "", needs_metrics=True, rescale=True, scaled_to_zero=scaled_to_zero)
+        draft.conditions = set_condition(draft.conditions, type=SCALING_ACTIVE, status=FALSE,
+                                         reason="ScalingDisabled",
+                                         message=Messages.SCALING_DISABLED, now=now)
+        if not settings.scale_to_zero:
+            draft.conditions = remove_condition(draft.conditions, SCALED_TO_ZERO)
+        draft.explanation.append("The target has 0 replicas and was not scaled to zero by the "
+                                 "autoscaler: scaling is disabled until someone scales it up.")
+        return _Start(0, "", needs_metrics=False, rescale=False, scaled_to_zero=scaled_to_zero)
+    if current > max_replicas:
+        draft.limits.append(Limit("MaxReplicas", current, max_replicas, "the current size is "
+                                  "above maxReplicas; no metrics are consulted"))
+        draft.explanation.append(f"The current size {current} is above maxReplicas: scale to "
+                                 f"{max_replicas} without looking at metrics.")
+        return _Start(max_replicas, "Current number of replicas above Spec.MaxReplicas",
+                      needs_metrics=False, rescale=True, scaled_to_zero=scaled_to_zero)
+    if current < min_replicas:
+        draft.limits.append(Limit("MinReplicas", current, min_replicas, "the current size is "
+                                  "below minReplicas; no metrics are consulted"))
+        draft.explanation.append(f"The current size {current} is below minReplicas: scale to "
+                                 f"{min_replicas} without looking at metrics.")
+        return _Start(min_replicas, "Current number of replicas below Spec.MinReplicas",
+                      needs_metrics=False, rescale=True, scaled_to_zero=scaled_to_zero)
+    return _Start(0, "", needs_metrics=True, rescale=True, scaled_to_zero=scaled_to_zero)
+
+
+def _take_metrics(draft: _Draft, result: _MetricsResult) -> Decision | None:
+    """Record the metrics' outcome; when no metric can be used (or a failing one blocks a
+    scale-down), the decision that keeps the size."""
+    draft.conditions = result.conditions
+    draft.events.extend(result.events)
+    draft.details = result.details
+    draft.metric_statuses = result.statuses
+    draft.explanation.extend(_describe_metrics(result.details))
+    if result.replicas != -1:
+        if result.error is not None:
+            draft.error = result.error  # some metrics failed: scale on the others, report
+            draft.explanation.append("Some metrics failed, but the others ask for no "
+                                     "scale-down, so the autoscaler goes on with them.")
+        for note in result.notes:
+            if note.from_replicas != note.to_replicas:
+                draft.limits.append(Limit(note.rule, note.from_replicas, note.to_replicas,
+                                          f"metric {result.index}: {note.detail}"))
+        return None
+    assert result.error is not None
+    if result.blocked_scale_down is not None:
+        draft.limits.append(Limit("FailingMetricBlocksScaleDown", result.blocked_scale_down,
+                                  draft.current, "a metric failed, and a failing metric blocks "
+                                                 "any scale-down"))
+        draft.explanation.append(f"The working metrics propose {result.blocked_scale_down}, a "
+                                 "scale-down, but a metric failed: no scale-down while any "
+                                 "metric fails.")
+    else:
+        draft.explanation.append("No metric could be used: the size stays, and "
+                                 "status.desiredReplicas keeps its old value.")
+    draft.events.append(Event("Warning", "FailedComputeMetricsReplicas", result.error))
+    return draft.keep(
+        desired_replicas=draft.current,
+        status=draft.status(desired_replicas=draft.old.desired_replicas),
+        error=f"failed to compute desired number of replicas based on listed metrics for "
+              f"{draft.reference}: {result.error}")
+
+
+def _metrics_proposal(draft: _Draft, result: _MetricsResult, *, desired: int) -> tuple[int, str]:
+    """The replicas the metrics ask for, and upstream's rescale reason for them."""
+    reason = ""
+    rescale_metric = ""
+    if result.replicas > desired:
+        desired = result.replicas
+        rescale_metric = result.name
+    if desired > draft.current:
+        reason = f"{rescale_metric} above target"
+    if desired < draft.current:
+        reason = "All metrics below target"
+    draft.explanation.append(f"The metrics ask for {desired} replicas"
+                             + (f" (the most, from {result.name})." if result.name else "."))
+    return desired, reason
+
+
+def _stabilize_and_limit(draft: _Draft, *, autoscaler: Autoscaler, desired: int,
+                         settings: Settings, now: datetime) -> int:
+    """Stabilization windows, then min/max and the scale-up limits (legacy) or the behavior's
+    policies; the AbleToScale and ScalingLimited conditions say what happened."""
+    behavior = autoscaler.spec.behavior
+    current = draft.current
+    history = draft.history
+    if behavior is None:
+        stabilized = rules.stabilize_recommendation(
+            history.recommendations or (), desired=desired,
+            window=settings.downscale_stabilization_window, now=now)
+        normalized = rules.convert_desired_replicas_with_rules(
+            current_replicas=current, desired_replicas=stabilized.replicas,
+            min_replicas=draft.min_replicas, max_replicas=draft.max_replicas,
+            factor=settings.scale_up_limit_factor, minimum=settings.scale_up_limit_minimum)
+        limit_names = _LIMIT_RULES_LEGACY
+        window_text = (f"the {int(settings.downscale_stabilization_window.total_seconds())} s "
+                       "downscale stabilization window")
+    else:
+        up, down = behavior.scale_up, behavior.scale_down
+        up_window = up.stabilization_window_seconds if up is not None else None
+        down_window = down.stabilization_window_seconds if down is not None else None
+        if down_window is None:  # maybeInitScaleDownStabilizationWindow
+            down_window = int(settings.downscale_stabilization_window.total_seconds())
+        stabilized = rules.stabilize_recommendation_with_behaviors(
+            history.recommendations or (), desired=desired, current=current,
+            up_window_seconds=up_window or 0, down_window_seconds=down_window, now=now)
+        normalized = rules.convert_desired_replicas_with_behavior_rate(
+            current_replicas=current, desired_replicas=stabilized.replicas,
+            min_replicas=draft.min_replicas, max_replicas=draft.max_replicas,
+            behavior=behavior, up_events=history.scale_up_events,
+            down_events=history.scale_down_events, now=now)
+        limit_names = _LIMIT_RULES_BEHAVIOR
+        window_text = f"the stabilization windows (up {up_window or 0} s, down {down_window} s)"
+    draft.history = replace(history, recommendations=stabilized.recommendations)
+    draft.conditions = set_condition(draft.conditions, type=ABLE_TO_SCALE, status=TRUE,
+                                     reason=stabilized.reason, message=stabilized.message,
+                                     now=now)
+    if stabilized.replicas != desired:
+        rule = ("ScaleUpStabilization" if stabilized.reason == "ScaleUpStabilized"
+                else "ScaleDownStabilization")
+        draft.limits.append(Limit(rule, desired, stabilized.replicas,
+                                  f"{stabilized.message} ({window_text})"))
+        draft.explanation.append(f"Stabilization ({window_text}) turns {desired} into "
+                                 f"{stabilized.replicas}: {stabilized.message}.")
+    limited = normalized.replicas != stabilized.replicas
+    draft.conditions = set_condition(draft.conditions, type=SCALING_LIMITED,
+                                     status=TRUE if limited else FALSE,
+                                     reason=normalized.reason, message=normalized.message,
+                                     now=now)
+    if limited:
+        draft.limits.append(Limit(limit_names.get(normalized.reason, normalized.reason),
+                                  stabilized.replicas, normalized.replicas, normalized.message))
+        draft.explanation.append(f"Limits turn {stabilized.replicas} into "
+                                 f"{normalized.replicas}: {normalized.message}.")
+    return normalized.replicas
+
+
+def _plan_write(draft: _Draft, *, autoscaler: Autoscaler, desired: int,
+                reason: str) -> Decision:
+    """A decision that awaits the write of `desired` (complete() applies its outcome)."""
+    draft.explanation.append(f"Decision: scale {draft.reference} from {draft.current} to "
+                             f"{desired} ({reason}).")
+    spec = autoscaler.spec
+    pending = _Pending(
+        old_status=draft.old, conditions=draft.conditions,
+        metric_statuses=draft.metric_statuses, current_replicas=draft.current,
+        new_replicas=desired, min_replicas=draft.min_replicas, reason=reason,
+        history=draft.history,
+        has_object_or_external=any(m.type in {"Object", "External"} for m in spec.metrics),
+        reference=draft.reference, error=draft.error, behavior=spec.behavior)
+    # The status as this reconcile sees it before the write; complete() finishes it.
+    planned = draft.status(desired_replicas=desired)
     return Decision(
-        desired_replicas=current, rescale=False, new_replicas=current, rescale_reason=reason,
-        scale_updated=False, status=status, status_changed=_status_changed(old, status),
-        events=tuple(events), metrics=details, limits=tuple(limits), history=history,
-        explanation=tuple(explanation), error=error)
+        desired_replicas=desired, rescale=True, new_replicas=desired, rescale_reason=reason,
+        scale_updated=False, status=planned, status_changed=_status_changed(draft.old, planned),
+        events=tuple(draft.events), metrics=draft.details, limits=tuple(draft.limits),
+        history=draft.history, explanation=tuple(draft.explanation), error=draft.error,
+        pending=pending)
 
 
 def _after_write(decision: Decision, result: ScaleWriteResult, *, settings: Settings,
-                 now: datetime, keep_pending: bool) -> Decision:
+                 now: datetime) -> Decision:
     """The part of reconcileAutoscaler after `scale.spec.replicas` was written (or not)."""
     pending = decision.pending
     assert pending is not None
@@ -889,7 +962,7 @@ def _after_write(decision: Decision, result: ScaleWriteResult, *, settings: Sett
     explanation = list(decision.explanation)
     history = pending.history
     old = pending.old_status
-    if not result.succeeded:
+    if result.error is not None:
         events.append(Event("Warning", "FailedRescale",
                             f"New size: {pending.new_replicas}; reason: {pending.reason}; "
                             f"error: {result.error}"))
@@ -911,17 +984,30 @@ def _after_write(decision: Decision, result: ScaleWriteResult, *, settings: Sett
             error=f"failed to rescale {pending.reference}: {result.error}",
             pending=None)
 
-    conditions = set_condition(conditions, type=ABLE_TO_SCALE, status=TRUE,
-                               reason="SucceededRescale",
-                               message=Messages.SUCCEEDED_RESCALE.format(pending.new_replicas),
-                               now=now)
-    events.append(Event("Normal", "SuccessfulRescale",
-                        f"New size: {pending.new_replicas}; reason: {pending.reason}"))
-    up, down = rules.store_scale_event(
-        pending.behavior,
-        up_events=history.scale_up_events, down_events=history.scale_down_events,
-        previous_replicas=pending.current_replicas, new_replicas=pending.new_replicas, now=now)
-    history = replace(history, scale_up_events=up, scale_down_events=down)
+    new_size = f"New size: {pending.new_replicas}; reason: {pending.reason}"
+    if result.dry_run:
+        # What the write would have done, without its consequences: no scale event is
+        # remembered and lastScaleTime stays; the condition and the event say so.
+        conditions = set_condition(
+            conditions, type=ABLE_TO_SCALE, status=TRUE, reason=DRY_RUN_CONDITION_REASON,
+            message=f"dry run: the HPA controller would have updated the target scale to "
+                    f"{pending.new_replicas}", now=now)
+        events.append(Event("Normal", DRY_RUN_EVENT_REASON,
+                            f"{new_size}; dry run: the target was not scaled"))
+        explanation.append("Dry run: the target's scale was not written.")
+        last_scale_time = old.last_scale_time
+    else:
+        conditions = set_condition(
+            conditions, type=ABLE_TO_SCALE, status=TRUE, reason="SucceededRescale",
+            message=Messages.SUCCEEDED_RESCALE.format(pending.new_replicas), now=now)
+        events.append(Event("Normal", "SuccessfulRescale", new_size))
+        up, down = rules.store_scale_event(
+            pending.behavior,
+            up_events=history.scale_up_events, down_events=history.scale_down_events,
+            previous_replicas=pending.current_replicas, new_replicas=pending.new_replicas,
+            now=now)
+        history = replace(history, scale_up_events=up, scale_down_events=down)
+        last_scale_time = now
     if settings.scale_to_zero:
         if pending.current_replicas > 0 and pending.new_replicas == 0 \
                 and pending.min_replicas == 0 and pending.has_object_or_external:
@@ -935,31 +1021,26 @@ def _after_write(decision: Decision, result: ScaleWriteResult, *, settings: Sett
     else:
         conditions = remove_condition(conditions, SCALED_TO_ZERO)
     status = AutoscalerStatus(current_replicas=pending.current_replicas,
-                              desired_replicas=pending.new_replicas, last_scale_time=now,
+                              desired_replicas=pending.new_replicas,
+                              last_scale_time=last_scale_time,
                               current_metrics=pending.metric_statuses, conditions=conditions)
     return replace(
-        decision, desired_replicas=pending.new_replicas, scale_updated=not keep_pending,
+        decision, desired_replicas=pending.new_replicas, scale_updated=result.succeeded,
         status=status, status_changed=_status_changed(old, status), events=tuple(events),
-        history=history, pending=pending if keep_pending else None)
+        history=history, explanation=tuple(explanation), pending=None)
 
 
 def complete(decision: Decision, *, write_result: ScaleWriteResult, settings: Settings,
              now: datetime) -> Decision:
-    """Apply the outcome of writing `decision.new_replicas` to the target's scale.
+    """Apply the outcome of writing `decision.new_replicas` to the target's scale: written,
+    failed, or not made in a dry run (SCALE_WRITE_DRY_RUN).
 
     Without a pending write (no rescale, or already completed) the decision is returned as is.
     `now` and `settings` must be the ones `decide` was called with.
     """
     if decision.pending is None:
         return decision
-    base = replace(decision, events=decision.events[:_events_before_write(decision)],
-                   explanation=decision.explanation, history=decision.pending.history)
-    return _after_write(base, write_result, settings=settings, now=now, keep_pending=False)
-
-
-def _events_before_write(decision: Decision) -> int:
-    """`decide` already appended the success event; `complete` recomputes from before it."""
-    return len(decision.events) - 1
+    return _after_write(decision, write_result, settings=settings, now=now)
 
 
 def _describe_metrics(details: Sequence[MetricDetail]) -> list[str]:

@@ -58,9 +58,6 @@ _V1BETA1 = f"{CUSTOM_METRICS_GROUP}/v1beta1"
 
 _SELECTOR_CACHE_LIMIT = 50_000  # distinct selectors; more means churn, so start again
 
-_RESOURCE_PREFIX = "unable to fetch metrics from resource metrics API: "
-_CUSTOM_PREFIX = "unable to fetch metrics from custom metrics API: "
-_EXTERNAL_PREFIX = "unable to fetch metrics from external metrics API: "
 
 
 class MetricsTransport(Protocol):
@@ -75,17 +72,34 @@ class MetricsTransport(Protocol):
     async def resolve_kind(self, *, group: str, kind: str) -> list[ResourceMapping]: ...
 
 
+_PREFIXES = {"resource": "unable to fetch metrics from resource metrics API: ",
+             "custom": "unable to fetch metrics from custom metrics API: ",
+             "external": "unable to fetch metrics from external metrics API: "}
+
+
 class MetricsError(Exception):
     """A metrics API request failed; `str(err)` is upstream's text, ready for events and conditions.
 
-    `api` is "resource", "custom" or "external"; `cause` is the underlying API error, if any.
+    `api` is "resource", "custom" or "external"; `detail` is the text without the client's
+    "unable to fetch metrics from ... API: " prefix (the decision adds its own words around
+    it); `empty` means the API answered, with no metrics; `cause` is the API error, if any.
     """
 
-    def __init__(self, message: str, *, api: str, cause: Exception | None = None) -> None:
+    def __init__(self, detail: str, *, api: str, cause: Exception | None = None,
+                 prefixed: bool = True, empty: bool = False) -> None:
+        message = f"{_PREFIXES[api]}{detail}" if prefixed else detail
         super().__init__(message)
         self.message = message
+        self.detail = detail
         self.api = api
         self.cause = cause
+        self.empty = empty
+
+    @classmethod
+    def no_metrics(cls, api: str) -> MetricsError:
+        """The API answered an empty list (upstream's own words, without the prefix)."""
+        return cls(f"no metrics returned from {api} metrics API", api=api,
+                   prefixed=False, empty=True)
 
 
 # Characters no path escaping changes: names of namespaces and metrics are made of them.
@@ -123,7 +137,7 @@ def choose_custom_metrics_version(groups: Sequence[Mapping[str, Any]]) -> str:
     known one listed; raises MetricsError with upstream's text when there is none."""
     group = next((g for g in groups if g.get("name") == CUSTOM_METRICS_GROUP), None)
     if group is None:
-        raise MetricsError(f"{_CUSTOM_PREFIX}no custom metrics API ({CUSTOM_METRICS_GROUP}) "
+        raise MetricsError(f"no custom metrics API ({CUSTOM_METRICS_GROUP}) "
                            "registered", api="custom")
     preferred = group.get("preferredVersion")
     if isinstance(preferred, Mapping):
@@ -134,7 +148,7 @@ def choose_custom_metrics_version(groups: Sequence[Mapping[str, Any]]) -> str:
     for entry in versions if isinstance(versions, list) else []:
         if isinstance(entry, Mapping) and entry.get("groupVersion") in (_V1BETA2, _V1BETA1):
             return str(entry["groupVersion"]).rsplit("/", 1)[1]
-    raise MetricsError(f"{_CUSTOM_PREFIX}no known available metric versions found", api="custom")
+    raise MetricsError("no known available metric versions found", api="custom")
 
 
 def to_v1beta2_metric_value_list(body: object) -> dict[str, Any]:
@@ -219,7 +233,7 @@ class MetricsClient:
             try:
                 groups = await self._transport.server_groups()
             except KubeError as exc:
-                raise MetricsError(f"{_CUSTOM_PREFIX}{exc}", api="custom", cause=exc) from exc
+                raise MetricsError(str(exc), api="custom", cause=exc) from exc
             self._version = choose_custom_metrics_version(groups)
             self._version_at = self._clock()
             return self._version
@@ -233,11 +247,11 @@ class MetricsClient:
                 operation="resource_metrics", resource=f"pods.{RESOURCE_METRICS_GROUP}",
                 context=ErrorContext(RESOURCE_METRICS_GROUP, "pods"))
         except KubeError as exc:
-            raise MetricsError(f"{_RESOURCE_PREFIX}{exc}", api="resource", cause=exc) from exc
+            raise MetricsError(str(exc), api="resource", cause=exc) from exc
         if not isinstance(body, Mapping):
-            raise MetricsError(f"{_RESOURCE_PREFIX}unexpected response", api="resource")
+            raise MetricsError("unexpected response", api="resource")
         if not _items(body):
-            raise MetricsError("no metrics returned from resource metrics API", api="resource")
+            raise MetricsError.no_metrics("resource")
         return dict(body)
 
     async def get_pods_metric(
@@ -252,7 +266,7 @@ class MetricsClient:
         try:
             metric_labels = _selector_param(metric_selector)
         except SelectorError as exc:
-            raise MetricsError(str(exc), api="custom", cause=exc) from exc
+            raise MetricsError(str(exc), api="custom", cause=exc, prefixed=False) from exc
         version = await self.custom_metrics_version()
         path = (f"/apis/{CUSTOM_METRICS_GROUP}/{version}/namespaces/{_segment(namespace)}"
                 f"/pods/*/{_segment(metric_name)}")
@@ -261,7 +275,7 @@ class MetricsClient:
                                metricLabelSelector=metric_labels),
             context=ErrorContext(CUSTOM_METRICS_GROUP, "pods", "*"))
         if not body["items"]:
-            raise MetricsError("no metrics returned from custom metrics API", api="custom")
+            raise MetricsError.no_metrics("custom")
         return body
 
     async def get_object_metric(
@@ -277,7 +291,7 @@ class MetricsClient:
         try:
             metric_labels = _selector_param(metric_selector)
         except SelectorError as exc:
-            raise MetricsError(str(exc), api="custom", cause=exc) from exc
+            raise MetricsError(str(exc), api="custom", cause=exc, prefixed=False) from exc
         kind = str(described_object.get("kind") or "")
         name = str(described_object.get("name") or "")
         try:
@@ -298,7 +312,7 @@ class MetricsClient:
                                       context=context)
         if len(body["items"]) != 1:
             raise MetricsError(
-                f"{_CUSTOM_PREFIX}the custom metrics API server returned {len(body['items'])} "
+                f"the custom metrics API server returned {len(body['items'])} "
                 "results when we asked for exactly one", api="custom")
         return body
 
@@ -313,7 +327,7 @@ class MetricsClient:
         try:
             metric_labels = _selector_param(metric_selector)
         except SelectorError as exc:
-            raise MetricsError(str(exc), api="external", cause=exc) from exc
+            raise MetricsError(str(exc), api="external", cause=exc, prefixed=False) from exc
         # client-go puts the metric in the resource slot, which it lower-cases.
         resource = metric_name.lower()
         path = (f"/apis/{EXTERNAL_METRICS_GROUP}/v1beta1/namespaces/{_segment(namespace)}/"
@@ -324,11 +338,11 @@ class MetricsClient:
                 resource=EXTERNAL_METRICS_GROUP,
                 context=ErrorContext(EXTERNAL_METRICS_GROUP, resource))
         except KubeError as exc:
-            raise MetricsError(f"{_EXTERNAL_PREFIX}{exc}", api="external", cause=exc) from exc
+            raise MetricsError(str(exc), api="external", cause=exc) from exc
         if not isinstance(body, Mapping):
-            raise MetricsError(f"{_EXTERNAL_PREFIX}unexpected response", api="external")
+            raise MetricsError("unexpected response", api="external")
         if not _items(body):
-            raise MetricsError("no metrics returned from external metrics API", api="external")
+            raise MetricsError.no_metrics("external")
         return dict(body)
 
     async def _qualified_resource(self, group: str, kind: str) -> str:
@@ -338,7 +352,7 @@ class MetricsClient:
             mappings = await self._transport.resolve_kind(group=group, kind=kind)
         except KubeError as exc:
             raise MetricsError(
-                f"{_CUSTOM_PREFIX}unable to map kind {group_kind} to resource: {exc}",
+                f"unable to map kind {group_kind} to resource: {exc}",
                 api="custom", cause=exc) from exc
         return mappings[0].group_resource
 
@@ -349,8 +363,8 @@ class MetricsClient:
                 path, query=query, operation="custom_metrics", resource=CUSTOM_METRICS_GROUP,
                 context=context)
         except KubeError as exc:
-            raise MetricsError(f"{_CUSTOM_PREFIX}{exc}", api="custom", cause=exc) from exc
+            raise MetricsError(str(exc), api="custom", cause=exc) from exc
         try:
             return to_v1beta2_metric_value_list(body)
         except ValueError as exc:
-            raise MetricsError(f"{_CUSTOM_PREFIX}{exc}", api="custom", cause=exc) from exc
+            raise MetricsError(str(exc), api="custom", cause=exc) from exc

@@ -16,13 +16,15 @@ import random
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any, Literal, Protocol, cast
 
 from prometheus_client import CollectorRegistry, Histogram
 
 from autoscaler.decision.leadership import Lease, LeaseSpec
+from autoscaler.model.fields import ModelError
+from autoscaler.model.pods import Scale, parse_scale
 from metricscale import __version__
 from metricscale.kube.config import Configuration
 from metricscale.kube.discovery import (
@@ -58,7 +60,6 @@ __all__ = [
     "KubeClient",
     "KubeWrites",
     "ObjectReference",
-    "Scale",
     "ScaleTargetRef",
     "TargetNotFound",
     "event_name",
@@ -135,30 +136,6 @@ class ScaleTargetRef:
     def from_spec(cls, ref: Mapping[str, Any]) -> ScaleTargetRef:
         return cls(api_version=str(ref.get("apiVersion") or ""), kind=str(ref.get("kind") or ""),
                    name=str(ref.get("name") or ""))
-
-
-@dataclass(frozen=True)
-class Scale:
-    """An autoscaling/v1 Scale as read: replicas, the selector string, and its resourceVersion."""
-
-    spec_replicas: int
-    status_replicas: int
-    selector: str
-    resource_version: str
-    raw: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)
-
-    @classmethod
-    def from_object(cls, obj: Mapping[str, Any]) -> Scale:
-        spec = _mapping(obj.get("spec"))
-        status = _mapping(obj.get("status"))
-        metadata = _mapping(obj.get("metadata"))
-        return cls(
-            spec_replicas=_int(spec.get("replicas")),  # omitempty: absent means 0
-            status_replicas=_int(status.get("replicas")),
-            selector=str(status.get("selector") or ""),
-            resource_version=str(metadata.get("resourceVersion") or ""),
-            raw=obj,
-        )
 
 
 @dataclass(frozen=True)
@@ -492,7 +469,7 @@ class KubeClient:
                 context=ErrorContext(target.group, target.resource, name))
         except NotFound as exc:
             raise TargetNotFound(exc.message, status=exc.status, reason=exc.reason) from exc
-        return _scale(data)
+        return _scale(data, namespace=namespace, name=name)
 
     async def update_scale(
         self, target: ResourceMapping, *, namespace: str, name: str, scale: Scale, replicas: int
@@ -513,7 +490,7 @@ class KubeClient:
                 data = await self._request("PUT", path, operation="update_scale",
                                            resource=f"{target.group_resource}/scale",
                                            body=body, context=context)
-                return _scale(data)
+                return _scale(data, namespace=namespace, name=name)
             except KubeError as update_error:
                 try:
                     current = await self.get_scale(target, namespace=namespace, name=name)
@@ -676,8 +653,15 @@ def _object(data: object, kind: str) -> Mapping[str, Any]:
     return cast(Mapping[str, Any], data)
 
 
-def _scale(data: object) -> Scale:
-    return Scale.from_object(_object(data, "Scale"))
+def _scale(data: object, *, namespace: str, name: str) -> Scale:
+    """The Scale the server answered, as the decision reads it (of the object asked for)."""
+    try:
+        scale = parse_scale(_object(data, "Scale"))
+    except ModelError as err:
+        raise UnexpectedResponse(f"a Scale the autoscaler cannot read: {err}") from None
+    if not isinstance(scale, Scale):
+        raise UnexpectedResponse("a Scale the autoscaler cannot read")
+    return replace(scale, name=name, namespace=namespace)
 
 
 # --- Configuration and lifecycle ---------------------------------------------------------------

@@ -40,6 +40,7 @@ __all__ = [
     "MetricValueList",
     "PodMetrics",
     "PodMetricsList",
+    "empty_metric_list",
     "parse_metric_input",
 ]
 
@@ -335,3 +336,15 @@ def parse_metric_input(raw: Any, path: str, *, metric_type: str = "") -> MetricI
         raise ModelError(join_path(path, "kind"), "must be PodMetricsList, MetricValueList or "
                                               f"ExternalMetricValueList, not {kind or '(none)'}")
     return parser(obj, path)
+
+
+def empty_metric_list(metric_type: str) -> MetricInput:
+    """The list a metric type reads, with no items (None for a type that reads no list of
+    several, such as Object)."""
+    if metric_type in {"Resource", "ContainerResource"}:
+        return PodMetricsList(items=())
+    if metric_type == "Pods":
+        return MetricValueList(items=())
+    if metric_type == "External":
+        return ExternalMetricValueList(items=())
+    return None

@@ -42,13 +42,16 @@ __all__ = [
 
 @dataclass(frozen=True)
 class Scale:
-    """The target's autoscaling/v1 Scale: spec.replicas, status.replicas, status.selector."""
+    """The target's autoscaling/v1 Scale: spec.replicas, status.replicas, status.selector, and
+    the resourceVersion (and whole object) a write of spec.replicas goes back with."""
 
     spec_replicas: int
     status_replicas: int = 0
     selector: str = ""
     name: str = ""
     namespace: str = ""
+    resource_version: str = ""
+    raw: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
 
 @dataclass(frozen=True)
@@ -71,6 +74,8 @@ def parse_scale(raw: Any, path: str = "scale") -> Scale | ScaleError:
         selector=read_str(status, "selector", f"{path}.status"),
         name=read_str(meta, "name", f"{path}.metadata"),
         namespace=read_str(meta, "namespace", f"{path}.metadata"),
+        resource_version=read_str(meta, "resourceVersion", f"{path}.metadata"),
+        raw=obj,
     )
 
 

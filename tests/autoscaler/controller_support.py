@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
@@ -21,12 +21,11 @@ from autoscaler.kube.metrics_api import MetricsError
 from autoscaler.kube.operations import (
     EventType,
     ObjectReference,
-    Scale,
     ScaleTargetRef,
     TargetNotFound,
     merge_patch,
 )
-from autoscaler.model.pods import Pod
+from autoscaler.model.pods import Pod, Scale, parse_scale
 from metricscale.kube.discovery import ResourceMapping
 from metricscale.kube.errors import Conflict, KindNotFound, KubeError
 
@@ -134,7 +133,9 @@ class MemoryKube:
         if obj is None:
             raise TargetNotFound(f'{target.group_resource} "{name}" not found', status=404,
                                  reason="NotFound")
-        return Scale.from_object(obj)
+        scale = parse_scale(obj)
+        assert isinstance(scale, Scale)
+        return replace(scale, name=name, namespace=namespace)
 
     async def update_scale(self, target: ResourceMapping, *, namespace: str, name: str,
                            scale: Scale, replicas: int) -> Scale:
@@ -143,7 +144,9 @@ class MemoryKube:
         obj["spec"]["replicas"] = replicas
         obj["status"]["replicas"] = replicas
         self.scale_writes.append((namespace, name, replicas))
-        return Scale.from_object(obj)
+        scale = parse_scale(obj)
+        assert isinstance(scale, Scale)
+        return replace(scale, name=name, namespace=namespace)
 
     def _apply_status(self, namespace: str, name: str, kind: str,
                       status: Mapping[str, Any], previous: Mapping[str, Any] | None) -> None:
@@ -231,7 +234,7 @@ class MemoryMetrics:
                   "windowSeconds": 60, "value": value}
                  for pod, value in self.pod_values.get(metric_name, {}).items()]
         if not items:
-            raise MetricsError("no metrics returned from custom metrics API", api="custom")
+            raise MetricsError.no_metrics("custom")
         return {"kind": "MetricValueList", "apiVersion": "custom.metrics.k8s.io/v1beta2",
                 "metadata": {}, "items": items}
 

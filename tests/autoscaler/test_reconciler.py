@@ -18,6 +18,7 @@ from autoscaler.decision.persistence import DRY_RUN_ANNOTATION, HISTORY_ANNOTATI
 from autoscaler.decision.settings import Settings
 from autoscaler.kube.metrics_api import MetricsError
 from autoscaler.model.history import parse_history
+from autoscaler.model.metrics import MetricFetchError, MetricValueList
 from metricscale.kube.discovery import ResourceMapping
 from metricscale.kube.errors import TooManyRequests
 from tests.autoscaler.controller_support import (
@@ -230,8 +231,8 @@ async def test_too_many_requests_on_the_scale_backs_off_with_retry_after() -> No
 async def test_failing_metrics_block_a_scale_down_and_the_condition_says_why() -> None:
     world = World(replicas=4, qps="1")
     world.metrics.errors["qps"] = MetricsError(
-        "unable to fetch metrics from custom metrics API: the server is currently unable to "
-        "handle the request (get pods.custom.metrics.k8s.io *)", api="custom")
+        "the server is currently unable to handle the request (get pods.custom.metrics.k8s.io *)",
+        api="custom")
     result = await world.reconciler.reconcile_once(KEY, at(0))
     assert (result.outcome, result.failed) == ("failed_metrics", False)
     assert world.kube.count("update_scale") == 0
@@ -248,12 +249,13 @@ async def test_failing_metrics_block_a_scale_down_and_the_condition_says_why() -
 
 
 def test_an_empty_metrics_answer_becomes_the_empty_list_the_decision_reports() -> None:
-    empty = metric_input_from_error("Pods", MetricsError(
-        "no metrics returned from custom metrics API", api="custom"))
-    assert empty["kind"] == "MetricValueList" and empty["items"] == []
-    failed = metric_input_from_error("External", MetricsError(
-        "unable to fetch metrics from external metrics API: boom", api="external"))
-    assert failed == {"error": "boom"}
+    # The typed inputs the decision reads, without a detour through wire JSON.
+    empty = metric_input_from_error("Pods", MetricsError.no_metrics("custom"))
+    assert empty == MetricValueList(items=())
+    failed = metric_input_from_error("External", MetricsError("boom", api="external"))
+    assert failed == MetricFetchError("boom")
+    assert str(MetricsError("boom", api="external")) == (
+        "unable to fetch metrics from external metrics API: boom")
 
 
 async def test_a_failed_status_write_is_reported_and_retried_on_the_next_sync() -> None:
