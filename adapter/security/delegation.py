@@ -95,6 +95,7 @@ from metricscale.kube.errors import KubeError
 from metricscale.kube.http import KubeHTTP, connect
 from metricscale.kube.informer import InformerFailed
 from metricscale.kube.requests import KubeRequests
+from metricscale.kube.retry import honour_retry_after
 from metricscale.tasks import SingleFlight, start_guarded_task
 
 __all__ = [
@@ -184,8 +185,8 @@ class ReviewClient:
                     raise
                 delay = REVIEW_RETRY_DELAYS_SECONDS[attempt]
                 delay *= 1 + _REVIEW_JITTER * self._jitter()
-                if error.retry_after is not None:
-                    delay = max(delay, min(error.retry_after, _MAX_RETRY_AFTER_SECONDS))
+                delay = honour_retry_after(delay, error.retry_after,
+                                           ceiling=_MAX_RETRY_AFTER_SECONDS)
                 logger.debug("retrying %s in %.2fs: %s", path, delay, error)
                 await self._sleep(delay)
         raise AssertionError("unreachable")  # pragma: no cover

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from metricscale.kube.errors import KubeError, KubeUnavailable
 
-__all__ = ["NO_RETRY", "Backoff", "RetryPolicy", "is_retryable"]
+__all__ = ["NO_RETRY", "Backoff", "RetryPolicy", "honour_retry_after", "is_retryable"]
 
 
 @dataclass(frozen=True)
@@ -29,8 +29,18 @@ class Backoff:
         Never less than `retry_after`, when the server sent one.
         """
         step = min(self.cap, self.initial * self.factor ** max(0, failures - 1))
-        wait = step / 2 + step / 2 * jitter
-        return wait if retry_after is None else max(wait, retry_after)
+        return honour_retry_after(step / 2 + step / 2 * jitter, retry_after)
+
+
+def honour_retry_after(delay: float, retry_after: float | None, *,
+                       ceiling: float | None = None) -> float:
+    """The one Retry-After rule: wait at least what the server asked for (up to `ceiling`,
+    for a caller that would rather come back sooner than park), never less than `delay`."""
+    if retry_after is None:
+        return delay
+    if ceiling is not None:
+        retry_after = min(retry_after, ceiling)
+    return max(delay, retry_after)
 
 
 def is_retryable(error: KubeError) -> bool:
