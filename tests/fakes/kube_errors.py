@@ -48,8 +48,24 @@ _NO_VALUE_TYPES = {"Required", "Forbidden"}
 _NO_VALUE = object()
 
 
+class GoLiteral(str):
+    """A bad value printed verbatim, as Go's %#v prints it (`0x0` for a uint64 zero,
+    `map[string]interface {}{"type":"A"}` for a map)."""
+
+
+OMIT_VALUE = object()  # field.OmitValueType: the message carries no value at all
+
+
+def go_map_literal(value: dict[str, Any]) -> GoLiteral:
+    """`%#v` of a map[string]interface{} from JSON (keys sorted, as fmt prints maps)."""
+    parts = ",".join(f"{json.dumps(k)}:{_go_value(v)}" for k, v in sorted(value.items()))
+    return GoLiteral(f"map[string]interface {{}}{{{parts}}}")
+
+
 def _go_value(value: Any) -> str:
     # field.Error prints strings quoted (%q) and other values as Go would (%v / JSON-ish).
+    if isinstance(value, GoLiteral):
+        return str(value)
     if isinstance(value, str):
         return json.dumps(value, ensure_ascii=False)
     if value is None:
@@ -72,7 +88,8 @@ class FieldError:
 
     def body(self) -> str:
         text, _ = _FIELD_ERROR_TYPES[self.type]
-        if self.type not in _NO_VALUE_TYPES and self.value is not _NO_VALUE:
+        if self.type not in _NO_VALUE_TYPES and self.value is not _NO_VALUE \
+                and self.value is not OMIT_VALUE:
             text = f"{text}: {_go_value(self.value)}"
         if self.detail:
             text = f"{text}: {self.detail}"
@@ -101,6 +118,10 @@ def not_supported(path: str, value: Any, supported: Sequence[str]) -> FieldError
 
 def forbidden(path: str, detail: str) -> FieldError:
     return FieldError("Forbidden", path, detail)
+
+
+def duplicate(path: str, value: Any) -> FieldError:
+    return FieldError("Duplicate", path, "", value)
 
 
 class ApiError(Exception):

@@ -351,8 +351,17 @@ class RestHandlers:
                   cr_problems: list[Any], path: ApiPath, name: str) -> None:
         problems = list(cr_problems) + validate(resource_type, stored, old,
                                                 request_group=path.group)
+        if not resource_type.builtin:
+            problems += self._rule_errors(resource_type, path.version, stored, old)
         if problems:
             raise errors.invalid(resource_type.group_kind, name, problems)
+
+    @staticmethod
+    def _rule_errors(resource_type: ResourceType, version: str, stored: JSONDict,
+                     old: JSONDict | None) -> list[Any]:
+        """The CRD's CEL rules over the object as its version's schema sees it."""
+        schema = resource_type.versions[version].schema
+        return [] if schema is None else schema.rule_errors(stored, old)
 
     # --- create / update / patch / delete ---------------------------------------------------
 
@@ -411,6 +420,13 @@ class RestHandlers:
                       obj: JSONDict, old: JSONDict, cr_problems: list[Any],
                       *, status_only: bool = False) -> JSONDict:
         wanted = obj["metadata"].get("resourceVersion")
+        if not wanted and not resource_type.builtin:
+            # Custom resources allow no unconditional update (customResourceStrategy's
+            # AllowUnconditionalUpdate is false): the generic store refuses it, with the
+            # uint64 zero it parsed printed as Go's %#v prints it.
+            raise errors.invalid(resource_type.group_kind, path.name, [errors.invalid_value(
+                "metadata.resourceVersion", errors.GoLiteral("0x0"),
+                "must be specified for an update")])
         if wanted and wanted != old["metadata"]["resourceVersion"]:
             raise errors.conflict(gr, path.name)
         stored = resource_type.convert_from(obj, path.version)
@@ -801,6 +817,16 @@ class RestHandlers:
         target[parts[-1]] = replicas
         if wanted:
             obj["metadata"]["resourceVersion"] = wanted
+        if not resource_type.builtin:
+            # A custom resource's scale write is an update of the object: its schema (the
+            # replicas' minimum and maximum) and its CEL rules apply.
+            schema = resource_type.versions[path.version].schema
+            assert schema is not None
+            _, _, problems = schema.decode(obj)
+            problems += self._rule_errors(resource_type, path.version, obj, resource_type
+                                          .convert_to(stored, path.version))
+            if problems:
+                raise errors.invalid(resource_type.group_kind, path.name, problems)
         result = self.store.replace(resource_type, resource_type.convert_from(obj, path.version),
                                     gr=gr)
         response = json_response(self._scale_of(resource_type, result, path.version, spec))

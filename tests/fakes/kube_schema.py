@@ -15,7 +15,15 @@ from datetime import UTC, datetime
 from importlib import resources
 from typing import Any
 
-from tests.fakes.kube_errors import FieldError, invalid_value, not_supported, required_value
+from tests.fakes.kube_cel import rule_errors
+from tests.fakes.kube_errors import (
+    FieldError,
+    duplicate,
+    go_map_literal,
+    invalid_value,
+    not_supported,
+    required_value,
+)
 
 __all__ = [
     "BuiltinSchemas",
@@ -299,6 +307,10 @@ class StructuralSchema:
             node = (node.get("properties") or {}).get(part)
         return node
 
+    def rule_errors(self, new: dict[str, Any], old: dict[str, Any] | None) -> list[FieldError]:
+        """The failed `x-kubernetes-validations` rules of `new` (an update passes `old`)."""
+        return rule_errors(self.schema, new, old)
+
     def decode(self, value: dict[str, Any]) -> tuple[dict[str, Any], list[str], list[FieldError]]:
         """(pruned and defaulted object, unknown field paths, validation errors)."""
         unknown: list[str] = []
@@ -327,6 +339,8 @@ class StructuralSchema:
                 errors.append(invalid_value(name, value,
                               f"{name} in body must be of type integer,string: "
                               f"\"{_json_type(value)}\""))
+            elif isinstance(value, str):
+                self._string(value, schema, name, errors)  # pattern applies to the string form
             return value
         type_ok = {
             "object": isinstance(value, dict),
@@ -356,9 +370,12 @@ class StructuralSchema:
                                          f"{schema['maxItems']} items", len(value)))
             items = schema.get("items")
             if isinstance(items, dict):
-                return [self._walk(v, items, f"{path}[{i}]", unknown, errors)
-                        for i, v in enumerate(value) if v is not None or items.get("nullable")]
-            return copy.deepcopy(value)
+                walked = [self._walk(v, items, f"{path}[{i}]", unknown, errors)
+                          for i, v in enumerate(value) if v is not None or items.get("nullable")]
+            else:
+                walked = copy.deepcopy(value)
+            errors.extend(_list_type_errors(walked, schema, name))
+            return walked
         if isinstance(value, dict):
             return self._object(value, schema, path, unknown, errors, root=root)
         return value
@@ -370,6 +387,13 @@ class StructuralSchema:
         preserve = bool(schema.get("x-kubernetes-preserve-unknown-fields"))
         embedded = bool(schema.get("x-kubernetes-embedded-resource"))
         out: dict[str, Any] = {}
+        # Defaults first, then the walk, which defaults inside defaulted values too
+        # (structuraldefaulting.Default: `scaleUp: {}` gets its children's defaults).
+        value = dict(value)
+        for key, child_schema in (properties or {}).items():
+            if value.get(key) is None and "default" in child_schema and not (
+                    key in value and child_schema.get("nullable")):
+                value[key] = copy.deepcopy(child_schema["default"])
         for key, child in value.items():
             child_path = f"{path}.{key}" if path else key
             if embedded and key in ("apiVersion", "kind", "metadata"):
@@ -389,9 +413,6 @@ class StructuralSchema:
                 continue
             out[key] = (None if child is None else
                         self._walk(child, child_schema, child_path, unknown, errors))
-        for key, child_schema in (properties or {}).items():
-            if key not in out and "default" in child_schema:
-                out[key] = copy.deepcopy(child_schema["default"])
         for key in schema.get("required") or []:
             if key not in out:
                 errors.append(required_value(f"{path}.{key}" if path else key))
@@ -431,3 +452,41 @@ class StructuralSchema:
         if "pattern" in schema and re.search(schema["pattern"], value) is None:
             errors.append(invalid_value(name, value, f"{name} in body should match "
                                                      f"'{schema['pattern']}'"))
+        if schema.get("format") == "date-time" and not _DATE_TIME.match(value):
+            errors.append(invalid_value(name, value, f"{name} in body must be of type "
+                                                     f'date-time: "{value}"'))
+
+
+# strfmt's date-time layouts: RFC 3339 with or without a fraction, with a zone, `T` or a space.
+_DATE_TIME = re.compile(
+    r"^\d{4}-\d{2}-\d{2}[Tt ]\d{2}:\d{2}:\d{2}(\.\d+)?([Zz]|[+-]\d{2}:\d{2})?$")
+
+
+def _list_type_errors(items: list[Any], schema: dict[str, Any], name: str) -> list[FieldError]:
+    """listtype.ValidateListSetsAndMaps: sets hold unique items, maps unique keys."""
+    list_type = schema.get("x-kubernetes-list-type")
+    if list_type not in ("set", "map") or len(items) <= 1:
+        return []
+    if list_type == "map":
+        for index, item in enumerate(items):
+            if item is not None and not isinstance(item, dict):
+                return [invalid_value(f"{name}[{index}]", item,
+                                      "must be an object for an array of list-type map")]
+        keys = schema.get("x-kubernetes-list-map-keys") or []
+        seen_keys: dict[str, int] = {}
+        problems = []
+        for index, item in enumerate(items):
+            key = {k: item[k] for k in keys if isinstance(item, dict) and k in item}
+            text = json.dumps(key, sort_keys=True)
+            seen_keys[text] = seen_keys.get(text, 0) + 1
+            if seen_keys[text] == 2:
+                problems.append(duplicate(f"{name}[{index}]", go_map_literal(key)))
+        return problems
+    seen: dict[str, int] = {}
+    problems = []
+    for index, item in enumerate(items):
+        text = json.dumps(item, sort_keys=True)
+        seen[text] = seen.get(text, 0) + 1
+        if seen[text] == 2:
+            problems.append(duplicate(f"{name}[{index}]", item))
+    return problems

@@ -10,6 +10,7 @@ import copy
 import re
 from typing import Any, TypeGuard
 
+from tests.fakes.kube_cel import schema_rule_problems
 from tests.fakes.kube_errors import (
     FieldError,
     forbidden,
@@ -584,6 +585,11 @@ def validate_crd(obj: JSONDict) -> list[FieldError]:
         if not _get(version, "schema", "openAPIV3Schema"):
             problems.append(required_value(f"{where}.schema.openAPIV3Schema",
                                            "schemas are required"))
+        for text in schema_rule_problems(_get(version, "schema", "openAPIV3Schema"),
+                                         f"{where}.schema.openAPIV3Schema"):
+            # apiextensions compiles every rule at CRD creation and refuses what does not.
+            path, _, detail = text.partition(": ")
+            problems.append(invalid_value(path, "", detail))
         scale = _get(version, "subresources", "scale")
         if isinstance(scale, dict):
             for key, prefix in (("specReplicasPath", ".spec."),
