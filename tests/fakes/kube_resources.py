@@ -71,6 +71,8 @@ class ResourceType:
     generation: str = "none"
     return_deleted_object: bool = False
     field_labels: tuple[str, ...] = ()
+    # Field labels whose value lives elsewhere in the stored object: (label, stored path).
+    field_label_paths: tuple[tuple[str, str], ...] = ()
     virtual: bool = False  # create-only reviews, never stored
     to_version: Converter | None = None
     from_version: Converter | None = None
@@ -282,6 +284,16 @@ EVENT_FIELD_LABELS = ("involvedObject.kind", "involvedObject.namespace", "involv
                       "involvedObject.uid", "involvedObject.apiVersion",
                       "involvedObject.resourceVersion", "involvedObject.fieldPath", "reason",
                       "reportingComponent", "source", "type")
+# pkg/apis/events/v1/conversion.go: the field selectors of events.k8s.io/v1, over the core
+# Event it stores.
+EVENTS_V1_FIELD_LABEL_PATHS = (
+    ("reason", "reason"), ("regarding.kind", "involvedObject.kind"),
+    ("regarding.namespace", "involvedObject.namespace"),
+    ("regarding.name", "involvedObject.name"), ("regarding.uid", "involvedObject.uid"),
+    ("regarding.apiVersion", "involvedObject.apiVersion"),
+    ("regarding.resourceVersion", "involvedObject.resourceVersion"),
+    ("regarding.fieldPath", "involvedObject.fieldPath"),
+    ("reportingController", "reportingComponent"), ("type", "type"))
 _WORKLOAD_SCALE = ScaleSpec(label_selector_path=".spec.selector", selector_is_object=True)
 
 
@@ -322,7 +334,9 @@ def builtin_resources() -> list[ResourceType]:
                  from_version=_hpa_from_version),
         _builtin("coordination.k8s.io", "leases", "Lease", namespaced=True),
         _builtin("events.k8s.io", "events", "Event", namespaced=True, short_names=("ev",),
-                 storage=GroupResource("", "events"), field_labels=EVENT_FIELD_LABELS,
+                 storage=GroupResource("", "events"),
+                 field_labels=tuple(label for label, _ in EVENTS_V1_FIELD_LABEL_PATHS),
+                 field_label_paths=EVENTS_V1_FIELD_LABEL_PATHS,
                  to_version=_events_to_version, from_version=_events_from_version),
         _builtin("apiextensions.k8s.io", "customresourcedefinitions", "CustomResourceDefinition",
                  namespaced=False, status=True, short_names=("crd", "crds"),

@@ -72,8 +72,9 @@ def object_fields(resource_type: ResourceType, obj: JSONDict) -> dict[str, str]:
     fields = {"metadata.name": metadata.get("name", "")}
     if resource_type.namespaced:
         fields["metadata.namespace"] = metadata.get("namespace", "")
+    stored_paths = dict(resource_type.field_label_paths)
     for label in resource_type.field_labels:
-        value = _lookup(obj, label)
+        value = _lookup(obj, stored_paths.get(label, label))
         if isinstance(value, bool):
             fields[label] = "true" if value else "false"
         elif value is None:

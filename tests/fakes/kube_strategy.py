@@ -445,16 +445,59 @@ def _hpa_status(obj: JSONDict) -> list[FieldError]:
     return problems
 
 
-def _event(obj: JSONDict, *, strict: bool) -> list[FieldError]:
-    """Events in core form; `strict` for creation through events.k8s.io/v1."""
+# pkg/apis/core/validation/events.go: the limits of the reporting fields.
+_REPORTING_INSTANCE_LIMIT = _ACTION_LIMIT = _REASON_LIMIT = 128
+_NOTE_LIMIT = 1024
+
+
+def _legacy_event(obj: JSONDict, *, request_group: str) -> list[FieldError]:
+    """legacyValidateEvent: every Event, whatever API version writes it. With an eventTime it
+    is a "new" Event and needs its reporting fields (lengths are Go byte lengths)."""
     problems: list[FieldError] = []
     namespace = _get(obj, "metadata", "namespace") or ""
     involved = obj.get("involvedObject") or {}
     involved_namespace = involved.get("namespace") or ""
-    if involved_namespace and namespace and involved_namespace != namespace:
+    if not obj.get("eventTime"):
+        if involved_namespace and namespace and involved_namespace != namespace:
+            problems.append(invalid_value("involvedObject.namespace", involved_namespace,
+                                          "does not match event.namespace"))
+        return problems
+    if not involved_namespace and namespace not in ("default", "kube-system"):
         problems.append(invalid_value("involvedObject.namespace", involved_namespace,
                                       "does not match event.namespace"))
-    if not strict:
+    controller_field = "reportingComponent" if request_group == "" else "reportingController"
+    controller = obj.get("reportingComponent") or ""
+    if not controller:
+        problems.append(required_value(controller_field))
+    problems += [invalid_value(controller_field, controller, c)
+                 for c in label_key_errors(controller)]
+    for key, limit in (("reportingInstance", _REPORTING_INSTANCE_LIMIT),
+                       ("action", _ACTION_LIMIT), ("reason", _REASON_LIMIT)):
+        value = obj.get(key) or ""
+        if not value:
+            problems.append(required_value(key))
+        if len(value.encode()) > limit:
+            problems.append(invalid_value(key, "", f"can have at most {limit} characters"))
+    if len((obj.get("message") or "").encode()) > _NOTE_LIMIT:
+        problems.append(invalid_value("message", "",
+                                      f"can have at most {_NOTE_LIMIT} characters"))
+    return problems
+
+
+def _event(obj: JSONDict, old: JSONDict | None, *, request_group: str) -> list[FieldError]:
+    """ValidateEventCreate / ValidateEventUpdate: the legacy rules always; creation through
+    events.k8s.io/v1 adds the strict ones, an update through it keeps what is immutable."""
+    problems = _legacy_event(obj, request_group=request_group)
+    if request_group != "events.k8s.io":
+        return problems  # core/v1 keeps the legacy rules only, for compatibility
+    if old is not None:
+        for key, path in (("involvedObject", "involvedObject"), ("reason", "reason"),
+                          ("type", "type"), ("action", "action"),
+                          ("reportingComponent", "reportingController"),
+                          ("reportingInstance", "reportingInstance"),
+                          ("eventTime", "eventTime")):
+            if obj.get(key) != old.get(key):
+                problems.append(invalid_value(path, obj.get(key), "field is immutable"))
         return problems
     if not obj.get("eventTime"):
         problems.append(required_value("eventTime"))
@@ -468,21 +511,6 @@ def _event(obj: JSONDict, *, strict: bool) -> list[FieldError]:
         problems.append(invalid_value("deprecatedCount", "", "needs to be unset"))
     if obj.get("source"):
         problems.append(invalid_value("deprecatedSource", "", "needs to be unset"))
-    controller = obj.get("reportingComponent", "")
-    if not controller:
-        problems.append(required_value("reportingController"))
-    else:
-        problems += [invalid_value("reportingController", controller, c)
-                     for c in label_key_errors(controller)]
-    for key, path in (("reportingInstance", "reportingInstance"), ("action", "action"),
-                      ("reason", "reason")):
-        value = obj.get(key, "")
-        if not value:
-            problems.append(required_value(path))
-        elif len(value) > 128:
-            problems.append(invalid_value(path, "", "can have at most 128 characters"))
-    if len(obj.get("message") or "") > 1024:
-        problems.append(invalid_value("note", "", "can have at most 1024 characters"))
     return problems
 
 
@@ -618,8 +646,9 @@ def validate(resource_type: ResourceType, obj: JSONDict, old: JSONDict | None, *
         problems += _pod_spec(obj.get("spec") or {}, "spec")
     elif key == ("autoscaling", "HorizontalPodAutoscaler"):
         problems += _hpa(obj)
-    elif key == ("", "Event"):
-        problems += _event(obj, strict=old is None and request_group == "events.k8s.io")
+    elif resource_type.kind == "Event" and resource_type.group in ("", "events.k8s.io"):
+        # events.k8s.io Events are stored as core Events: one validation for both groups.
+        problems += _event(obj, old, request_group=request_group)
     elif key == ("coordination.k8s.io", "Lease"):
         problems += _lease(obj)
     elif key == ("apiregistration.k8s.io", "APIService"):
