@@ -149,13 +149,20 @@ async def test_selector_transitions_become_added_and_deleted(
     assert events[2]["object"]["metadata"]["labels"]["app"] == "web"  # the last matching state
 
 
-async def test_watch_with_a_future_resource_version_is_too_large(
+async def test_watch_from_a_version_not_reached_yet_opens_and_skips_up_to_it(
         fake_kube: FakeKubeAPI, kube_http: KubeHTTPClient) -> None:
-    fake_kube.watch_settings.too_large_wait = 0.1
-    events = [e async for e in kube_http.watch(PODS, {
-        "resourceVersion": str(fake_kube.resource_version + 5)})]
-    assert events[0]["type"] == "HTTP" and events[0]["status"] == 504
-    assert events[0]["object"]["reason"] == "Timeout"
+    # cacher.Watch (apiserver/pkg/storage/cacher): the watch opens at once and its watcher
+    # sends only events newer than the requested version, without a 504.
+    future = fake_kube.resource_version + 2
+    stream = kube_http.watch(PODS, {"resourceVersion": str(future)})
+    reader = asyncio.create_task(_take(stream, 1))
+    await asyncio.sleep(0.2)
+    for name in ("a", "b", "c"):  # resource versions future-1, future, future+1
+        fake_kube.create_pod(name, namespace="demo")
+    events = await reader
+    await stream.aclose()
+    assert _summary(events) == [("ADDED", "c")]
+    assert int(events[0]["object"]["metadata"]["resourceVersion"]) == future + 1
 
 
 async def test_send_initial_events_ends_with_an_annotated_bookmark(

@@ -272,7 +272,6 @@ class FakeKubeAPI:
 
     def __init__(self, *, workdir: Path, clock: Callable[[], datetime] = utc_now,
                  bookmark_interval: float = 60.0, watch_timeout: float = 1800.0,
-                 too_large_resource_version_wait: float = 3.0,
                  enforce_namespaces: bool = False, availability_max_backoff: float = 30.0,
                  availability_resync: float = 30.0, host: str = "127.0.0.1",
                  port: int = 0) -> None:
@@ -284,8 +283,7 @@ class FakeKubeAPI:
         self.registry = ResourceRegistry()
         self.store = ObjectStore(self.registry, clock=clock)
         self.watch_settings = WatchSettings(bookmark_interval=bookmark_interval,
-                                            default_timeout=watch_timeout,
-                                            too_large_wait=too_large_resource_version_wait)
+                                            default_timeout=watch_timeout)
         self.requests: list[RecordedRequest] = []
         self.token_reviews: list[JSONDict] = []
         self.subject_access_reviews: list[JSONDict] = []

@@ -176,7 +176,6 @@ def _age(created: str | None, now: datetime) -> str:
 class WatchSettings:
     bookmark_interval: float = 60.0
     default_timeout: float = 1800.0
-    too_large_wait: float = 3.0
 
 
 class RestHandlers:
@@ -580,11 +579,10 @@ class RestHandlers:
         current = self.store.resource_version
         requested = query.get("resourceVersion", "")
         match = query.get("resourceVersionMatch", "")
-        if match and match not in ("Exact", "NotOlderThan"):
-            raise errors.bad_request(f"resourceVersionMatch: Unsupported value: \"{match}\"")
-        if match and not requested:
-            raise errors.bad_request("resourceVersionMatch is forbidden unless resourceVersion "
-                                     "is provided")
+        _validate_list_options(query)
+        if requested and query.get("continue"):
+            raise errors.bad_request("specifying resource version is not allowed when using "
+                                     "continue")
         if requested not in ("", "0"):
             try:
                 wanted = int(requested)
@@ -610,15 +608,26 @@ class RestHandlers:
             except (ValueError, KeyError, TypeError):
                 raise errors.bad_request("continue key is not valid: incorrect encoded start "
                                          "resourceVersion (version meta.k8s.io/v1)") from None
-            if list_rv < self.store.compacted_resource_version:
-                raise errors.expired(CONTINUE_TOO_OLD)
+            if 0 <= list_rv < self.store.compacted_resource_version:
+                # etcd3 store: a compacted continue is 410 with a token that goes on from the
+                # same key at the newest revision (rv -1), an inconsistent list.
+                expired = errors.expired(CONTINUE_TOO_OLD)
+                expired.status["metadata"] = {"continue": _continue_token(-1, start)}
+                raise expired
+            if list_rv < 0:
+                list_rv = current
         limit_text = query.get("limit", "")
         limit = int(limit_text) if limit_text.isdigit() else 0
         # Read the stored objects in place and copy only the page: a paged LIST of a large
         # collection would otherwise copy all of it for every page.
         page: list[JSONDict] = []
         following: str | None = None
-        for key, obj in self.store.entries(resource_type, path.namespace, start=start):
+        # Later pages read the snapshot of the first (etcd reads at the token's revision).
+        source = (self.store.entries_at(resource_type, path.namespace, resource_version=list_rv,
+                                        start=start)
+                  if token and list_rv < current else
+                  self.store.entries(resource_type, path.namespace, start=start))
+        for key, obj in source:
             if not matches(resource_type, obj, labels, fields):
                 continue
             if limit and len(page) == limit:
@@ -628,9 +637,7 @@ class RestHandlers:
         items = [copy.deepcopy(obj) for obj in page]
         metadata: JSONDict = {"resourceVersion": str(list_rv)}
         if following is not None:
-            cont = json.dumps({"v": "meta.k8s.io/v1", "rv": list_rv, "start": following},
-                              separators=(",", ":"))
-            metadata["continue"] = base64.urlsafe_b64encode(cont.encode()).decode().rstrip("=")
+            metadata["continue"] = _continue_token(list_rv, following)
             if not labels and not fields:
                 metadata["remainingItemCount"] = sum(
                     1 for _ in self.store.entries(resource_type, path.namespace,
@@ -908,6 +915,7 @@ class RestHandlers:
         try:
             initial: list[tuple[str, JSONDict]] = []
             expired: ApiError | None = None
+            newer_than = 0
             if requested in ("", "0") or _truthy(send_initial):
                 for obj in self.store.items(resource_type, path.namespace):
                     if matches(resource_type, obj, labels, fields):
@@ -921,7 +929,9 @@ class RestHandlers:
                     expired = errors.expired(f"too old resource version: {wanted} "
                                              f"({self.store.compacted_resource_version})")
                 else:
-                    await self._wait_for_version(wanted, queue)
+                    # A version the server has not reached yet opens the watch as any other:
+                    # the cacher's watcher sends only events newer than it (cacheWatcher).
+                    newer_than = wanted
                     for event in self.store.history_after(wanted):
                         if event.key != key or event.resource_version > \
                                 self.store.resource_version:
@@ -969,7 +979,7 @@ class RestHandlers:
                     if transport is None or transport.is_closing():
                         break
                     continue
-                if incoming is None:
+                if incoming is None or incoming.resource_version <= newer_than:
                     continue
                 translated = self._translate(incoming, resource_type, path, labels, fields)
                 if translated is not None:
@@ -984,18 +994,6 @@ class RestHandlers:
         heartbeat = now + self.watch.bookmark_interval
         heartbeat = min(heartbeat, deadline - BOOKMARK_PRE_TIMEOUT)
         return heartbeat if heartbeat >= now else None
-
-    async def _wait_for_version(self, wanted: int,
-                                queue: asyncio.Queue[StoreEvent | None]) -> None:
-        """The watch cache waits up to 3 s for a resourceVersion it has not seen yet."""
-        if wanted <= self.store.resource_version:
-            return
-        give_up = time.monotonic() + self.watch.too_large_wait
-        while self.store.resource_version < wanted:
-            remaining = give_up - time.monotonic()
-            if remaining <= 0:
-                raise errors.resource_version_too_large(wanted, self.store.resource_version)
-            await asyncio.sleep(min(remaining, 0.05))
 
     async def _stall(self, request: web.Request) -> None:
         """Hold the connection open and send nothing until the client or the server gives up."""
@@ -1093,3 +1091,34 @@ class RestHandlers:
         return {"openapi": "3.0.0",
                 "info": {"title": "Kubernetes", "version": "v1.36.0-fake"},
                 "paths": paths, "components": {}}
+
+
+def _continue_token(resource_version: int, start: str) -> str:
+    """storage.EncodeContinue: the revision to read at (-1: the newest) and the next key."""
+    text = json.dumps({"v": "meta.k8s.io/v1", "rv": resource_version, "start": start},
+                      separators=(",", ":"))
+    return base64.urlsafe_b64encode(text.encode()).decode().rstrip("=")
+
+
+def _validate_list_options(query: MultiMapping[str]) -> None:
+    """ValidateListOptions (apimachinery meta/internalversion/validation) for a LIST: 422."""
+    problems: list[errors.FieldError] = []
+    match = query.get("resourceVersionMatch", "")
+    if match:
+        if not query.get("resourceVersion"):
+            problems.append(errors.forbidden("resourceVersionMatch", "resourceVersionMatch is "
+                                             "forbidden unless resourceVersion is provided"))
+        if query.get("continue"):
+            problems.append(errors.forbidden("resourceVersionMatch", "resourceVersionMatch is "
+                                             "forbidden when continue is provided"))
+        if match not in ("Exact", "NotOlderThan"):
+            problems.append(errors.not_supported("resourceVersionMatch", match,
+                                                 ["Exact", "NotOlderThan", ""]))
+        if match == "Exact" and query.get("resourceVersion") == "0":
+            problems.append(errors.forbidden("resourceVersionMatch", 'resourceVersionMatch '
+                                             '"exact" is forbidden for resourceVersion "0"'))
+    if query.get("sendInitialEvents") is not None:
+        problems.append(errors.forbidden("sendInitialEvents",
+                                         "sendInitialEvents is forbidden for list"))
+    if problems:
+        raise errors.invalid(errors.GroupKind("meta.k8s.io", "ListOptions"), "", problems)

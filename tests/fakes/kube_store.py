@@ -241,6 +241,29 @@ class ObjectStore:
             if obj is not None:  # None: removed while the caller was iterating
                 yield item_key, obj
 
+    def entries_at(self, resource_type: ResourceType, namespace: str | None, *,
+                   resource_version: int, start: str = "") -> Iterator[tuple[str, JSONDict]]:
+        """`entries` as they were at `resource_version` (etcd's snapshot read at a revision):
+        the writes after it are undone from the history. The caller checks that the revision
+        is not compacted."""
+        later = [event for event in self.history_after(resource_version)
+                 if event.key == resource_type.storage_key]
+        if not later:
+            yield from self.entries(resource_type, namespace, start=start)
+            return
+        snapshot = dict(self.bucket(resource_type.storage_key))
+        for event in reversed(later):
+            where = (event.namespace, event.name)
+            if event.type == "ADDED":
+                snapshot.pop(where, None)
+            elif event.previous is not None:
+                snapshot[where] = event.previous
+        order = sorted((sort_key(*where), where) for where in snapshot)
+        for item_key, where in order:
+            if item_key < start or (namespace is not None and where[0] != namespace):
+                continue
+            yield item_key, snapshot[where]
+
     def items(self, resource_type: ResourceType, namespace: str | None) -> Iterator[JSONDict]:
         """Copies of the objects (of one namespace, or all), in key order."""
         for _, obj in self.entries(resource_type, namespace):
