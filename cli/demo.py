@@ -204,17 +204,6 @@ def spread(total: Decimal, pods: Sequence[str]) -> dict[str, Decimal]:
     return dict.fromkeys(pods, share)
 
 
-def printer_columns(crd: Mapping[str, Any]) -> str:
-    """kubectl's -o custom-columns for the CRD's additionalPrinterColumns (the fake does not
-    render them server-side), after the NAME column kubectl always shows first."""
-    (version,) = [v for v in crd["spec"]["versions"] if v.get("storage")]
-    columns = ["NAME:.metadata.name"]
-    # A date column is printed as an age server-side; kubectl's custom-columns cannot.
-    columns += [f"{c['name'].upper()}:{c['jsonPath']}"
-                for c in version.get("additionalPrinterColumns") or [] if c["type"] != "date"]
-    return ",".join(columns)
-
-
 @dataclass(frozen=True)
 class Observation:
     """What one look at the cluster shows: the Deployment's size and the Autoscaler's status."""
@@ -741,12 +730,10 @@ async def _demo(*, workdir: Path, kubectl: str, timing: Timing) -> None:
         print(f"        scaled up {reporter.ups} times and down {reporter.downs} times")
 
         banner("What kubectl and `metricscale explain --live` say",
-               "The Autoscaler with its printer columns (kubectl renders them: the fake does "
-               "not), then the autoscaler's reasoning for its last decision.")
-        crd = yaml.safe_load(CRD_MANIFEST.read_text())
-        columns = f"custom-columns={printer_columns(crd)}"
-        print(f"$ kubectl --kubeconfig {kubeconfig} get msa -n {DEMO_NAMESPACE} -o {columns}")
-        print(await admin("get", "msa", "-n", DEMO_NAMESPACE, "-o", columns), end="")
+               "The Autoscaler with the CRD's own printer columns (the server renders them as "
+               "a Table), then the autoscaler's reasoning for its last decision.")
+        print(f"$ kubectl --kubeconfig {kubeconfig} get msa -n {DEMO_NAMESPACE}")
+        print(await admin("get", "msa", "-n", DEMO_NAMESPACE), end="")
         print(f"\n$ metricscale explain --live {DEMO_NAMESPACE}/{DEMO_APP} "
               f"--kubeconfig {kubeconfig} -o text")
         print(await _explain(kubeconfig=kubeconfig), end="")

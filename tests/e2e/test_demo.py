@@ -94,6 +94,8 @@ def test_demo_scales_web_up_and_down_and_leaves_nothing_running(tmp_path: Path) 
     assert downs[-1][1] == 2  # 8 requests/s: two pods, after the stabilization window
     assert steps.index(ups[0]) < steps.index(downs[0])
     assert "ScaleDownStabilized" in output
+    assert re.search(r"NAME\s+REFERENCE\s+TARGETS\s+MINPODS\s+MAXPODS\s+REPLICAS\s+AGE",
+                     output), "kubectl get msa without the CRD's printer columns"
     assert "$ metricscale explain --live demo/web" in output
     assert "Decision:" in output
     assert leftovers(workdir) == []

@@ -11,6 +11,7 @@ import copy
 import hashlib
 import json
 import logging
+import re
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
@@ -236,6 +237,12 @@ class RestHandlers:
             raise errors.method_not_allowed()
         if method == "GET":
             stored = self.store.require(resource_type, namespace, path.name, gr)
+            accept = request.headers.get("Accept", "")
+            if self._wants_table(accept):
+                return json_response(self._table(
+                    resource_type, path.version, [stored], {
+                        "resourceVersion": stored["metadata"].get("resourceVersion", "")},
+                    query.get("includeObject", "Metadata")))
             return json_response(resource_type.convert_to(stored, path.version))
         if method == "PUT":
             return await self._update(request, resource_type, path, gr)
@@ -661,6 +668,8 @@ class RestHandlers:
                                     "description": "Name must be unique within a namespace.",
                                     "priority": 0}]
         key = (resource_type.group, resource_type.kind)
+        if not resource_type.builtin:
+            return self._custom_table(resource_type, version, items, metadata, include)
         rows = []
         for item in items:
             obj = resource_type.convert_to(item, version)
@@ -724,6 +733,47 @@ class RestHandlers:
                             "description": "CreationTimestamp is a timestamp representing the "
                                            "server time when this object was created.",
                             "priority": 0})
+        return {"kind": "Table", "apiVersion": "meta.k8s.io/v1", "metadata": metadata,
+                "columnDefinitions": columns, "rows": rows}
+
+    def _custom_table(self, resource_type: ResourceType, version: str, items: list[JSONDict],
+                      metadata: JSONDict, include: str) -> JSONDict:
+        """apiextensions' tableconvertor: Name, then the version's additionalPrinterColumns
+        (or an Age column when it has none), each cell by its JSONPath and type."""
+        now = self.clock()
+        printer = list(resource_type.versions[version].printer_columns) or [
+            {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"}]
+        columns: list[JSONDict] = [{"name": "Name", "type": "string", "format": "name",
+                                    "description": "Name must be unique within a namespace. "
+                                                   "Is required when creating resources, "
+                                                   "although some resources may allow a client "
+                                                   "to request the generation of an "
+                                                   "appropriate name automatically. Name is "
+                                                   "primarily intended for creation idempotence "
+                                                   "and configuration definition. Cannot be "
+                                                   "updated. More info: https://kubernetes.io/"
+                                                   "docs/concepts/overview/working-with-objects/"
+                                                   "names#names", "priority": 0}]
+        for column in printer:
+            columns.append({"name": column.get("name", ""), "type": column.get("type", ""),
+                            "format": column.get("format", ""),
+                            "description": column.get("description", ""),
+                            "priority": int(column.get("priority", 0))})
+        rows = []
+        for item in items:
+            obj = resource_type.convert_to(item, version)
+            meta = obj.get("metadata") or {}
+            cells: list[Any] = [meta.get("name", "")]
+            for column in printer:
+                value = _json_path(obj, str(column.get("jsonPath", "")))
+                cells.append(_printer_cell(str(column.get("type", "")), value, now))
+            row: JSONDict = {"cells": cells}
+            if include == "Object":
+                row["object"] = obj
+            elif include != "None":
+                row["object"] = {"kind": "PartialObjectMetadata",
+                                 "apiVersion": "meta.k8s.io/v1", "metadata": meta}
+            rows.append(row)
         return {"kind": "Table", "apiVersion": "meta.k8s.io/v1", "metadata": metadata,
                 "columnDefinitions": columns, "rows": rows}
 
@@ -950,7 +1000,22 @@ class RestHandlers:
                 await self._stall(request)
                 return response
 
+            as_table = self._wants_table(request.headers.get("Accept", ""))
+            headers_sent = False
+
             async def send(kind: str, obj: JSONDict) -> None:
+                nonlocal headers_sent
+                if as_table and kind in ("ADDED", "MODIFIED", "DELETED"):
+                    # Each event carries a one-row Table; only the first has the column
+                    # definitions (the watch handler sets TableOptions.NoHeaders after it).
+                    obj = self._table(resource_type, path.version,
+                                      [resource_type.convert_from(obj, path.version)],
+                                      {"resourceVersion": obj["metadata"].get(
+                                          "resourceVersion", "")},
+                                      query.get("includeObject", "Metadata"))
+                    if headers_sent:
+                        obj["columnDefinitions"] = []
+                    headers_sent = True
                 line = json.dumps({"type": kind, "object": obj}, separators=(",", ":"))
                 await response.write(line.encode() + b"\n")
 
@@ -1122,3 +1187,53 @@ def _validate_list_options(query: MultiMapping[str]) -> None:
                                          "sendInitialEvents is forbidden for list"))
     if problems:
         raise errors.invalid(errors.GroupKind("meta.k8s.io", "ListOptions"), "", problems)
+
+
+_PATH_STEP = re.compile(r"\.([^.\[]+)|\[(\d+)\]|\[\?\(@\.([^=]+)==[\"']([^\"']*)[\"']\)\]")
+
+
+def _json_path(obj: Any, path: str) -> Any:
+    """The first result of a printer column's JSONPath (fields, `[n]` and `[?(@.k=="v")]`)."""
+    text = path.strip()
+    if text.startswith("{") and text.endswith("}"):
+        text = text[1:-1]
+    position = 0
+    current: Any = obj
+    while position < len(text):
+        step = _PATH_STEP.match(text, position)
+        if step is None or current is None:
+            return None
+        position = step.end()
+        field, index, key, wanted = step.groups()
+        if field is not None:
+            current = current.get(field) if isinstance(current, dict) else None
+        elif index is not None:
+            current = current[int(index)] if isinstance(current, list) and \
+                int(index) < len(current) else None
+        else:
+            current = next((item for item in current if isinstance(item, dict)
+                            and str(item.get(key)) == wanted), None) \
+                if isinstance(current, list) else None
+    return current
+
+
+def _printer_cell(column_type: str, value: Any, now: datetime) -> Any:
+    """tableconvertor's cellForJSONValue: a cell of the column's type, else None."""
+    if value is None:
+        return None
+    if column_type == "integer" and isinstance(value, (int, float)) and \
+            not isinstance(value, bool):
+        return int(value)
+    if column_type == "number" and isinstance(value, (int, float)) and \
+            not isinstance(value, bool):
+        return float(value)
+    if column_type == "boolean" and isinstance(value, bool):
+        return value
+    if column_type == "string":
+        return value if isinstance(value, str) else json.dumps(value, separators=(",", ":"))
+    if column_type == "date" and isinstance(value, str):
+        try:
+            return _age(value, now)
+        except ValueError:
+            return "<invalid>"
+    return None

@@ -97,14 +97,15 @@ class KubeHTTPClient:
     async def delete(self, path: str, **kwargs: Any) -> Reply:
         return await self.request("DELETE", path, **kwargs)
 
-    async def watch(self, path: str, params: Mapping[str, str] | None = None
+    async def watch(self, path: str, params: Mapping[str, str] | None = None, *,
+                    headers: Mapping[str, str] | None = None,
                     ) -> AsyncIterator[dict[str, Any]]:
         """Yield watch events (parsed lines) until the server ends the stream. A non-200 answer
         is yielded once as {"type": "HTTP", "status": code, "object": body}."""
         assert self._session is not None, "use `async with KubeHTTPClient(...)`"
         query = {"watch": "true", **(params or {})}
         async with self._session.get(self.kube.url + path, params=query,
-                                     headers=self._headers(None, None),
+                                     headers=self._headers(headers, None),
                                      ssl=self._context) as response:
             if response.status != 200:
                 text = await response.text()

@@ -39,6 +39,8 @@ class VersionInfo:
     status: bool
     scale: ScaleSpec | None
     schema: StructuralSchema | None = None  # CRDs only; built-ins use the OpenAPI definitions
+    # A CRD version's additionalPrinterColumns (what its Table shows besides the name).
+    printer_columns: tuple[Mapping[str, Any], ...] = ()
 
 
 Converter = Callable[[JSONDict, str], JSONDict]
@@ -395,6 +397,7 @@ def resource_type_from_crd(crd: Mapping[str, Any]) -> ResourceType:
                 label_selector_path=scale.get("labelSelectorPath"),
             ) if scale is not None else None,
             schema=StructuralSchema((version.get("schema") or {}).get("openAPIV3Schema")),
+            printer_columns=tuple(version.get("additionalPrinterColumns") or ()),
         )
     return ResourceType(
         group=group,
