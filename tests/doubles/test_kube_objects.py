@@ -184,6 +184,24 @@ async def test_finalizers_delay_deletion_until_removed(kube_http: KubeHTTPClient
     assert (await kube_http.get(f"{CONFIGMAPS}/a")).status == 404
 
 
+async def test_marking_deletion_bumps_a_tracked_generation(kube_http: KubeHTTPClient) -> None:
+    # apiserver/pkg/registry/generic/registry/store.go markAsDeleting: the first deletion
+    # timestamp on an object with a generation raises it by one; configmaps have none.
+    body = _deployment("web")
+    body["metadata"]["finalizers"] = ["example.com/keep"]  # type: ignore[index]
+    created = (await kube_http.post(DEPLOYMENTS, body)).json
+    assert created["metadata"]["generation"] == 1
+    marked = (await kube_http.delete(f"{DEPLOYMENTS}/web")).json
+    assert marked["metadata"]["deletionTimestamp"]
+    assert marked["metadata"]["generation"] == 2
+    again = (await kube_http.delete(f"{DEPLOYMENTS}/web")).json
+    assert again["metadata"]["generation"] == 2  # only the first mark counts
+    config = _configmap("a")
+    config["metadata"]["finalizers"] = ["example.com/keep"]  # type: ignore[index]
+    await kube_http.post(CONFIGMAPS, config)
+    assert "generation" not in (await kube_http.delete(f"{CONFIGMAPS}/a")).json["metadata"]
+
+
 # --- lists and selectors -----------------------------------------------------------------------
 
 

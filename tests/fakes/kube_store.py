@@ -390,6 +390,11 @@ class ObjectStore:
             if not metadata.get("deletionTimestamp"):
                 obj["metadata"]["deletionTimestamp"] = format_time(self._clock())
                 obj["metadata"]["deletionGracePeriodSeconds"] = 0
+                # registry/store.go markAsDeleting: the first deletion mark is a change the
+                # object's controllers must see, so a tracked generation goes up.
+                generation = metadata.get("generation")
+                if isinstance(generation, int) and generation > 0:
+                    obj["metadata"]["generation"] = generation + 1
                 obj["metadata"]["resourceVersion"] = str(resource_version)
                 bucket[(namespace, name)] = obj
                 self._record(StoreEvent("MODIFIED", resource_type.storage_key, namespace, name,
