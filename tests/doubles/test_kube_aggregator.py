@@ -1,5 +1,6 @@
 """Fake kube-apiserver's aggregator: APIService validation and discovery, availability,
-proxying over TLS with the front-proxy identity and X-Remote-* headers, 503s, Go encodings."""
+proxying over TLS with the front-proxy identity, X-Remote-* and X-Forwarded-* headers, 503s,
+redirects refused with 502, Go encodings."""
 
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ from metricscale import pki
 from tests.fakes.kube_aggregator import (
     canonical_header_key,
     escape_header_key,
+    forwarded_uri,
     go_encode_query,
     go_escape_path,
 )
@@ -67,6 +69,12 @@ async def _start_backend(kube: FakeKubeAPI, tmp: Path, *, names: list[str]
         backend.seen.append({
             "method": request.method, "raw_path": request.raw_path,
             "headers": list(request.headers.items()), "peer_cn": subject.get("commonName")})
+        if request.path.endswith("/redirect"):
+            raise web.HTTPFound("https://elsewhere.example/steal")
+        if request.path.endswith("/cors"):
+            return web.json_response({}, headers={"Access-Control-Allow-Origin": "*",
+                                                  "Access-Control-Allow-Methods": "GET",
+                                                  "X-Kept": "yes"})
         if request.path == f"/apis/{GROUP}/v1beta2":
             return web.json_response({"kind": "APIResourceList", "apiVersion": "v1",
                                       "groupVersion": f"{GROUP}/v1beta2", "resources": [
@@ -202,6 +210,57 @@ async def test_proxy_sends_front_proxy_identity_and_strips_client_headers(
     assert [(k, v) for k, v in headers if k.lower().startswith("x-remote-extra-")] == [
         ("X-Remote-Extra-Authentication.kubernetes.io%2fcredential-Id", "JTI=abc")]
     assert ("Accept", "application/json") in [tuple(h) for h in headers]
+
+
+@pytest.mark.parametrize(("path", "header"), [
+    ("/apis/g/v1/namespaces/a/pods/*/m", "/apis/g/v1/namespaces/a/pods/*/m"),
+    ("/apis/g/v1//x/./y/../z/", "/apis/g/v1/x/z/"),
+    ("/", "//"),  # Join gives "/", then the trailing slash is added again
+])
+def test_forwarded_uri_is_the_joined_decoded_path(path: str, header: str) -> None:
+    # apimachinery/pkg/util/proxy/transport.go: path.Join(PathPrepend, URL.Path), slash kept
+    assert forwarded_uri(path) == header
+
+
+async def test_proxy_sets_the_forwarded_headers_replacing_the_clients(
+        fake_kube: FakeKubeAPI, backend: Backend, kube_http: KubeHTTPClient) -> None:
+    # transport.go Transport.RoundTrip Sets X-Forwarded-Uri/-Host/-Proto for the backend.
+    await _register(fake_kube, backend)
+    reply = await kube_http.get(f"/apis/{GROUP}/v1beta2/namespaces/a/pods/%2A/m",
+                                headers=[("X-Forwarded-Host", "evil.example"),
+                                         ("X-Forwarded-Uri", "/nope")])
+    assert reply.status == 200, reply.text
+    headers = [tuple(h) for h in reply.json["echo"]["headers"]]
+    assert ("X-Forwarded-Uri", f"/apis/{GROUP}/v1beta2/namespaces/a/pods/*/m") in headers
+    assert ("X-Forwarded-Host", f"127.0.0.1:{backend.port}") in headers
+    assert ("X-Forwarded-Proto", "https") in headers
+    assert [v for k, v in headers if k == "X-Forwarded-Host"] == [f"127.0.0.1:{backend.port}"]
+    assert [v for k, v in headers if k == "X-Forwarded-Uri"] == [
+        f"/apis/{GROUP}/v1beta2/namespaces/a/pods/*/m"]
+
+
+async def test_backend_redirects_are_refused_with_502(
+        fake_kube: FakeKubeAPI, backend: Backend, kube_http: KubeHTTPClient) -> None:
+    # upgradeaware.go RejectForwardingRedirects (kube-aggregator's default): a 3xx with a
+    # Location becomes 502 with a plain-text body; the Location never reaches the client.
+    await _register(fake_kube, backend)
+    reply = await kube_http.get(f"/apis/{GROUP}/v1beta2/namespaces/a/redirect")
+    assert reply.status == 502
+    assert reply.text == ("the backend attempted to redirect this request, which is not "
+                          "permitted")
+    assert reply.headers["Content-Type"] == "text/plain; charset=utf-8"
+    assert "Location" not in reply.headers
+
+
+async def test_backend_cors_headers_are_removed(
+        fake_kube: FakeKubeAPI, backend: Backend, kube_http: KubeHTTPClient) -> None:
+    # upgradeaware.go corsRemovingTransport.
+    await _register(fake_kube, backend)
+    reply = await kube_http.get(f"/apis/{GROUP}/v1beta2/namespaces/a/cors")
+    assert reply.status == 200
+    assert "Access-Control-Allow-Origin" not in reply.headers
+    assert "Access-Control-Allow-Methods" not in reply.headers
+    assert reply.headers["X-Kept"] == "yes"
 
 
 async def test_backend_answers_pass_through_unchanged(fake_kube: FakeKubeAPI,

@@ -40,6 +40,8 @@ __all__ = [
     "ServiceEndpoint",
     "canonical_header_key",
     "escape_header_key",
+    "forwarded_uri",
+    "go_clean_path",
     "go_encode_query",
     "go_escape_path",
 ]
@@ -47,6 +49,12 @@ __all__ = [
 HOP_BY_HOP = {"connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "te",
               "trailer", "transfer-encoding", "upgrade", "proxy-connection", "host"}
 AVAILABILITY_TIMEOUT = 5.0
+# apimachinery/pkg/util/proxy/upgradeaware.go (RejectForwardingRedirects, which kube-aggregator
+# turns on by default): a backend's redirect becomes this 502 body.
+REDIRECT_REFUSED = "the backend attempted to redirect this request, which is not permitted"
+# upgradeaware.go corsRemovingTransport: CORS headers from a backend never reach the client.
+CORS_HEADERS = {"access-control-allow-credentials", "access-control-allow-headers",
+                "access-control-allow-methods", "access-control-allow-origin"}
 
 
 @dataclass(frozen=True)
@@ -73,6 +81,33 @@ def go_escape_path(path: str) -> str:
     """url.URL.EscapedPath for a URL with only Path set (every byte but unreserved and
     `$&+,/:;=@` is %-escaped; so `*` becomes %2A)."""
     return urllib.parse.quote(path, safe=_PATH_SAFE)
+
+
+def go_clean_path(path: str) -> str:
+    """path.Clean: collapse repeated slashes, drop `.`, resolve `..`, no trailing slash."""
+    if not path:
+        return "."
+    rooted = path.startswith("/")
+    parts: list[str] = []
+    for segment in path.split("/"):
+        if segment in ("", "."):
+            continue
+        if segment == "..":
+            if parts and parts[-1] != "..":
+                parts.pop()
+            elif not rooted:
+                parts.append("..")
+            continue
+        parts.append(segment)
+    cleaned = ("/" if rooted else "") + "/".join(parts)
+    return cleaned or "."
+
+
+def forwarded_uri(path: str) -> str:
+    """apimachinery/pkg/util/proxy/transport.go: path.Join of the (decoded) path, with the
+    trailing slash put back."""
+    joined = go_clean_path(path) if path else ""
+    return joined + "/" if path.endswith("/") else joined
 
 
 def go_encode_query(pairs: Iterable[tuple[str, str]]) -> str:
@@ -389,6 +424,14 @@ class Aggregator:
         headers = [(k, v) for k, v in headers if k.lower() != "x-forwarded-for"]
         headers.append(("X-Forwarded-For", f"{previous_forwarded}, {forwarded}"
                         if previous_forwarded else forwarded))
+        # transport.go Transport.RoundTrip (the aggregator wraps its transport in it): Set, so
+        # whatever a client sent under these names is replaced.
+        forwarded_names = {"x-forwarded-uri", "x-forwarded-host", "x-forwarded-proto"}
+        headers = [(k, v) for k, v in headers if k.lower() not in forwarded_names]
+        headers.append(("X-Forwarded-Uri", forwarded_uri(request.path)))
+        host = f"[{endpoint.host}]" if ":" in endpoint.host else endpoint.host
+        headers.append(("X-Forwarded-Host", f"{host}:{endpoint.port}"))
+        headers.append(("X-Forwarded-Proto", "https"))
         headers.extend(identity_headers(identity))
         body = await request.read()
         assert self._session is not None
@@ -404,8 +447,14 @@ class Aggregator:
             message = _go_error(error, endpoint.host, endpoint.port, server_name)
             return unavailable(f"error trying to reach service: {message}")
         try:
+            if 300 <= upstream.status <= 399 and upstream.headers.get("Location"):
+                refused = web.Response(status=502, text=REDIRECT_REFUSED)
+                refused.headers["Content-Type"] = "text/plain; charset=utf-8"  # Go sniffs it
+                return refused
             response = web.StreamResponse(status=upstream.status, reason=upstream.reason)
             for key, value in upstream.headers.items():
+                if key.lower() in CORS_HEADERS:
+                    continue
                 if key.lower() not in HOP_BY_HOP and key.lower() != "content-length":
                     response.headers.add(key, value)
             if upstream.headers.get("Content-Length") is not None:
