@@ -7,7 +7,13 @@ Each test names the upstream file whose behaviour it pins:
 - defaults: apiextensions-apiserver/pkg/apiserver/schema/defaulting/algorithm.go
 - unconditional updates: apiserver/pkg/registry/generic/registry/store.go (Update), with
   apiextensions-apiserver/pkg/registry/customresource/strategy.go (AllowUnconditionalUpdate)
+- type errors and CEL skipped after blocking errors: apiextensions-apiserver/pkg/apiserver/
+  validation/validation.go (kubeOpenAPIResultToFieldErrors) and customresource/strategy.go
+  (hasBlockingErr)
 - pattern and format: kube-openapi/pkg/validation/validate (type, format and string validators)
+- ratcheting (CRDValidationRatcheting, on by default since v1.30):
+  apiextensions-apiserver/pkg/registry/customresource/strategy.go (ValidateUpdate) with
+  apiextensions-apiserver/pkg/apiserver/validation/ratcheting.go
 """
 
 from __future__ import annotations
@@ -179,6 +185,89 @@ async def test_a_list_set_refuses_a_repeated_item(
     reply = await kube_http.post(THINGS, {"metadata": {"name": "t"},
                                           "spec": {"tags": ["a", "b", "a"]}})
     assert causes(reply) == [("FieldValueDuplicate", "spec.tags[2]", 'Duplicate value: "a"')]
+
+
+# --- type errors and blocking errors (validation.go, strategy.go hasBlockingErr) ---------------
+
+
+async def test_a_wrong_type_is_type_invalid_with_the_type_found_as_the_value(
+        fake_kube: FakeKubeAPI, kube_http: KubeHTTPClient) -> None:
+    install_autoscaler_crd(fake_kube)
+    obj = autoscaler()
+    obj["spec"]["maxReplicas"] = "plenty"
+    reply = await kube_http.post(AUTOSCALERS, obj)
+    assert reply.status == 422
+    assert causes(reply)[0] == (
+        "FieldValueTypeInvalid", "spec.maxReplicas",
+        'Invalid value: "string": spec.maxReplicas in body must be of type integer: "string"')
+
+
+async def test_cel_rules_are_not_run_after_a_blocking_error(
+        fake_kube: FakeKubeAPI, kube_http: KubeHTTPClient) -> None:
+    install_autoscaler_crd(fake_kube)
+    # minReplicas > maxReplicas fails a rule, but the enum error blocks the rules.
+    reply = await kube_http.post(AUTOSCALERS, autoscaler(
+        minReplicas=9, metrics=[{"type": "Prometheus"}]))
+    assert reply.status == 422
+    found = causes(reply)
+    assert ("FieldValueNotSupported", "spec.metrics[0].type") in [c[:2] for c in found]
+    assert found[-1] == ("FieldValueInvalid", "<nil>",
+                         'Invalid value: "null": some validation rules were not checked '
+                         "because the object was invalid; correct the existing errors to "
+                         "complete validation")
+    assert "maxReplicas must be greater" not in reply.text
+
+
+# --- ratcheting (registry/customresource/strategy.go, apiserver/validation/ratcheting.go) -------
+
+
+def _stored_before_a_schema_change(fake: FakeKubeAPI) -> None:
+    """An Autoscaler the current schema refuses (an unknown metric type), as storage holds
+    objects written before a schema change."""
+    obj = autoscaler(metrics=[{"type": "Prometheus"}])
+    obj["metadata"]["namespace"] = "demo"
+    fake.store.create("metricscale.dev", "v1alpha1", "autoscalers", obj)
+
+
+async def test_an_unchanged_invalid_value_is_ratcheted_on_update(
+        fake_kube: FakeKubeAPI, kube_http: KubeHTTPClient) -> None:
+    install_autoscaler_crd(fake_kube)
+    _stored_before_a_schema_change(fake_kube)
+    # A status write keeps the old spec: the enum error in it is not reported.
+    status = await kube_http.patch(f"{AUTOSCALERS}/web/status", {"status": STATUS},
+                                   content_type=MERGE)
+    assert status.status == 200, status.text
+    # So is a spec change elsewhere: metrics[0] is unchanged.
+    other = await kube_http.patch(f"{AUTOSCALERS}/web", {"spec": {"maxReplicas": 6}},
+                                  content_type=MERGE)
+    assert other.status == 200, other.text
+    # Changing the invalid value itself to another invalid one is validated.
+    changed = await kube_http.patch(f"{AUTOSCALERS}/web", {"spec": {"metrics": [
+        {"type": "Graphite"}]}}, content_type=MERGE)
+    assert changed.status == 422
+    assert causes(changed)[0][:2] == ("FieldValueNotSupported", "spec.metrics[0].type")
+
+
+async def test_a_create_is_never_ratcheted(fake_kube: FakeKubeAPI,
+                                           kube_http: KubeHTTPClient) -> None:
+    install_autoscaler_crd(fake_kube)
+    reply = await kube_http.post(AUTOSCALERS, autoscaler(metrics=[{"type": "Prometheus"}]))
+    assert reply.status == 422
+    assert ("FieldValueNotSupported", "spec.metrics[0].type") in [c[:2] for c in causes(reply)]
+
+
+async def test_list_type_errors_count_only_when_the_old_object_had_none(
+        fake_kube: FakeKubeAPI, kube_http: KubeHTTPClient) -> None:
+    install_autoscaler_crd(fake_kube)
+    condition = {"type": "AbleToScale", "status": "True", "reason": "R", "message": "m",
+                 "lastTransitionTime": "2026-01-01T00:00:00Z"}
+    obj = autoscaler()
+    obj["metadata"]["namespace"] = "demo"
+    obj["status"] = {**STATUS, "conditions": [condition, {**condition, "status": "False"}]}
+    fake_kube.store.create("metricscale.dev", "v1alpha1", "autoscalers", obj)
+    again = await kube_http.patch(f"{AUTOSCALERS}/web/status", {"status": {
+        "desiredReplicas": 2}}, content_type=MERGE)
+    assert again.status == 200, again.text
 
 
 # --- defaults (schema/defaulting/algorithm.go) ------------------------------------------------

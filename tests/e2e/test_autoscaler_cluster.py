@@ -262,10 +262,12 @@ async def test_objects_the_api_should_have_refused_are_reported_and_others_carry
             await until(lambda: any(e["reason"] == "InvalidSpec"
                                     for e in events_of(fake_kube, "broken")),
                         within=10, what="the unreadable spec reported")
-    # The fake validates a status write against the whole object, as an API server without
-    # validation ratcheting does: the condition cannot be stored, the Events say why.
     assert {e["reason"] for e in events_of(fake_kube, "unknown")} >= {
         "InvalidMetricSourceType", "FailedComputeMetricsReplicas"}
+    # The status write keeps the old spec, whose enum error is ratcheted (v1.30+), so the
+    # condition is stored too.
+    assert condition(fake_kube, "unknown", "ScalingActive")[:2] == (
+        "False", "InvalidMetricSourceType")
     assert condition(fake_kube, "backwards", "AbleToScale")[:2] == ("False", "FailedGetScale")
 
 

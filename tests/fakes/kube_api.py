@@ -35,6 +35,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import copy
+import dataclasses
 import functools
 import json
 import logging
@@ -144,6 +145,8 @@ class RecordedRequest:
     headers: tuple[tuple[str, str], ...]
     time: datetime
     user: str | None = None
+    code: int | None = None  # the answer's status code, once answered
+    message: str | None = None  # a failure Status's message
 
     def param(self, name: str) -> str | None:
         return next((v for k, v in self.query if k == name), None)
@@ -900,7 +903,7 @@ class FakeKubeAPI:
     # --- request pipeline -------------------------------------------------------------------
 
     def _record(self, request: web.Request) -> tuple[RecordedRequest, int]:
-        """Log the request; returns it and its position, for `_record_user`."""
+        """Log the request; returns it and its position, for `_amend`."""
         headers = tuple((k, "<redacted>" if k.lower() == "authorization" else v)
                         for k, v in request.headers.items())
         recorded = RecordedRequest(request.method, request.path, tuple(request.query.items()),
@@ -908,18 +911,33 @@ class FakeKubeAPI:
         self.requests.append(recorded)
         return recorded, len(self.requests) - 1
 
-    def _record_user(self, recorded: RecordedRequest, position: int, user: str) -> None:
-        """Add the authenticated user to a logged request, found by identity at the position it
-        was logged at (searched backwards if a test trimmed the log since): never a scan of
-        the whole log per request."""
+    def _amend(self, recorded: RecordedRequest, position: int,
+               **changes: Any) -> RecordedRequest:
+        """Replace a logged request with a copy carrying `changes`, found by identity at the
+        position it was logged at (searched backwards if a test trimmed the log since): never
+        a scan of the whole log per request."""
         log = self.requests
+        amended = dataclasses.replace(recorded, **changes)
         if not (position < len(log) and log[position] is recorded):
             position = next((i for i in range(min(position, len(log) - 1), -1, -1)
                              if log[i] is recorded), -1)
             if position < 0:
-                return  # cleared by the test meanwhile
-        log[position] = RecordedRequest(recorded.method, recorded.path, recorded.query,
-                                        recorded.headers, recorded.time, user)
+                return amended  # cleared by the test meanwhile
+        log[position] = amended
+        return amended
+
+    @staticmethod
+    def _failure_message(response: web.StreamResponse) -> str | None:
+        if response.status < 400 or not isinstance(response, web.Response):
+            return None
+        body = response.body
+        if not isinstance(body, bytes):
+            return None
+        try:
+            decoded = json.loads(body)
+        except ValueError:
+            return body.decode(errors="replace")
+        return str(decoded.get("message")) if isinstance(decoded, dict) else None
 
     def _fault_for(self, request: web.Request) -> Fault | None:
         for fault in self.faults:
@@ -1036,7 +1054,7 @@ class FakeKubeAPI:
                 stall = True
         try:
             identity = self._authenticate(request)
-            self._record_user(recorded, position, identity.user)
+            recorded = self._amend(recorded, position, user=identity.user)
             attributes = self._request_attributes(request, identity)
             self._authorize(attributes)
             response = await self._dispatch(request, identity, stall)
@@ -1044,6 +1062,8 @@ class FakeKubeAPI:
             response = status_response(error)
         if not response.prepared:
             response.headers["Audit-Id"] = audit_id
+        self._amend(recorded, position, code=response.status,
+                    message=self._failure_message(response))
         return response
 
     async def _dispatch(self, request: web.Request, identity: Identity,

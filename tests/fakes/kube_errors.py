@@ -36,6 +36,7 @@ class GroupKind:
 # field.ErrorType -> (text in messages, StatusCause reason)
 _FIELD_ERROR_TYPES: dict[str, tuple[str, str]] = {
     "Invalid": ("Invalid value", "FieldValueInvalid"),
+    "TypeInvalid": ("Invalid value", "FieldValueTypeInvalid"),
     "Required": ("Required value", "FieldValueRequired"),
     "NotSupported": ("Unsupported value", "FieldValueNotSupported"),
     "Forbidden": ("Forbidden", "FieldValueForbidden"),

@@ -67,6 +67,10 @@ CONTINUE_TOO_OLD = (
 )
 # Resources whose strategy allows PUT to create a missing object.
 CREATE_ON_UPDATE = {("", "events"), ("", "endpoints"), ("coordination.k8s.io", "leases")}
+# customresource/strategy.go hasBlockingErr: schema errors after which CEL rules are skipped.
+BLOCKING_ERROR_TYPES = {"NotSupported", "Required", "TooLong", "TooMany", "TypeInvalid"}
+RULES_NOT_CHECKED = ("some validation rules were not checked because the object was invalid; "
+                     "correct the existing errors to complete validation")
 BOOKMARK_PRE_TIMEOUT = 2.0  # the watch cache sends its last bookmark 2 s before the deadline
 
 
@@ -355,12 +359,28 @@ class RestHandlers:
 
     def _problems(self, resource_type: ResourceType, stored: JSONDict, old: JSONDict | None,
                   cr_problems: list[Any], path: ApiPath, name: str) -> None:
+        if old is not None and not resource_type.builtin:
+            # An update is validated as the object it makes (a status write keeps the old
+            # spec), ratcheting against the old object (kube_schema.StructuralSchema.decode).
+            schema = resource_type.versions[path.version].schema
+            assert schema is not None
+            cr_problems = schema.decode(stored, old)[2]
         problems = list(cr_problems) + validate(resource_type, stored, old,
                                                 request_group=path.group)
         if not resource_type.builtin:
-            problems += self._rule_errors(resource_type, path.version, stored, old)
+            problems += self._rules_unless_blocked(resource_type, path.version, stored, old,
+                                                   problems)
         if problems:
             raise errors.invalid(resource_type.group_kind, name, problems)
+
+    @classmethod
+    def _rules_unless_blocked(cls, resource_type: ResourceType, version: str, stored: JSONDict,
+                              old: JSONDict | None, problems: list[Any]) -> list[Any]:
+        """customresource/strategy.go hasBlockingErr: after a type, enum, required, length or
+        count error the CEL rules are not run, and one error says so."""
+        if any(getattr(p, "type", "") in BLOCKING_ERROR_TYPES for p in problems):
+            return [errors.FieldError("Invalid", "<nil>", RULES_NOT_CHECKED, "null")]
+        return cls._rule_errors(resource_type, version, stored, old)
 
     @staticmethod
     def _rule_errors(resource_type: ResourceType, version: str, stored: JSONDict,
@@ -879,9 +899,10 @@ class RestHandlers:
             # replicas' minimum and maximum) and its CEL rules apply.
             schema = resource_type.versions[path.version].schema
             assert schema is not None
-            _, _, problems = schema.decode(obj)
-            problems += self._rule_errors(resource_type, path.version, obj, resource_type
-                                          .convert_to(stored, path.version))
+            before = resource_type.convert_to(stored, path.version)
+            _, _, problems = schema.decode(obj, before)
+            problems += self._rules_unless_blocked(resource_type, path.version, obj, before,
+                                                   problems)
             if problems:
                 raise errors.invalid(resource_type.group_kind, path.name, problems)
         result = self.store.replace(resource_type, resource_type.convert_from(obj, path.version),

@@ -311,10 +311,18 @@ class StructuralSchema:
         """The failed `x-kubernetes-validations` rules of `new` (an update passes `old`)."""
         return rule_errors(self.schema, new, old)
 
-    def decode(self, value: dict[str, Any]) -> tuple[dict[str, Any], list[str], list[FieldError]]:
-        """(pruned and defaulted object, unknown field paths, validation errors)."""
+    def decode(self, value: dict[str, Any], old: dict[str, Any] | None = None
+               ) -> tuple[dict[str, Any], list[str], list[FieldError]]:
+        """(pruned and defaulted object, unknown field paths, validation errors).
+
+        With `old` (an update), validation ratchets as apiextensions-apiserver does since
+        v1.30 (CRDValidationRatcheting, `customresource/strategy.go` ValidateUpdate): schema
+        errors inside a value equal to its correlated old value are dropped (correlation by
+        object property, and by key for `x-kubernetes-list-type: map` items), and list-type
+        errors count only when the old object had none."""
         unknown: list[str] = []
         errors: list[FieldError] = []
+        list_errors: list[FieldError] = []
         metadata_schema = builtin_schemas().node("io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta")
         out: dict[str, Any] = {}
         for key in ("apiVersion", "kind"):
@@ -324,21 +332,39 @@ class StructuralSchema:
             decoded = builtin_schemas().decode(value["metadata"], metadata_schema)
             out["metadata"] = decoded.value
             unknown.extend(f"metadata.{p}" for p in decoded.unknown_fields)
-        rest = {k: v for k, v in value.items() if k not in ("apiVersion", "kind", "metadata")}
-        body = self._walk(rest, self.schema, "", unknown, errors, root=True)
+        skip = ("apiVersion", "kind", "metadata")
+        rest = {k: v for k, v in value.items() if k not in skip}
+        old_rest: Any = _UNCORRELATED if old is None else \
+            {k: v for k, v in old.items() if k not in skip}
+        walk = _Walk(unknown, list_errors)
+        body = self._walk(rest, self.schema, "", walk, errors, old_rest, root=True)
         if isinstance(body, dict):
             out.update(body)
-        return out, unknown, errors
+        if list_errors and old is not None:
+            old_walk = _Walk([], [])
+            self._walk({k: v for k, v in old.items() if k not in skip}, self.schema, "",
+                       old_walk, [], _UNCORRELATED, root=True)
+            if old_walk.list_errors:
+                list_errors = []  # ratcheted: the old object broke the list rules already
+        return out, unknown, errors + list_errors
 
-    def _walk(self, value: Any, schema: dict[str, Any], path: str, unknown: list[str],
-              errors: list[FieldError], *, root: bool = False) -> Any:
+    def _walk(self, value: Any, schema: dict[str, Any], path: str, walk: _Walk,
+              errors: list[FieldError], old: Any, *, root: bool = False) -> Any:
+        local: list[FieldError] = []
+        result = self._walk_node(value, schema, path, walk, local, old, root=root)
+        if local and not (old is not _UNCORRELATED and result == old):
+            errors.extend(local)
+        return result
+
+    def _walk_node(self, value: Any, schema: dict[str, Any], path: str, walk: _Walk,
+                   errors: list[FieldError], old: Any, *, root: bool) -> Any:
         name = path or "<root>"
         declared = schema.get("type")
         if schema.get("x-kubernetes-int-or-string"):
             if isinstance(value, bool) or not isinstance(value, (int, str)):
-                errors.append(invalid_value(name, value,
-                              f"{name} in body must be of type integer,string: "
-                              f"\"{_json_type(value)}\""))
+                errors.append(FieldError("TypeInvalid", name,
+                                         f"{name} in body must be of type integer,string: "
+                                         f"\"{_json_type(value)}\"", _json_type(value)))
             elif isinstance(value, str):
                 self._string(value, schema, name, errors)  # pattern applies to the string form
             return value
@@ -351,8 +377,10 @@ class StructuralSchema:
             "boolean": isinstance(value, bool),
         }
         if declared and not type_ok.get(declared, True):
-            errors.append(invalid_value(name, value, f"{name} in body must be of type {declared}: "
-                                                     f"\"{_json_type(value)}\""))
+            # validation.go kubeOpenAPIResultToFieldErrors: TypeInvalid, the value being the
+            # JSON type found.
+            errors.append(FieldError("TypeInvalid", name, f"{name} in body must be of type "
+                                     f"{declared}: \"{_json_type(value)}\"", _json_type(value)))
             return value
         if "enum" in schema and value not in schema["enum"]:
             errors.append(not_supported(name, value, [json.dumps(e).strip('"')
@@ -370,18 +398,19 @@ class StructuralSchema:
                                          f"{schema['maxItems']} items", len(value)))
             items = schema.get("items")
             if isinstance(items, dict):
-                walked = [self._walk(v, items, f"{path}[{i}]", unknown, errors)
+                walked = [self._walk(v, items, f"{path}[{i}]", walk, errors,
+                                     _old_item(v, schema, old))
                           for i, v in enumerate(value) if v is not None or items.get("nullable")]
             else:
                 walked = copy.deepcopy(value)
-            errors.extend(_list_type_errors(walked, schema, name))
+            walk.list_errors.extend(_list_type_errors(walked, schema, name))
             return walked
         if isinstance(value, dict):
-            return self._object(value, schema, path, unknown, errors, root=root)
+            return self._object(value, schema, path, walk, errors, old, root=root)
         return value
 
-    def _object(self, value: dict[str, Any], schema: dict[str, Any], path: str,
-                unknown: list[str], errors: list[FieldError], *, root: bool) -> dict[str, Any]:
+    def _object(self, value: dict[str, Any], schema: dict[str, Any], path: str, walk: _Walk,
+                errors: list[FieldError], old: Any, *, root: bool) -> dict[str, Any]:
         properties = schema.get("properties")
         extra = schema.get("additionalProperties")
         preserve = bool(schema.get("x-kubernetes-preserve-unknown-fields"))
@@ -407,12 +436,13 @@ class StructuralSchema:
                 out[key] = copy.deepcopy(child)
                 continue
             else:
-                unknown.append(child_path)
+                walk.unknown.append(child_path)
                 continue
             if child is None and not child_schema.get("nullable"):
                 continue
+            old_child = old[key] if isinstance(old, dict) and key in old else _UNCORRELATED
             out[key] = (None if child is None else
-                        self._walk(child, child_schema, child_path, unknown, errors))
+                        self._walk(child, child_schema, child_path, walk, errors, old_child))
         for key in schema.get("required") or []:
             if key not in out:
                 errors.append(required_value(f"{path}.{key}" if path else key))
@@ -455,6 +485,32 @@ class StructuralSchema:
         if schema.get("format") == "date-time" and not _DATE_TIME.match(value):
             errors.append(invalid_value(name, value, f"{name} in body must be of type "
                                                      f'date-time: "{value}"'))
+
+
+_UNCORRELATED: Any = object()  # no old value to ratchet against
+
+
+@dataclass
+class _Walk:
+    """What one decode collects besides the validation errors."""
+
+    unknown: list[str]
+    list_errors: list[FieldError]  # listtype.ValidateListSetsAndMaps, ratcheted as a whole
+
+
+def _old_item(item: Any, schema: dict[str, Any], old: Any) -> Any:
+    """The old item correlated with `item`: by key in a map list, by value in a set."""
+    if not isinstance(old, list):
+        return _UNCORRELATED
+    list_type = schema.get("x-kubernetes-list-type")
+    if list_type == "map" and isinstance(item, dict):
+        keys = schema.get("x-kubernetes-list-map-keys") or []
+        wanted = [item.get(k) for k in keys]
+        return next((o for o in old if isinstance(o, dict) and [o.get(k) for k in keys] ==
+                     wanted), _UNCORRELATED)
+    if list_type == "set" and item in old:
+        return item
+    return _UNCORRELATED
 
 
 # strfmt's date-time layouts: RFC 3339 with or without a fraction, with a zone, `T` or a space.
