@@ -1043,9 +1043,15 @@ class FakeKubeAPI:
             if isinstance(action, Latency):
                 await asyncio.sleep(action.seconds)
             elif isinstance(action, TooManyRequests):
-                return status_response(errors.too_many_requests(action.retry_after))
+                refused = status_response(errors.too_many_requests(action.retry_after))
+                self._amend(recorded, position, code=refused.status,
+                            message=self._failure_message(refused))
+                return refused
             elif isinstance(action, ServerError):
-                return status_response(errors.generic_server_error(action.code, action.message))
+                failed = status_response(errors.generic_server_error(action.code, action.message))
+                self._amend(recorded, position, code=failed.status,
+                            message=self._failure_message(failed))
+                return failed
             elif isinstance(action, DropConnection):
                 if request.transport is not None:
                     request.transport.abort()
