@@ -27,7 +27,8 @@ from celpy.adapter import json_to_cel
 
 from tests.fakes.kube_errors import OMIT_VALUE, FieldError
 
-__all__ = ["RuleCompileError", "compile_rule", "rule_errors", "schema_rule_problems"]
+__all__ = ["RuleCompileError", "compile_rule", "has_rules", "rule_errors",
+           "schema_rule_problems"]
 
 _OLD_SELF = re.compile(r"\boldSelf\b")
 
@@ -71,6 +72,17 @@ def schema_rule_problems(schema: Any, path: str) -> list[str]:
         problems += schema_rule_problems(schema["additionalProperties"],
                                          f"{path}.additionalProperties")
     return problems
+
+
+def has_rules(schema: Any) -> bool:
+    """Whether the schema holds any rule (the real server builds a CEL validator only then)."""
+    if not isinstance(schema, dict):
+        return False
+    if schema.get("x-kubernetes-validations"):
+        return True
+    children = list((schema.get("properties") or {}).values())
+    children += [schema.get(key) for key in ("items", "additionalProperties")]
+    return any(has_rules(child) for child in children)
 
 
 def _has_transition_rules(schema: dict[str, Any]) -> bool:

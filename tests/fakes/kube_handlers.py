@@ -378,6 +378,9 @@ class RestHandlers:
                               old: JSONDict | None, problems: list[Any]) -> list[Any]:
         """customresource/strategy.go hasBlockingErr: after a type, enum, required, length or
         count error the CEL rules are not run, and one error says so."""
+        schema = resource_type.versions[version].schema
+        if schema is None or not schema.has_rules:
+            return []  # no rules, no CEL validator: nothing to block either
         if any(getattr(p, "type", "") in BLOCKING_ERROR_TYPES for p in problems):
             return [errors.FieldError("Invalid", "<nil>", RULES_NOT_CHECKED, "null")]
         return cls._rule_errors(resource_type, version, stored, old)

@@ -15,7 +15,7 @@ from datetime import UTC, datetime
 from importlib import resources
 from typing import Any
 
-from tests.fakes.kube_cel import rule_errors
+from tests.fakes.kube_cel import has_rules, rule_errors
 from tests.fakes.kube_errors import (
     FieldError,
     duplicate,
@@ -306,6 +306,10 @@ class StructuralSchema:
                 return None
             node = (node.get("properties") or {}).get(part)
         return node
+
+    @functools.cached_property
+    def has_rules(self) -> bool:
+        return has_rules(self.schema)
 
     def rule_errors(self, new: dict[str, Any], old: dict[str, Any] | None) -> list[FieldError]:
         """The failed `x-kubernetes-validations` rules of `new` (an update passes `old`)."""

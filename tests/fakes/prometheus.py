@@ -744,6 +744,7 @@ class PrometheusServer(PrometheusClient):
                 raise PrometheusError("Prometheus is not running")
             self._resources.process.send_signal(signal.SIGSTOP)
             self._paused = True
+            _wait_until_stopped(self._resources.process.pid)
 
     def resume(self) -> None:
         with self._lock:
@@ -1081,3 +1082,20 @@ class ExporterPool:
         exporter = Exporter(job=f"{self.job_prefix}-{self._count}")
         self.server.add_target(exporter)
         return exporter
+
+
+def _wait_until_stopped(pid: int, within: float = 5.0) -> None:
+    """A signal is delivered asynchronously: wait until every thread of `pid` is stopped
+    (state T in /proc), so a request sent after `pause()` cannot be answered."""
+    deadline = time.monotonic() + within
+    tasks = Path(f"/proc/{pid}/task")
+    while time.monotonic() < deadline:
+        try:
+            states = [(task / "stat").read_text().rsplit(")", 1)[1].split()[0]
+                      for task in tasks.iterdir()]
+        except (OSError, IndexError):
+            return  # gone, or not Linux: nothing more to wait for
+        if states and all(state in ("T", "t") for state in states):
+            return
+        time.sleep(0.005)
+    raise PrometheusError(f"Prometheus (pid {pid}) did not stop within {within}s")
