@@ -19,7 +19,7 @@ import signal
 import socket
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from types import TracebackType
@@ -28,6 +28,7 @@ from typing import Any
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
+from autoscaler.controller.exported import AutoscalerSeries
 from autoscaler.controller.leader import (
     LeaderElectionConfig,
     LeaderElector,
@@ -45,6 +46,7 @@ from autoscaler.decision import settings as settings_flags
 from autoscaler.decision.settings import Settings
 from autoscaler.kube.metrics_api import MetricsClient
 from autoscaler.kube.operations import USER_AGENT, KubeClient
+from autoscaler.model.objects import Autoscaler
 from metricscale.kube.config import Configuration, open_configuration
 from metricscale.kube.errors import KubeConfigError
 from metricscale.kube.http import open_kube_http
@@ -229,7 +231,17 @@ class AutoscalerServer:
         self.guard: LeaderGuard | None = None
         self.reconciler: Reconciler | None = None
         self._stats = ControllerMetrics(self.registry)
+        self.registry.register(AutoscalerSeries(self._cached_autoscalers))
         self._frozen = False
+
+    def _cached_autoscalers(self) -> Iterator[tuple[str, Autoscaler]]:
+        # Read at scrape time: objects that did not parse have nothing to show.
+        if self.watching is None:
+            return
+        for informer in self.watching.autoscaler_informers():
+            for _, entry in informer.items():
+                if entry.autoscaler is not None:
+                    yield entry.key.kind, entry.autoscaler
 
     async def __aenter__(self) -> AutoscalerServer:
         try:
