@@ -30,6 +30,12 @@ lint: venv
 	$(BIN)/mypy
 	$(BIN)/lint-imports
 
+# Regenerates the Grafana dashboards in manifests/monitoring/dashboards/ (committed; a test
+# fails when they differ from what monitoring/dashboards.py produces).
+.PHONY: dashboards
+dashboards: venv
+	$(BIN)/python -m monitoring.dashboards
+
 test: venv prometheus lint
 	$(BIN)/pytest
 

@@ -1,0 +1,1 @@
+"""Dashboards and alerts of both programs, generated as Kubernetes manifests."""
