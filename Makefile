@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 PROMETHEUS ?=
 export PROMETHEUS
 
-.PHONY: test demo venv prometheus lint bench clean
+.PHONY: test demo venv prometheus lint bench clean image
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -41,6 +41,25 @@ test: venv prometheus lint
 
 demo: venv prometheus
 	$(BIN)/python -m metricscale demo
+
+# The container image: Debian's podman/mmdebstrap/runc, a base made from Debian's packages, and the
+# wheels built here (pip inside a container cannot verify TLS on this machine kind).
+IMAGE ?= ghcr.io/metricscale/metricscale:$(shell sed -n 's/^version = "\(.*\)"/\1/p' pyproject.toml)
+BASE_IMAGE ?= localhost/debian:bookworm-slim
+export CONTAINERS_CONF ?= $(CURDIR)/scripts/containers.conf
+
+image: venv
+	@for tool in podman mmdebstrap runc; do \
+	  command -v $$tool >/dev/null 2>&1 || missing="$$missing $$tool"; \
+	done; \
+	if [ -n "$$missing" ]; then \
+	  echo "installing Debian's$$missing (needs root)"; \
+	  apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y $$missing; \
+	fi
+	rm -rf dist/wheels
+	$(BIN)/pip wheel --quiet . -w dist/wheels
+	scripts/base-image.sh $(BASE_IMAGE)
+	podman --runtime runc build --network=host --build-arg BASE=$(BASE_IMAGE) -t $(IMAGE) -f Containerfile .
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis .demo
