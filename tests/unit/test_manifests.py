@@ -152,6 +152,15 @@ def test_config_flag_points_at_the_mounted_configmap_key() -> None:
     assert any(arg.startswith("--prometheus-url=") for arg in CONTAINER["args"])
 
 
+def test_the_configmap_is_generated_from_the_default_rules() -> None:
+    from adapter.rules.defaults import DEFAULT_CONFIG_YAML, configmap_yaml
+
+    path = REPO / "manifests" / "adapter" / "configmap.yaml"
+    assert path.read_text() == configmap_yaml(), "run `make manifests`"
+    configmap = one(OBJECTS, "ConfigMap", "metricscale-adapter-config")
+    assert configmap["data"]["config.yaml"] == DEFAULT_CONFIG_YAML
+
+
 def test_default_rules_map_labels_explicitly_and_never_via_job() -> None:
     configmap = one(OBJECTS, "ConfigMap", "metricscale-adapter-config")
     config = yaml.safe_load(configmap["data"]["config.yaml"])
@@ -312,3 +321,33 @@ def test_kustomize_without_certs_fails_instead_of_shipping_no_ca(tmp_path: Path)
     rendered = subprocess.run([kubectl, "kustomize", str(tmp_path / "manifests")],
                               capture_output=True, text=True, check=False, timeout=120)
     assert rendered.returncode != 0
+
+
+# ----------------------------------------------------------------------------- image contract
+
+IMAGE_UID = 65532  # the Containerfile's USER
+AUTOSCALER_POD = one(OBJECTS, "Deployment", "metricscale-autoscaler")["spec"]["template"]
+
+
+@pytest.mark.parametrize("pod", [POD, AUTOSCALER_POD], ids=["adapter", "autoscaler"])
+def test_security_context_matches_the_images_non_root_read_only_user(pod: Obj) -> None:
+    (container,) = pod["spec"]["containers"]
+    assert container["image"] == "ghcr.io/metricscale/metricscale:0.1.0"
+    assert container["command"] == ["metricscale"]
+    assert container["args"][0] in {"adapter", "autoscaler"}
+    for security in (pod["spec"]["securityContext"], container["securityContext"]):
+        assert security["runAsNonRoot"] is True
+        assert (security["runAsUser"], security["runAsGroup"]) == (IMAGE_UID, IMAGE_UID)
+        assert security["seccompProfile"] == {"type": "RuntimeDefault"}
+    security = container["securityContext"]
+    assert security["readOnlyRootFilesystem"] is True
+    assert security["allowPrivilegeEscalation"] is False
+    assert security["capabilities"] == {"drop": ["ALL"]}
+
+
+def test_adapter_cert_dir_is_a_mounted_empty_dir() -> None:
+    (cert_dir,) = [arg.removeprefix("--cert-dir=") for arg in CONTAINER["args"]
+                   if arg.startswith("--cert-dir=")]
+    mounts = {mount["mountPath"]: mount["name"] for mount in CONTAINER["volumeMounts"]}
+    volumes = {volume["name"]: volume for volume in POD["spec"]["volumes"]}
+    assert "emptyDir" in volumes[mounts[cert_dir]]
