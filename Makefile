@@ -30,6 +30,11 @@ lint: venv
 	$(BIN)/mypy
 	$(BIN)/lint-imports
 
+.PHONY: manifests
+# The adapter's ConfigMap is generated from adapter/rules/defaults.py (one source for the rules).
+manifests: venv
+	$(BIN)/python -m adapter.rules.defaults > manifests/adapter/configmap.yaml
+
 # Regenerates the Grafana dashboards in manifests/monitoring/dashboards/ (committed; a test
 # fails when they differ from what monitoring/dashboards.py produces).
 .PHONY: dashboards

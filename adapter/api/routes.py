@@ -11,10 +11,12 @@ from __future__ import annotations
 
 import re
 import urllib.parse
+from collections.abc import Mapping
 from dataclasses import dataclass
 
-from adapter.api.groups import API_GROUP_VERSIONS, EXTERNAL_METRICS_GROUP
+from adapter.api.groups import API_GROUP_VERSIONS, EXTERNAL_METRICS_GROUP, RESOURCE_METRICS_GROUP
 from adapter.rules.resources import NAMESPACES, GroupResource
+from metricscale.core.fields import FieldSelector, FieldSelectorError, parse_field_selector
 from metricscale.core.selectors import Selector, SelectorError, parse_selector
 
 __all__ = [
@@ -23,6 +25,7 @@ __all__ = [
     "GroupListRoute",
     "GroupRoute",
     "ResourceListRoute",
+    "ResourceMetricsRoute",
     "Route",
     "RouteRejection",
     "parse_route",
@@ -80,6 +83,28 @@ class ExternalMetricRoute:
 
 
 @dataclass(frozen=True)
+class ResourceMetricsRoute:
+    """A `metrics.k8s.io/v1beta1` request: `kind` is `pods` or `nodes`.
+
+    `namespace` None for nodes and for all namespaces' pods; `name` None for a list.
+    """
+
+    kind: str
+    namespace: str | None
+    name: str | None
+    label_selector: Selector
+    field_selector: FieldSelector
+
+
+# Fields each kind can be selected by: the generic apiserver's metadata fields, plus a pod's
+# node (`kubectl top pods --field-selector spec.nodeName=...`) and phase (always Running here).
+RESOURCE_METRICS_FIELDS: Mapping[str, tuple[str, ...]] = {
+    "pods": ("metadata.name", "metadata.namespace", "spec.nodeName", "status.phase"),
+    "nodes": ("metadata.name",),
+}
+
+
+@dataclass(frozen=True)
 class RouteRejection:
     """The request cannot be served: answer `code` with this reason and message."""
 
@@ -89,7 +114,7 @@ class RouteRejection:
 
 
 Route = (GroupListRoute | GroupRoute | ResourceListRoute | CustomMetricRoute
-         | ExternalMetricRoute | RouteRejection)
+         | ExternalMetricRoute | ResourceMetricsRoute | RouteRejection)
 
 _NOT_FOUND = RouteRejection(404, "NotFound", "the server could not find the requested resource")
 _INVALID_PATH = RouteRejection(400, "BadRequest", "invalid request path")
@@ -134,8 +159,10 @@ def _selector(text: str) -> Selector:
         raise _Rejected(RouteRejection(400, "BadRequest", str(error))) from None
 
 
-def parse_route(raw_path: str, query_string: str = "") -> Route | None:
-    """Parse a request path; None when it is not under `/apis` or names another API group."""
+def parse_route(raw_path: str, query_string: str = "", *,
+                groups: Mapping[str, tuple[str, ...]] = API_GROUP_VERSIONS) -> Route | None:
+    """Parse a request path; None when it is not under `/apis` or names a group not in
+    `groups` (the groups served, with their versions)."""
     path = raw_path.split("?", 1)[0]
     if not path.startswith("/"):
         return None
@@ -146,16 +173,17 @@ def parse_route(raw_path: str, query_string: str = "") -> Route | None:
     if len(segments) <= 4 and len(segments) > 1 and segments[-1] == "":
         segments = segments[:-1]
     try:
-        return _route(segments[1:], _query(query_string))
+        return _route(segments[1:], _query(query_string), groups)
     except _Rejected as rejected:
         return rejected.rejection
 
 
-def _route(segments: list[str], query: dict[str, str]) -> Route | None:
+def _route(segments: list[str], query: dict[str, str],
+           groups: Mapping[str, tuple[str, ...]]) -> Route | None:
     if not segments:
         return GroupListRoute()
     group = _decode(segments[0])
-    versions = API_GROUP_VERSIONS.get(group)
+    versions = groups.get(group)
     if versions is None:
         return None
     if len(segments) == 1:
@@ -168,7 +196,38 @@ def _route(segments: list[str], query: dict[str, str]) -> Route | None:
         return ResourceListRoute(group, version)
     if group == EXTERNAL_METRICS_GROUP:
         return _external(rest, query)
+    if group == RESOURCE_METRICS_GROUP:
+        return _resource_metrics(rest, query)
     return _custom(version, rest=rest, query=query)
+
+
+def _resource_metrics(rest: list[str], query: dict[str, str]) -> Route:
+    """`nodes[/{name}]`, `pods`, `namespaces/{ns}/pods[/{name}]`."""
+    namespace: str | None = None
+    if rest[0] == "namespaces":
+        if len(rest) < 3 or rest[2] != "pods" or len(rest) > 4:
+            return _NOT_FOUND
+        namespace = _name(rest[1])
+        rest = rest[2:]
+    kind = rest[0]
+    if kind not in RESOURCE_METRICS_FIELDS or len(rest) > 2 or (
+            kind == "nodes" and namespace is not None):
+        return _NOT_FOUND
+    name = _name(rest[1]) if len(rest) == 2 else None
+    if kind == "pods" and name is not None and namespace is None:
+        return _NOT_FOUND  # a pod is always named within its namespace
+    try:
+        fields = parse_field_selector(query.get("fieldSelector", ""))
+    except FieldSelectorError as error:
+        raise _Rejected(RouteRejection(400, "BadRequest", str(error))) from None
+    known = RESOURCE_METRICS_FIELDS[kind]
+    unsupported = fields.unsupported(known)
+    if unsupported is not None:
+        only = ", ".join(f'"{key}"' for key in known)
+        raise _Rejected(RouteRejection(
+            400, "BadRequest", f'"{unsupported}" is not a known field selector: only {only}'))
+    return ResourceMetricsRoute(kind, namespace, name,
+                                _selector(query.get("labelSelector", "")), fields)
 
 
 def _external(rest: list[str], query: dict[str, str]) -> Route:

@@ -33,16 +33,22 @@ from prometheus_client import (
     generate_latest,
 )
 
-from adapter.api.groups import API_GROUP_VERSIONS, EXTERNAL_METRICS_GROUP
+from adapter.api.groups import (
+    EXTERNAL_METRICS_GROUP,
+    RESOURCE_METRICS_GROUP,
+    served_group_versions,
+)
 from adapter.api.routes import (
     CustomMetricRoute,
     ExternalMetricRoute,
     GroupListRoute,
     GroupRoute,
     ResourceListRoute,
+    ResourceMetricsRoute,
     RouteRejection,
     parse_route,
 )
+from adapter.api.usage import render_resource_metrics_resource_list
 from adapter.api.wire import (
     AGGREGATED_DISCOVERY_CONTENT_TYPES,
     bad_request,
@@ -79,6 +85,7 @@ from adapter.auth.seam import (
     IncomingRequest,
 )
 from adapter.http.handlers import Answer, ApiError, MetricsService
+from adapter.http.usage import ResourceMetricsService
 from adapter.kube.catalog import ClusterCatalog
 from adapter.kube.objects import USER_AGENT, ObjectCaches
 from adapter.prometheus.client import PrometheusClient
@@ -103,6 +110,7 @@ __all__ = [
     "RELISTER_KEY",
     "SERVICE_KEY",
     "SETTINGS_KEY",
+    "USAGE_KEY",
     "USER_KEY",
     "HealthChecks",
     "create_app",
@@ -182,6 +190,8 @@ OBJECT_CACHES_KEY = web.AppKey("object_caches", ObjectCaches)
 PROMETHEUS_KEY = web.AppKey("prometheus", PrometheusClient)
 RELISTER_KEY = web.AppKey("relister", Relister)
 SERVICE_KEY = web.AppKey("service", MetricsService)
+USAGE_KEY = web.AppKey("usage", ResourceMetricsService)  # only with resourceRules
+GROUPS_KEY: web.AppKey[Mapping[str, tuple[str, ...]]] = web.AppKey("groups")
 SHUTTING_DOWN_KEY = web.AppKey("shutting_down", asyncio.Event)
 REQUEST_METRICS_KEY = web.AppKey("request_metrics", _RequestMetrics)
 
@@ -308,7 +318,7 @@ async def _errors(request: web.Request, handler: Handler) -> web.StreamResponse:
     try:
         return await handler(request)
     except ApiError as error:
-        return _status(error.body)
+        return _status(error.body, headers=_warning_header(error.warnings))
     except web.HTTPNotFound:
         request[_ROUTE_LABEL] = "not_found"
         if _in_api(request.rel_url.raw_path):
@@ -448,6 +458,8 @@ async def _openapi_v2(request: web.Request) -> web.StreamResponse:
 
 
 def _resource_list(app: web.Application, *, group: str, version: str) -> dict[str, Any]:
+    if group == RESOURCE_METRICS_GROUP:
+        return render_resource_metrics_resource_list()
     registry = app[RELISTER_KEY].registry
     if group == EXTERNAL_METRICS_GROUP:
         return render_external_resource_list(metrics=registry.external_metrics())
@@ -463,7 +475,8 @@ def _rejection(route: RouteRejection) -> dict[str, Any]:
 async def _api(request: web.Request) -> web.StreamResponse:
     url = request.rel_url
     request[_ROUTE_LABEL] = "api"
-    route = parse_route(url.raw_path, url.raw_query_string)
+    groups = request.app[GROUPS_KEY]
+    route = parse_route(url.raw_path, url.raw_query_string, groups=groups)
     if route is None:
         raise ApiError(route_not_found())
     if isinstance(route, RouteRejection):
@@ -479,17 +492,17 @@ async def _api(request: web.Request) -> web.StreamResponse:
             document = render_aggregated_discovery(
                 [(group, [(version, _resource_list(app, group=group, version=version))
                           for version in versions])
-                 for group, versions in API_GROUP_VERSIONS.items()],
+                 for group, versions in groups.items()],
                 version=aggregated)
             return _json(document, headers={"Vary": "Accept"},
                          content_type=AGGREGATED_DISCOVERY_CONTENT_TYPES[aggregated])
         _require_json(accept)
-        return _json(render_api_group_list(tuple(API_GROUP_VERSIONS.items())),
+        return _json(render_api_group_list(tuple(groups.items())),
                      headers={"Vary": "Accept"})
     _require_json(accept)
     if isinstance(route, GroupRoute):
         request[_ROUTE_LABEL] = "discovery"
-        versions = API_GROUP_VERSIONS[route.group]
+        versions = groups[route.group]
         return _json(render_api_group(group=route.group, versions=versions))
     if isinstance(route, ResourceListRoute):
         request[_ROUTE_LABEL] = "discovery"
@@ -502,6 +515,9 @@ async def _api(request: web.Request) -> web.StreamResponse:
     elif isinstance(route, ExternalMetricRoute):
         request[_ROUTE_LABEL] = "external_metric"
         answer = await service.external_metric(route)
+    elif isinstance(route, ResourceMetricsRoute):
+        request[_ROUTE_LABEL] = "resource_metrics"
+        answer = await app[USAGE_KEY].answer(route)
     else:  # pragma: no cover - parse_route returns nothing else
         raise ApiError(route_not_found())
     return _json(answer.body, headers=_warning_header(answer.warnings))
@@ -568,6 +584,11 @@ async def _discovery_context(app: web.Application) -> AsyncIterator[None]:
     app[SERVICE_KEY] = MetricsService(registry=lambda: discovery.registry,
                                       objects=app[OBJECT_CACHES_KEY],
                                       backend=app[PROMETHEUS_KEY], clock=app[CLOCK_KEY])
+    resource_rules = app[CONFIG_KEY].resource_rules
+    if resource_rules is not None:
+        app[USAGE_KEY] = ResourceMetricsService(
+            rules=resource_rules, objects=app[OBJECT_CACHES_KEY], backend=app[PROMETHEUS_KEY],
+            clock=app[CLOCK_KEY])
     task = start_guarded_task(discovery.run(), name="metric discovery",
                               on_failure=app[FATAL_KEY])
     try:
@@ -610,6 +631,7 @@ def create_app(*, settings: AdapterSettings, config: AdapterConfig,
         ProcessCollector(registry=registry)
     app[SETTINGS_KEY] = settings
     app[CONFIG_KEY] = config
+    app[GROUPS_KEY] = served_group_versions(resource_metrics=config.resource_rules is not None)
     app[CLOCK_KEY] = clock
     app[METRICS_REGISTRY_KEY] = registry
     app[REQUEST_METRICS_KEY] = _RequestMetrics.register(registry)

@@ -80,9 +80,10 @@ _RETRY_AFTER_SECONDS = 5
 class ApiError(Exception):
     """An answer that is a `Status` body; `body["code"]` is the HTTP status."""
 
-    def __init__(self, body: Mapping[str, Any]) -> None:
+    def __init__(self, body: Mapping[str, Any], *, warnings: Sequence[str] = ()) -> None:
         super().__init__(str(body.get("message", "")))
         self.body = dict(body)
+        self.warnings = tuple(warnings)  # `Warning` headers that say why
 
     @property
     def code(self) -> int:

@@ -1,8 +1,11 @@
-"""The adapter's object caches: metadata-only informers for label selection, and the ConfigMap.
+"""The adapter's object caches: informers for label selection, and the ConfigMap.
 
-One metadata-only informer per group-resource (started on first use) answers which objects a
-label selector picks, from memory: no request ever causes a LIST. The authentication ConfigMap
-of kube-system is followed by an informer of its own.
+One informer per group-resource (started on first use) answers which objects a label selector
+picks, from memory: no request ever causes a LIST. They watch metadata only, except pods: the
+pod cache watches whole pods and keeps each one's labels, phase and node, because
+`metrics.k8s.io` serves running pods only and selects them by `spec.nodeName`; one pod watch
+serves both the custom and the resource metrics. The authentication ConfigMap of kube-system is
+followed by an informer of its own.
 """
 
 from __future__ import annotations
@@ -13,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from adapter.kube.catalog import ClusterCatalog
-from adapter.rules.resources import GroupResource, ResourceInfo
+from adapter.rules.resources import NODES, PODS, GroupResource, ResourceInfo
 from metricscale import __version__
 from metricscale.core.selectors import Selector
 from metricscale.kube.errors import Forbidden, KubeError, KubeUnavailable
@@ -33,6 +36,7 @@ __all__ = [
     "USER_AGENT",
     "KubeCacheFailed",
     "ObjectCaches",
+    "PodMeta",
     "ResourceNotListable",
     "authentication_config_informer",
 ]
@@ -54,6 +58,26 @@ class ResourceNotListable(KubeError):
 
 # ---------------------------------------------------------------------------------------------
 # Object caches
+
+
+@dataclass(frozen=True)
+class PodMeta(ObjectMeta):
+    """A pod as the caches keep it: its metadata, phase and node."""
+
+    phase: str = ""
+    node_name: str = ""
+
+
+def project_pod(obj: Mapping[str, Any]) -> PodMeta:
+    meta = project_metadata(obj)
+    spec = obj.get("spec")
+    status = obj.get("status")
+    node = spec.get("nodeName") if isinstance(spec, Mapping) else None
+    phase = status.get("phase") if isinstance(status, Mapping) else None
+    return PodMeta(namespace=meta.namespace, name=meta.name, labels=meta.labels,
+                   phase=phase if isinstance(phase, str) else "",
+                   node_name=node if isinstance(node, str) else "")
+
 
 
 # How many (namespace, selector) answers one object cache keeps between changes.
@@ -115,6 +139,25 @@ class ObjectCaches:
         meta = cache.informer.get(bucket, name)
         return None if meta is None else meta.labels
 
+    async def running_pods(self, namespace: str | None) -> list[PodMeta]:
+        """Running pods of `namespace` (None: of every namespace), from the pod cache."""
+        cache = await self._cache_for(PODS)
+        return [meta for meta in cache.informer.values(namespace)
+                if isinstance(meta, PodMeta) and meta.phase == "Running"]
+
+    async def running_pod(self, namespace: str, name: str) -> PodMeta | None:
+        cache = await self._cache_for(PODS)
+        meta = cache.informer.get(namespace, name)
+        return meta if isinstance(meta, PodMeta) and meta.phase == "Running" else None
+
+    async def nodes(self) -> list[ObjectMeta]:
+        cache = await self._cache_for(NODES)
+        return cache.informer.values("")
+
+    async def node(self, name: str) -> ObjectMeta | None:
+        cache = await self._cache_for(NODES)
+        return cache.informer.get("", name)
+
     def informer(self, group_resource: GroupResource) -> Informer[ObjectMeta] | None:
         """The running informer of a normalised group-resource (diagnostics, tests)."""
         cache = self._caches.get(group_resource)
@@ -131,9 +174,11 @@ class ObjectCaches:
                 raise ResourceNotListable(f"{key} cannot be listed and watched, so its objects "
                                           "cannot be selected")
             path = collection_path(group=info.group, version=info.version, plural=info.resource)
-            informer = Informer(PathSource(self.http, path, metadata_only=True),
-                                project=project_metadata, name=str(key),
-                                **dict(self.informer_options))
+            whole = key == PODS
+            informer: Informer[ObjectMeta] = Informer(
+                PathSource(self.http, path, metadata_only=not whole),
+                project=project_pod if whole else project_metadata, name=str(key),
+                **dict(self.informer_options))
             cache = self._caches[key] = _Cache(informer, info)
             informer.subscribe(lambda event: cache.selections.clear(), replay=False)
             informer.start(on_failure=self.on_failure)

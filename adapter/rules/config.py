@@ -25,9 +25,15 @@ from adapter.rules.naming import (
     rule_filters,
 )
 from adapter.rules.resources import (
+    NAMESPACES,
+    NODES,
+    PODS,
     GroupResource,
     LabelTemplate,
     LabelTemplateError,
+    NoLabelForResourceError,
+    ResourceMapper,
+    builtin_catalog,
     compile_label_template,
     is_promql_label_name,
 )
@@ -502,6 +508,25 @@ class _ConfigBuilder:
         if not container_label:
             self.warn(f"{path}.containerLabel", "empty: pod metrics cannot be split into "
                       "containers", fields.get("containerLabel") or parent)
+        if resources is not None and not resources.is_empty:
+            mapper = ResourceMapper.build(template=resources.label_template,
+                                          overrides=resources.overrides,
+                                          catalog=builtin_catalog())
+            for resource in (PODS, NODES, NAMESPACES):
+                try:
+                    label = mapper.label_for_resource(resource)
+                except NoLabelForResourceError as error:
+                    self.decoder.issue(f"{path}.resources", str(error),
+                                       fields.get("resources") or parent)
+                    continue
+                if not is_promql_label_name(label):
+                    self.decoder.issue(f"{path}.resources", f"{resource} maps to "
+                                       f"{quote_go_string(label)}, which is not a valid "
+                                       "Prometheus label name", fields.get("resources") or parent)
+        if container_label and not is_promql_label_name(container_label):
+            self.decoder.issue(f"{path}.containerLabel", f"{quote_go_string(container_label)} "
+                               "is not a valid Prometheus label name",
+                               fields.get("containerLabel") or parent)
         if len(self.issues) > before or resources is None or container_template is None \
                 or node_template is None:
             return None

@@ -4,16 +4,18 @@ Rules 1-3 are config-gen's cAdvisor rules verbatim. Rules 4-6 are its general ru
 change: config-gen maps labels with `template: <<.Resource>>`, which turns *every* label that
 happens to be a resource name into a resource, including Prometheus' own scrape `job` label
 (→ `jobs.batch`, prometheus-adapter issues #185, #123). Here the same resources are listed as
-explicit `overrides` instead, and `job` is simply not among them. The `resourceRules` follow
-the v0.12 deploy manifest's choice of kubelet series, with the node name taken from `node`
-(not `instance`, the usual `kubectl top nodes` failure).
+explicit `overrides` instead, and `job` is simply not among them. The `resourceRules` read
+cAdvisor's series only (one scrape job serves pods and nodes), with the node name taken from
+the `node` label, not `instance` (an IP:port on most setups: the usual `kubectl top nodes`
+failure, prometheus-adapter issues #385, #549, #639).
 """
 
 from __future__ import annotations
 
 from adapter.rules.config import AdapterConfig, parse_config
 
-__all__ = ["CONFIG_GEN_DEFAULTS_YAML", "DEFAULT_CONFIG_YAML", "default_config"]
+__all__ = ["CONFIG_GEN_DEFAULTS_YAML", "DEFAULT_CONFIG_YAML", "configmap_yaml",
+           "default_config"]
 
 DEFAULT_CONFIG_YAML = """\
 # metricscale default rules (prometheus-adapter config format).
@@ -76,16 +78,24 @@ rules:
   resources: *workload-labels
   name: {matches: ^(.*)_seconds_total$, as: ''}
   metricsQuery: sum(rate(<<.Series>>{<<.LabelMatchers>>}[5m])) by (<<.GroupBy>>)
-# metrics.k8s.io (kubectl top, CPU/memory HPAs) from the kubelet's resource metrics.
+# External metrics are site-specific (queues, cloud services): add externalRules here, e.g.
+# - seriesQuery: '{__name__="queue_consumer_lag",name!=""}'
+#   resources: {overrides: {namespace: {resource: namespace}}}
+#   metricsQuery: sum(<<.Series>>{<<.LabelMatchers>>}) by (name)
+externalRules: []
+# metrics.k8s.io (kubectl top, CPU and memory HPAs), all from cAdvisor's series (the kubelet's
+# /metrics/cadvisor): containers by pod and container, minus the pause container (POD) and the
+# pod-level cgroup (container=""); nodes from the root cgroup (id="/"), whose node name must be
+# in a `node` label (see the README: "Resource metrics").
 resourceRules:
   cpu:
     containerQuery: |
       sum by (<<.GroupBy>>) (
-        rate(container_cpu_usage_seconds_total{<<.LabelMatchers>>,container!="",pod!=""}[5m])
+        rate(container_cpu_usage_seconds_total{<<.LabelMatchers>>,container!="",container!="POD"}[5m])
       )
     nodeQuery: |
       sum by (<<.GroupBy>>) (
-        rate(node_cpu_usage_seconds_total{<<.LabelMatchers>>}[5m])
+        rate(container_cpu_usage_seconds_total{<<.LabelMatchers>>,id="/"}[5m])
       )
     resources:
       overrides:
@@ -96,11 +106,11 @@ resourceRules:
   memory:
     containerQuery: |
       sum by (<<.GroupBy>>) (
-        container_memory_working_set_bytes{<<.LabelMatchers>>,container!="",pod!=""}
+        container_memory_working_set_bytes{<<.LabelMatchers>>,container!="",container!="POD"}
       )
     nodeQuery: |
       sum by (<<.GroupBy>>) (
-        node_memory_working_set_bytes{<<.LabelMatchers>>}
+        container_memory_working_set_bytes{<<.LabelMatchers>>,id="/"}
       )
     resources:
       overrides:
@@ -115,6 +125,33 @@ resourceRules:
 def default_config() -> AdapterConfig:
     """The default rules, parsed (they always parse; a test keeps it that way)."""
     return parse_config(DEFAULT_CONFIG_YAML)
+
+
+_CONFIGMAP_HEAD = """\
+# Generated from adapter/rules/defaults.py by `make manifests`: edit that file, not this one.
+# The adapter's rules, in prometheus-adapter's configuration format (see the README: "Rules").
+apiVersion: v1
+kind: ConfigMap
+metadata:
+  name: metricscale-adapter-config
+  namespace: metricscale
+  labels:
+    app.kubernetes.io/name: metricscale-adapter
+    app.kubernetes.io/part-of: metricscale
+data:
+  config.yaml: |
+"""
+
+
+def configmap_yaml() -> str:
+    """manifests/adapter/configmap.yaml: the default rules, byte for byte, as a ConfigMap."""
+    body = "".join(f"    {line}" if line.strip() else "\n"
+                   for line in DEFAULT_CONFIG_YAML.splitlines(keepends=True))
+    return _CONFIGMAP_HEAD + body
+
+
+if __name__ == "__main__":
+    print(configmap_yaml(), end="")
 
 
 # prometheus-adapter's own `config-gen` output with no prefix (prometheus-adapter.md §3),

@@ -16,9 +16,11 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
-from adapter.rules.config import DiscoveryRule
+from adapter.rules.config import DiscoveryRule, ResourceRule
 from adapter.rules.resources import (
     NAMESPACES,
+    NODES,
+    PODS,
     GroupResource,
     NoLabelForResourceError,
     ResourceMapper,
@@ -34,8 +36,11 @@ __all__ = [
     "RuleQueryError",
     "SampleMatch",
     "UnsupportedSelectorError",
+    "UsageLabels",
     "build_custom_query",
     "build_external_query",
+    "build_node_usage_query",
+    "build_pod_usage_query",
     "escape_regex",
     "match_samples",
     "selector_matchers",
@@ -226,6 +231,56 @@ def build_external_query(*, rule: DiscoveryRule, mapper: ResourceMapper, series:
         parts.append((Matcher(namespace_label, "=", namespace), _string_body(namespace)))
     return _render(rule.metrics_template, series=series, matchers=[m for m, _ in parts],
                    values_by_name={m.label: v for m, v in parts}, group_by=())
+
+
+@dataclass(frozen=True)
+class UsageLabels:
+    """The labels a resource rule (`resourceRules.cpu`/`.memory`) maps pods, nodes, namespaces
+    and containers to, resolved once from its `resources` and `containerLabel`."""
+
+    pod: str
+    node: str
+    namespace: str
+    container: str
+
+    @classmethod
+    def of(cls, rule: ResourceRule, mapper: ResourceMapper) -> UsageLabels:
+        """Raises RuleQueryError when a resource has no label (checked at start-up)."""
+        container = rule.container_label
+        if container:
+            _checked_label(container, "containers")
+        return cls(pod=_label_for(mapper, PODS), node=_label_for(mapper, NODES),
+                   namespace=_label_for(mapper, NAMESPACES), container=container)
+
+
+def build_pod_usage_query(*, rule: ResourceRule, labels: UsageLabels, namespace: str,
+                          pods: Sequence[str]) -> str:
+    """`containerQuery` for `pods` of one namespace: `<ns>="…",<pod>(=|=~)"…"`, grouped by
+    pod and container (prometheus-adapter.md §9)."""
+    if not pods:
+        raise QueryError("no pods to query for")
+    parts = [(Matcher(labels.namespace, "=", namespace), _string_body(namespace)),
+             _names_matcher(labels.pod, pods)]
+    group_by = [labels.pod, labels.container] if labels.container else [labels.pod]
+    return _render(rule.container_template, series="", matchers=[m for m, _ in parts],
+                   values_by_name={m.label: v for m, v in parts}, group_by=group_by)
+
+
+def build_node_usage_query(*, rule: ResourceRule, labels: UsageLabels,
+                           nodes: Sequence[str]) -> str:
+    """`nodeQuery` for `nodes`: `<node>(=|=~)"…"`, grouped by node; no namespace matcher."""
+    if not nodes:
+        raise QueryError("no nodes to query for")
+    matcher, value = _names_matcher(labels.node, nodes)
+    return _render(rule.node_template, series="", matchers=[matcher],
+                   values_by_name={matcher.label: value}, group_by=[labels.node])
+
+
+def _names_matcher(label: str, names: Sequence[str]) -> tuple[Matcher, str]:
+    if len(names) == 1:
+        return Matcher(label, "=", names[0]), _string_body(names[0])
+    alternation = _alternation(names)
+    return Matcher(label, "=~", alternation), _string_body(alternation)
 
 
 T = TypeVar("T")

@@ -37,6 +37,7 @@ __all__ = [
     "NAMESPACES",
     "NODES",
     "PERSISTENT_VOLUMES",
+    "PODS",
     "CustomMetricKey",
     "GroupResource",
     "LabelTemplate",
@@ -90,6 +91,7 @@ class GroupResource:
 
 NAMESPACES = GroupResource("namespaces")
 NODES = GroupResource("nodes")
+PODS = GroupResource("pods")
 PERSISTENT_VOLUMES = GroupResource("persistentvolumes")
 
 

@@ -114,7 +114,35 @@ async def test_cache_fills_from_one_list_and_selects_in_name_order(
     finally:
         await caches.close()
     assert len(lists(kube)) == 1
-    assert "as=PartialObjectMetadataList" in (lists(kube)[0].header("Accept") or "")
+    # Pods are watched whole (phase and node for metrics.k8s.io); other kinds metadata-only.
+    assert "as=PartialObjectMetadataList" not in (lists(kube)[0].header("Accept") or "")
+
+
+async def test_other_kinds_are_watched_as_metadata_only(kube: FakeKubeAPI,
+                                                        api: KubeHTTP) -> None:
+    kube.create_deployment("web", labels={"app": "web"})
+    caches = make_caches(api)
+    try:
+        assert await caches.select(GroupResource("deployments", "apps"), namespace="default",
+                                   selector=EVERYTHING) == ["web"]
+    finally:
+        await caches.close()
+    (listing,) = [r for r in kube.requests_to("/deployments$") if r.method == "GET"]
+    assert "as=PartialObjectMetadataList" in (listing.header("Accept") or "")
+
+
+async def test_running_pods_keep_phase_and_node(kube: FakeKubeAPI, api: KubeHTTP) -> None:
+    kube.create_pod("web-0", node_name="n1")
+    kube.create_pod("web-1", phase="Pending", node_name="n2")
+    caches = make_caches(api)
+    try:
+        running = await caches.running_pods("default")
+        assert [(p.name, p.node_name, p.phase) for p in running] == [("web-0", "n1", "Running")]
+        assert await caches.running_pod("default", "web-1") is None
+        assert await caches.select(PODS, namespace="default", selector=EVERYTHING) == [
+            "web-0", "web-1"]  # custom metrics select pods of every phase, as upstream
+    finally:
+        await caches.close()
 
 
 async def test_cache_follows_added_modified_deleted(kube: FakeKubeAPI, api: KubeHTTP) -> None:

@@ -1,0 +1,264 @@
+"""`metrics.k8s.io/v1beta1`: query samples to PodMetrics and NodeMetrics, and their JSON.
+
+The assembly is prometheus-adapter's (prometheus-adapter.md §9): a pod missing from either the
+CPU or the memory answer is left out; its samples are grouped into containers by the container
+label; a container in only one answer gets 0 for the other resource; NaN, infinite and negative
+values are 0; CPU is a DecimalSI and memory a BinarySI milli-quantity of `int64(v*1000)`; the
+timestamp is the pod's earliest sample time; the window is `resourceRules.window`. Nodes are
+the same without containers. The JSON is metrics-server's, so `kubectl top` and the HPA read
+it: lists carry items without `kind`/`apiVersion`, a single object carries both, and an object
+without metrics is `404 NotFound` for `podmetrics.metrics.k8s.io` / `nodemetrics.metrics.k8s.io`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from decimal import ROUND_DOWN, Decimal, InvalidOperation, localcontext
+from typing import Any
+
+from adapter.api.groups import RESOURCE_METRICS_GROUP
+from adapter.api.wire import format_timestamp, status_body
+from metricscale.core.quantity import Format, format_milli
+
+__all__ = [
+    "NodeRef",
+    "NodeUsage",
+    "PodRef",
+    "PodUsage",
+    "Sample",
+    "assemble_node_usage",
+    "assemble_pod_usage",
+    "go_duration",
+    "object_not_found",
+    "render_node_metrics",
+    "render_node_metrics_list",
+    "render_pod_metrics",
+    "render_pod_metrics_list",
+    "render_resource_metrics_resource_list",
+    "usage_not_found",
+]
+
+API_VERSION = f"{RESOURCE_METRICS_GROUP}/v1beta1"
+# (labels, Unix seconds as Prometheus wrote them, value as Prometheus wrote it)
+Sample = tuple[Mapping[str, str], Decimal, str]
+_LARGEST_MILLI = 2**63 - 1
+
+
+@dataclass(frozen=True)
+class PodRef:
+    namespace: str
+    name: str
+    labels: Mapping[str, str]
+
+
+@dataclass(frozen=True)
+class NodeRef:
+    name: str
+    labels: Mapping[str, str]
+
+
+@dataclass(frozen=True)
+class ContainerUsage:
+    name: str
+    cpu_milli: int
+    memory_milli: int
+
+
+@dataclass(frozen=True)
+class PodUsage:
+    pod: PodRef
+    timestamp: Decimal
+    containers: tuple[ContainerUsage, ...]
+
+
+@dataclass(frozen=True)
+class NodeUsage:
+    node: NodeRef
+    timestamp: Decimal
+    cpu_milli: int
+    memory_milli: int
+
+
+def usage_milli(value: str) -> int:
+    """`int64(v*1000)` for a sample value, with NaN, infinities and negatives as 0."""
+    try:
+        exact = Decimal(value.strip())
+    except InvalidOperation:
+        return 0
+    if not exact.is_finite() or exact <= 0:
+        return 0
+    with localcontext() as context:
+        context.prec = 60
+        milli = int((exact * 1000).to_integral_value(rounding=ROUND_DOWN))
+    return min(milli, _LARGEST_MILLI)
+
+
+def go_duration(milliseconds: int) -> str:
+    """`time.Duration.String()` of whole milliseconds: `30s`, `5m0s`, `1h0m0s`, `1.5s`."""
+    if milliseconds == 0:
+        return "0s"
+    sign = "-" if milliseconds < 0 else ""
+    total = abs(milliseconds)
+    hours, rest = divmod(total, 3_600_000)
+    minutes, rest = divmod(rest, 60_000)
+    seconds, millis = divmod(rest, 1000)
+    second_text = f"{seconds}.{millis:03d}".rstrip("0") if millis else str(seconds)
+    if hours:
+        return f"{sign}{hours}h{minutes}m{second_text}s"
+    if minutes:
+        return f"{sign}{minutes}m{second_text}s"
+    if seconds:
+        return f"{sign}{second_text}s"
+    return f"{sign}{millis}ms"
+
+
+# --------------------------------------------------------------------------------------------
+# Assembly
+
+
+def _by_pod(samples: Sequence[Sample], *, pod_label: str,
+            container_label: str) -> dict[str, dict[str, tuple[int, Decimal]]]:
+    """pod -> container -> (milli, timestamp); samples without the pod label are dropped."""
+    found: dict[str, dict[str, tuple[int, Decimal]]] = {}
+    for labels, timestamp, value in samples:
+        pod = labels.get(pod_label)
+        if pod is None:
+            continue
+        container = labels.get(container_label, "") if container_label else ""
+        found.setdefault(pod, {})[container] = (usage_milli(value), timestamp)
+    return found
+
+
+def assemble_pod_usage(pods: Sequence[PodRef], *, cpu: Sequence[Sample],
+                       memory: Sequence[Sample], pod_label: str, container_label: str,
+                       ) -> tuple[list[PodUsage], list[PodRef]]:
+    """Pods of one namespace with their usage, and the pods left out (no CPU or no memory)."""
+    cpu_by_pod = _by_pod(cpu, pod_label=pod_label, container_label=container_label)
+    memory_by_pod = _by_pod(memory, pod_label=pod_label, container_label=container_label)
+    usages: list[PodUsage] = []
+    missing: list[PodRef] = []
+    for pod in pods:
+        cpu_containers = cpu_by_pod.get(pod.name)
+        memory_containers = memory_by_pod.get(pod.name)
+        if not cpu_containers or not memory_containers:
+            missing.append(pod)
+            continue
+        names = sorted(cpu_containers.keys() | memory_containers.keys())
+        containers = tuple(ContainerUsage(
+            name, cpu_containers.get(name, (0, Decimal(0)))[0],
+            memory_containers.get(name, (0, Decimal(0)))[0]) for name in names)
+        earliest = min(t for _, t in (*cpu_containers.values(), *memory_containers.values()))
+        usages.append(PodUsage(pod, earliest, containers))
+    return usages, missing
+
+
+def assemble_node_usage(nodes: Sequence[NodeRef], *, cpu: Sequence[Sample],
+                        memory: Sequence[Sample], node_label: str,
+                        ) -> tuple[list[NodeUsage], list[NodeRef]]:
+    """Nodes with their usage, and the nodes left out (no CPU or no memory sample)."""
+    cpu_by_node = {labels[node_label]: (usage_milli(value), timestamp)
+                   for labels, timestamp, value in cpu if node_label in labels}
+    memory_by_node = {labels[node_label]: (usage_milli(value), timestamp)
+                      for labels, timestamp, value in memory if node_label in labels}
+    usages: list[NodeUsage] = []
+    missing: list[NodeRef] = []
+    for node in nodes:
+        cpu_sample = cpu_by_node.get(node.name)
+        memory_sample = memory_by_node.get(node.name)
+        if cpu_sample is None or memory_sample is None:
+            missing.append(node)
+            continue
+        usages.append(NodeUsage(node, min(cpu_sample[1], memory_sample[1]), cpu_sample[0],
+                                memory_sample[0]))
+    return usages, missing
+
+
+# --------------------------------------------------------------------------------------------
+# JSON
+
+
+def _usage(cpu_milli: int, memory_milli: int) -> dict[str, str]:
+    return {"cpu": format_milli(cpu_milli, Format.DECIMAL_SI),
+            "memory": format_milli(memory_milli, Format.BINARY_SI)}
+
+
+def _metadata(name: str, namespace: str | None, labels: Mapping[str, str],
+              now: datetime) -> dict[str, Any]:
+    metadata: dict[str, Any] = {"name": name}
+    if namespace is not None:
+        metadata["namespace"] = namespace
+    if labels:
+        metadata["labels"] = dict(labels)
+    # metrics-server stamps each answer's objects with the time they were made.
+    metadata["creationTimestamp"] = format_timestamp(now)
+    return metadata
+
+
+def _pod_item(usage: PodUsage, *, window: str, now: datetime) -> dict[str, Any]:
+    return {"metadata": _metadata(usage.pod.name, usage.pod.namespace, usage.pod.labels, now),
+            "timestamp": format_timestamp(usage.timestamp), "window": window,
+            "containers": [{"name": c.name, "usage": _usage(c.cpu_milli, c.memory_milli)}
+                           for c in usage.containers]}
+
+
+def _node_item(usage: NodeUsage, *, window: str, now: datetime) -> dict[str, Any]:
+    return {"metadata": _metadata(usage.node.name, None, usage.node.labels, now),
+            "timestamp": format_timestamp(usage.timestamp), "window": window,
+            "usage": _usage(usage.cpu_milli, usage.memory_milli)}
+
+
+def render_pod_metrics(usage: PodUsage, *, window: str, now: datetime) -> dict[str, Any]:
+    return {"kind": "PodMetrics", "apiVersion": API_VERSION,
+            **_pod_item(usage, window=window, now=now)}
+
+
+def render_pod_metrics_list(usages: Sequence[PodUsage], *, window: str,
+                            now: datetime) -> dict[str, Any]:
+    """Items sorted by namespace, then name, as metrics-server sorts them."""
+    ordered = sorted(usages, key=lambda u: (u.pod.namespace, u.pod.name))
+    return {"kind": "PodMetricsList", "apiVersion": API_VERSION, "metadata": {},
+            "items": [_pod_item(u, window=window, now=now) for u in ordered]}
+
+
+def render_node_metrics(usage: NodeUsage, *, window: str, now: datetime) -> dict[str, Any]:
+    return {"kind": "NodeMetrics", "apiVersion": API_VERSION,
+            **_node_item(usage, window=window, now=now)}
+
+
+def render_node_metrics_list(usages: Sequence[NodeUsage], *, window: str,
+                             now: datetime) -> dict[str, Any]:
+    ordered = sorted(usages, key=lambda u: u.node.name)
+    return {"kind": "NodeMetricsList", "apiVersion": API_VERSION, "metadata": {},
+            "items": [_node_item(u, window=window, now=now) for u in ordered]}
+
+
+def render_resource_metrics_resource_list() -> dict[str, Any]:
+    """metrics-server's APIResourceList for metrics.k8s.io/v1beta1."""
+    return {"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": API_VERSION,
+            "resources": [
+                {"name": "nodes", "singularName": "", "namespaced": False, "kind": "NodeMetrics",
+                 "verbs": ["get", "list"]},
+                {"name": "pods", "singularName": "", "namespaced": True, "kind": "PodMetrics",
+                 "verbs": ["get", "list"]}]}
+
+
+def _not_found(group: str, resource: str, name: str) -> dict[str, Any]:
+    qualified = f"{resource}.{group}" if group else resource
+    return status_body(code=404, reason="NotFound", message=f'{qualified} "{name}" not found',
+                       details={"name": name, **({"group": group} if group else {}),
+                                "kind": resource})
+
+
+def object_not_found(kind: str, name: str) -> dict[str, Any]:
+    """The pod or node is not (or not a running pod): `pods "web-1" not found`."""
+    return _not_found("", kind, name)
+
+
+def usage_not_found(kind: str, *, namespace: str | None, name: str) -> dict[str, Any]:
+    """The object exists but has no metrics: `podmetrics.metrics.k8s.io "ns/web-1" not found`,
+    as metrics-server answers."""
+    resource = "podmetrics" if kind == "pods" else "nodemetrics"
+    shown = f"{namespace}/{name}" if namespace is not None else name
+    return _not_found(RESOURCE_METRICS_GROUP, resource, shown)

@@ -1,0 +1,265 @@
+"""Answering `metrics.k8s.io/v1beta1` (resource metrics: `kubectl top`, CPU and memory HPAs).
+
+Objects come from the watch-fed caches (running pods, nodes): nothing is LISTed per request.
+Pods are grouped by namespace and each namespace's CPU and memory `containerQuery` run in
+parallel; nodes take one CPU and one memory `nodeQuery` for all of them (prometheus-adapter.md
+§9, the same PromQL, with values escaped as for the custom metrics). Where upstream drops what
+it cannot serve without a word, here a list says in a `Warning` header how many objects were
+left out and why, a single object without metrics is metrics-server's 404 (with the reason in
+a `Warning`), and an unreachable Prometheus is a 503, so an autoscaler holds instead of acting
+on a partial answer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime
+from typing import Protocol, TypeVar
+
+from adapter.api.routes import ResourceMetricsRoute
+from adapter.api.usage import (
+    NodeRef,
+    PodRef,
+    PodUsage,
+    Sample,
+    assemble_node_usage,
+    assemble_pod_usage,
+    go_duration,
+    object_not_found,
+    render_node_metrics,
+    render_node_metrics_list,
+    render_pod_metrics,
+    render_pod_metrics_list,
+    usage_not_found,
+)
+from adapter.api.wire import internal_error, service_unavailable
+from adapter.http.handlers import Answer, ApiError, QueryBackend
+from adapter.kube.objects import KubeCacheFailed, PodMeta
+from adapter.prometheus.client import (
+    PrometheusError,
+    PrometheusUnavailable,
+    Scalar,
+    UnexpectedResultType,
+)
+from adapter.rules.config import ResourceRule, ResourceRules
+from adapter.rules.query import (
+    UsageLabels,
+    build_node_usage_query,
+    build_pod_usage_query,
+)
+from adapter.rules.resources import ResourceMapper, builtin_catalog
+from metricscale.kube.errors import KubeUnavailable
+from metricscale.kube.informer import ObjectMeta
+
+__all__ = ["ResourceMetricsService", "UsageObjects", "usage_labels"]
+
+logger = logging.getLogger(__name__)
+
+_RETRY_AFTER_SECONDS = 5
+# Namespaces queried at once for an all-namespaces pod list (two queries each).
+_CONCURRENT_NAMESPACES = 16
+
+T = TypeVar("T")
+
+
+class UsageObjects(Protocol):
+    """Running pods and nodes (adapter.kube.objects.ObjectCaches has this shape)."""
+
+    async def running_pods(self, namespace: str | None) -> list[PodMeta]: ...
+
+    async def running_pod(self, namespace: str, name: str) -> PodMeta | None: ...
+
+    async def nodes(self) -> list[ObjectMeta]: ...
+
+    async def node(self, name: str) -> ObjectMeta | None: ...
+
+
+def usage_labels(rule: ResourceRule) -> UsageLabels:
+    """The labels of one resource rule (raises RuleQueryError: checked at start-up)."""
+    mapper = ResourceMapper.build(template=rule.resources.label_template,
+                                  overrides=rule.resources.overrides,
+                                  catalog=builtin_catalog())
+    return UsageLabels.of(rule, mapper)
+
+
+def _pod_fields(pod: PodMeta) -> dict[str, str]:
+    return {"metadata.name": pod.name, "metadata.namespace": pod.namespace,
+            "spec.nodeName": pod.node_name, "status.phase": pod.phase}
+
+
+class ResourceMetricsService:
+    """Answers metrics.k8s.io requests from `resourceRules`."""
+
+    def __init__(self, *, rules: ResourceRules, objects: UsageObjects, backend: QueryBackend,
+                 clock: Callable[[], float]) -> None:
+        self._rules = rules
+        self._cpu = usage_labels(rules.cpu)
+        self._memory = usage_labels(rules.memory)
+        self._objects = objects
+        self._backend = backend
+        self._clock = clock
+        self._window = go_duration(rules.window_milliseconds)
+
+    async def answer(self, route: ResourceMetricsRoute) -> Answer:
+        if route.kind == "nodes":
+            return await self._nodes(route)
+        return await self._pods(route)
+
+    # -- pods ----------------------------------------------------------------------------
+
+    async def _pods(self, route: ResourceMetricsRoute) -> Answer:
+        if route.name is not None:
+            assert route.namespace is not None
+            pod = await self._cached(self._objects.running_pod(route.namespace, route.name))
+            if pod is None:
+                raise ApiError(object_not_found("pods", route.name))
+            pods = [pod]
+        else:
+            candidates = await self._cached(self._objects.running_pods(route.namespace))
+            pods = sorted((p for p in candidates if route.label_selector.matches(p.labels)
+                           and route.field_selector.matches(_pod_fields(p))),
+                          key=lambda p: (p.namespace, p.name))
+        by_namespace: dict[str, list[PodRef]] = {}
+        for pod in pods:
+            by_namespace.setdefault(pod.namespace, []).append(
+                PodRef(pod.namespace, pod.name, pod.labels))
+        limit = asyncio.Semaphore(_CONCURRENT_NAMESPACES)
+        at = self._clock()
+
+        async def namespace_usage(namespace: str, refs: list[PodRef]
+                                  ) -> tuple[list[PodUsage], list[PodRef], int, int]:
+            names = [ref.name for ref in refs]
+            async with limit:
+                cpu, memory = await asyncio.gather(
+                    self._query(build_pod_usage_query(rule=self._rules.cpu, labels=self._cpu,
+                                                      namespace=namespace, pods=names),
+                                at=at, what="resourceRules.cpu.containerQuery"),
+                    self._query(build_pod_usage_query(rule=self._rules.memory,
+                                                      labels=self._memory,
+                                                      namespace=namespace, pods=names),
+                                at=at, what="resourceRules.memory.containerQuery"))
+            usages, missing = assemble_pod_usage(
+                refs, cpu=cpu, memory=memory, pod_label=self._cpu.pod,
+                container_label=self._cpu.container)
+            cpu_pods = {labels.get(self._cpu.pod) for labels, _, _ in cpu}
+            memory_pods = {labels.get(self._memory.pod) for labels, _, _ in memory}
+            no_cpu = sum(1 for ref in missing if ref.name not in cpu_pods)
+            no_memory = sum(1 for ref in missing if ref.name not in memory_pods)
+            return usages, missing, no_cpu, no_memory
+
+        results = await asyncio.gather(*(namespace_usage(ns, refs)
+                                         for ns, refs in by_namespace.items()))
+        usages = [u for found, _, _, _ in results for u in found]
+        missing = [ref for _, gone, _, _ in results for ref in gone]
+        why = _missing_reason(sum(r[2] for r in results), sum(r[3] for r in results),
+                              query="containerQuery")
+        now = datetime.fromtimestamp(at, tz=UTC)
+        if route.name is not None:
+            if not usages:
+                logger.info("pod %s/%s has no metrics: %s", route.namespace, route.name, why)
+                raise ApiError(usage_not_found("pods", namespace=route.namespace,
+                                               name=route.name), warnings=(why,))
+            return Answer(render_pod_metrics(usages[0], window=self._window, now=now))
+        body = render_pod_metrics_list(usages, window=self._window, now=now)
+        if not missing:
+            return Answer(body)
+        warning = f"{len(missing)} of {len(pods)} running pods have no metrics: {why}"
+        logger.info("%s (first: %s/%s)", warning, missing[0].namespace, missing[0].name)
+        return Answer(body, warnings=(warning,))
+
+    # -- nodes ---------------------------------------------------------------------------
+
+    async def _nodes(self, route: ResourceMetricsRoute) -> Answer:
+        if route.name is not None:
+            node = await self._cached(self._objects.node(route.name))
+            if node is None:
+                raise ApiError(object_not_found("nodes", route.name))
+            nodes = [node]
+        else:
+            candidates = await self._cached(self._objects.nodes())
+            nodes = sorted((n for n in candidates if route.label_selector.matches(n.labels)
+                            and route.field_selector.matches({"metadata.name": n.name})),
+                           key=lambda n: n.name)
+        refs = [NodeRef(node.name, node.labels) for node in nodes]
+        at = self._clock()
+        now = datetime.fromtimestamp(at, tz=UTC)
+        if not refs:
+            return Answer(render_node_metrics_list([], window=self._window, now=now))
+        names = [ref.name for ref in refs]
+        cpu, memory = await asyncio.gather(
+            self._query(build_node_usage_query(rule=self._rules.cpu, labels=self._cpu,
+                                               nodes=names),
+                        at=at, what="resourceRules.cpu.nodeQuery"),
+            self._query(build_node_usage_query(rule=self._rules.memory, labels=self._memory,
+                                               nodes=names),
+                        at=at, what="resourceRules.memory.nodeQuery"))
+        usages, missing = assemble_node_usage(refs, cpu=cpu, memory=memory,
+                                              node_label=self._cpu.node)
+        cpu_nodes = {labels.get(self._cpu.node) for labels, _, _ in cpu}
+        memory_nodes = {labels.get(self._memory.node) for labels, _, _ in memory}
+        why = _missing_reason(sum(1 for r in missing if r.name not in cpu_nodes),
+                              sum(1 for r in missing if r.name not in memory_nodes),
+                              query="nodeQuery", label=self._cpu.node)
+        if route.name is not None:
+            if not usages:
+                logger.info("node %s has no metrics: %s", route.name, why)
+                raise ApiError(usage_not_found("nodes", namespace=None, name=route.name),
+                               warnings=(why,))
+            return Answer(render_node_metrics(usages[0], window=self._window, now=now))
+        body = render_node_metrics_list(usages, window=self._window, now=now)
+        if not missing:
+            return Answer(body)
+        warning = f"{len(missing)} of {len(refs)} nodes have no metrics: {why}"
+        logger.info("%s (first: %s)", warning, missing[0].name)
+        return Answer(body, warnings=(warning,))
+
+    # -- I/O -----------------------------------------------------------------------------
+
+    @staticmethod
+    async def _cached(call: Awaitable[T]) -> T:
+        try:
+            return await call
+        except KubeUnavailable as error:
+            logger.warning("cannot read the object caches: %s", error)
+            raise ApiError(service_unavailable(
+                message=f"unable to list objects: {error}",
+                retry_after_seconds=_RETRY_AFTER_SECONDS)) from None
+        except KubeCacheFailed as error:
+            logger.error("cannot read the object caches: %s", error)
+            raise ApiError(internal_error("unable to list objects")) from None
+
+    async def _query(self, promql: str, *, at: float, what: str) -> list[Sample]:
+        try:
+            result = await self._backend.query(promql, at=at)
+        except PrometheusUnavailable as error:
+            logger.warning("%s: Prometheus unavailable: %s (%s)", what, error, error.detail)
+            raise ApiError(service_unavailable(
+                message=f"unable to fetch metrics: {error}",
+                retry_after_seconds=_RETRY_AFTER_SECONDS)) from None
+        except UnexpectedResultType as error:
+            logger.warning("%s: %s: %s", what, error, promql)
+            raise ApiError(internal_error(f"unable to fetch metrics: {error}")) from None
+        except PrometheusError as error:
+            logger.warning("%s: the query failed: %s (%s); query: %s", what, error,
+                           error.detail, promql)
+            raise ApiError(internal_error(f"unable to fetch metrics: the {what} failed")) \
+                from None
+        if isinstance(result, Scalar):
+            logger.warning("%s returned a scalar; it must return a vector: %s", what, promql)
+            raise ApiError(internal_error(f"unable to fetch metrics: the {what} returned a "
+                                          "scalar"))
+        return [(s.labels, s.timestamp, s.value) for s in result.samples]
+
+
+def _missing_reason(no_cpu: int, no_memory: int, *, query: str, label: str = "") -> str:
+    parts = []
+    if no_cpu:
+        parts.append(f"{no_cpu} without a CPU sample (resourceRules.cpu.{query})")
+    if no_memory:
+        parts.append(f"{no_memory} without a memory sample (resourceRules.memory.{query})")
+    reason = "; ".join(parts) or "no samples"
+    if label:
+        reason += f"; the node name is read from the label {label!r}"
+    return reason
