@@ -10,5 +10,10 @@ if podman image exists "$IMAGE"; then
 fi
 tarball="$(mktemp --suffix=.tar)"
 trap 'rm -f "$tarball"' EXIT
-mmdebstrap --variant=minbase bookworm "$tarball"
+# Documentation, manuals and translations are excluded by dpkg, here and in every later install.
+mmdebstrap --variant=minbase \
+  --dpkgopt='path-exclude=/usr/share/doc/*' --dpkgopt='path-include=/usr/share/doc/*/copyright' \
+  --dpkgopt='path-exclude=/usr/share/man/*' --dpkgopt='path-exclude=/usr/share/info/*' \
+  --dpkgopt='path-exclude=/usr/share/locale/*' \
+  bookworm "$tarball"
 podman import "$tarball" "$IMAGE"
