@@ -1,0 +1,250 @@
+"""metrics.k8s.io/v1beta1 over HTTPS against a real Prometheus and the fake API server: discovery,
+pod and node lists and single objects, label and field selectors, running pods only, objects
+without metrics (Warning on lists, metrics-server's 404 on single objects), and the group
+absent without resourceRules."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+import pytest_asyncio
+
+from tests.adapter.test_server_harness import (
+    HPA_ACCEPT,
+    RFC3339_SECONDS,
+    RunningAdapter,
+    running_adapter,
+    wait_for_series,
+)
+from tests.fakes.exporter import Exporter
+from tests.fakes.kube_api import FakeKubeAPI
+from tests.fakes.prometheus import ExporterPool, PrometheusServer
+
+pytestmark = [pytest.mark.prometheus, pytest.mark.asyncio(loop_scope="module")]
+
+BASE = "/apis/metrics.k8s.io/v1beta1"
+
+# Gauges instead of cAdvisor's counters, so values are exact (the default rules' rate() is
+# exercised end to end in tests/e2e).
+CONFIG = """
+rules: []
+resourceRules:
+  cpu:
+    containerQuery: 'sum(rapi_cpu{{<<.LabelMatchers>>,job="{job}"}}) by (<<.GroupBy>>)'
+    nodeQuery: 'sum(rapi_node_cpu{{<<.LabelMatchers>>,job="{job}"}}) by (<<.GroupBy>>)'
+    resources:
+      overrides:
+        namespace: {{resource: namespace}}
+        pod: {{resource: pod}}
+        node: {{resource: node}}
+    containerLabel: container
+  memory:
+    containerQuery: 'sum(rapi_memory{{<<.LabelMatchers>>,job="{job}"}}) by (<<.GroupBy>>)'
+    nodeQuery: 'sum(rapi_node_memory{{<<.LabelMatchers>>,job="{job}"}}) by (<<.GroupBy>>)'
+    resources:
+      overrides:
+        namespace: {{resource: namespace}}
+        pod: {{resource: pod}}
+        node: {{resource: node}}
+    containerLabel: container
+  window: 1m
+"""
+
+# (namespace, pod, node, phase, labels): cpu/memory per container below
+PODS = [("shop", "web-0", "n1", "Running", {"app": "web"}),
+        ("shop", "web-1", "n2", "Running", {"app": "web"}),
+        ("shop", "db-0", "n1", "Running", {"app": "db"}),
+        ("shop", "nomem-0", "n2", "Running", {"app": "nomem"}),
+        ("shop", "pending-0", "n1", "Pending", {"app": "web"}),
+        ("other", "api-0", "n2", "Running", {"app": "api"})]
+CPU = {("shop", "web-0", "app"): 0.25, ("shop", "web-0", "sidecar"): 0.0123,
+       ("shop", "web-1", "app"): 1.5, ("shop", "db-0", "db"): 0.5,
+       ("shop", "nomem-0", "app"): 0.1, ("shop", "pending-0", "app"): 9,
+       ("other", "api-0", "app"): 0.003}
+MEMORY = {("shop", "web-0", "app"): 1048576, ("shop", "web-1", "app"): 2097152,
+          ("shop", "db-0", "db"): 1000000, ("shop", "pending-0", "app"): 1,
+          ("other", "api-0", "app"): 0}
+NODES = {"n1": (2.0, 4294967296), "n2": (0.5, 1073741824), "n3": (1.0, None)}
+
+
+@dataclass
+class World:
+    adapter: RunningAdapter
+    exporter: Exporter
+    kube: FakeKubeAPI
+
+
+def _node(name: str) -> dict[str, Any]:
+    return {"apiVersion": "v1", "kind": "Node",
+            "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name}},
+            "status": {"capacity": {"cpu": "4", "memory": "8Gi", "pods": "110"},
+                       "allocatable": {"cpu": "4", "memory": "8Gi", "pods": "110"}}}
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def world(prometheus: PrometheusServer, exporter_pool: ExporterPool,
+                tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[World]:
+    workdir = tmp_path_factory.mktemp("resource-api")
+    with exporter_pool.exporter() as exporter:
+        for (namespace, pod, container), value in CPU.items():
+            exporter.set("rapi_cpu", {"namespace": namespace, "pod": pod,
+                                      "container": container}, value, type="gauge")
+        for (namespace, pod, container), value in MEMORY.items():
+            exporter.set("rapi_memory", {"namespace": namespace, "pod": pod,
+                                         "container": container}, value, type="gauge")
+        for node, (cpu, memory) in NODES.items():
+            exporter.set("rapi_node_cpu", {"node": node}, cpu, type="gauge")
+            if memory is not None:
+                exporter.set("rapi_node_memory", {"node": node}, memory, type="gauge")
+        await wait_for_series(prometheus, f'{{job="{exporter.job}",__name__=~"rapi_.*"}}',
+                              len(CPU) + len(MEMORY) + 5)
+        async with FakeKubeAPI(workdir=workdir / "kube") as kube:
+            for namespace, pod, node, phase, labels in PODS:
+                kube.create_pod(pod, namespace=namespace, labels=labels, node_name=node,
+                                phase=phase)
+            for node in NODES:
+                kube.create("", "v1", "nodes", _node(node))
+            async with running_adapter(
+                    workdir=workdir / "adapter", config_text=CONFIG.format(job=exporter.job),
+                    prometheus_url=prometheus.url,
+                    kubeconfig=kube.write_kubeconfig(workdir / "kubeconfig")) as adapter:
+                yield World(adapter, exporter, kube)
+
+
+def _names(body: dict[str, Any]) -> list[tuple[str, str]]:
+    return [(item["metadata"].get("namespace", ""), item["metadata"]["name"])
+            for item in body["items"]]
+
+
+async def test_discovery_lists_the_group_and_its_two_resources(world: World) -> None:
+    groups = (await world.adapter.get("/apis")).json()
+    assert [g["name"] for g in groups["groups"]] == [
+        "custom.metrics.k8s.io", "external.metrics.k8s.io", "metrics.k8s.io"]
+    group = (await world.adapter.get("/apis/metrics.k8s.io")).json()
+    assert group["preferredVersion"] == {"groupVersion": "metrics.k8s.io/v1beta1",
+                                         "version": "v1beta1"}
+    resources = (await world.adapter.get(BASE)).json()
+    assert resources == {
+        "kind": "APIResourceList", "apiVersion": "v1", "groupVersion": "metrics.k8s.io/v1beta1",
+        "resources": [
+            {"name": "nodes", "singularName": "", "namespaced": False, "kind": "NodeMetrics",
+             "verbs": ["get", "list"]},
+            {"name": "pods", "singularName": "", "namespaced": True, "kind": "PodMetrics",
+             "verbs": ["get", "list"]}]}
+
+
+async def test_a_namespace_lists_its_running_pods_with_container_usage(world: World) -> None:
+    reply = await world.adapter.get(f"{BASE}/namespaces/shop/pods", accept=HPA_ACCEPT)
+    assert reply.status == 200, reply
+    body = reply.json()
+    assert body["kind"] == "PodMetricsList" and body["apiVersion"] == "metrics.k8s.io/v1beta1"
+    # Sorted by name; pending-0 is not running; nomem-0 has no memory series.
+    assert _names(body) == [("shop", "db-0"), ("shop", "web-0"), ("shop", "web-1")]
+    web0 = body["items"][1]
+    assert web0["metadata"]["labels"] == {"app": "web"}
+    assert re.match(RFC3339_SECONDS, web0["metadata"]["creationTimestamp"])
+    assert re.match(RFC3339_SECONDS, web0["timestamp"])
+    assert web0["window"] == "1m0s"
+    assert web0["containers"] == [
+        {"name": "app", "usage": {"cpu": "250m", "memory": "1Mi"}},
+        {"name": "sidecar", "usage": {"cpu": "12m", "memory": "0"}}]
+    assert body["items"][0]["containers"] == [
+        {"name": "db", "usage": {"cpu": "500m", "memory": "1000000"}}]
+    assert reply.headers["Warning"] == (
+        '299 - "1 of 4 running pods have no metrics: 1 without a memory sample '
+        '(resourceRules.memory.containerQuery)"')
+
+
+async def test_label_and_field_selectors_narrow_the_list(world: World) -> None:
+    web = (await world.adapter.get(f"{BASE}/namespaces/shop/pods?labelSelector=app%3Dweb")).json()
+    assert _names(web) == [("shop", "web-0"), ("shop", "web-1")]
+    on_n2 = (await world.adapter.get(f"{BASE}/pods?fieldSelector=spec.nodeName%3Dn2")).json()
+    assert _names(on_n2) == [("other", "api-0"), ("shop", "web-1")]
+    named = (await world.adapter.get(
+        f"{BASE}/pods?fieldSelector=metadata.name%3Dapi-0,metadata.namespace%3Dother")).json()
+    assert _names(named) == [("other", "api-0")]
+    everywhere = (await world.adapter.get(f"{BASE}/pods")).json()
+    assert _names(everywhere) == [("other", "api-0"), ("shop", "db-0"), ("shop", "web-0"),
+                                  ("shop", "web-1")]
+    assert everywhere["items"][0]["containers"][0]["usage"] == {"cpu": "3m", "memory": "0"}
+
+
+async def test_a_single_pod_is_podmetrics_or_metrics_servers_404(world: World) -> None:
+    reply = await world.adapter.get(f"{BASE}/namespaces/shop/pods/web-1")
+    assert reply.status == 200, reply
+    body = reply.json()
+    assert body["kind"] == "PodMetrics" and body["metadata"]["name"] == "web-1"
+    assert body["containers"] == [{"name": "app", "usage": {"cpu": "1500m", "memory": "2Mi"}}]
+    missing = await world.adapter.get(f"{BASE}/namespaces/shop/pods/nomem-0")
+    assert missing.status == 404
+    assert missing.json()["message"] == 'podmetrics.metrics.k8s.io "shop/nomem-0" not found'
+    assert "without a memory sample" in missing.headers["Warning"]
+    for name in ("pending-0", "ghost"):  # not running, or no such pod
+        gone = await world.adapter.get(f"{BASE}/namespaces/shop/pods/{name}")
+        assert gone.status == 404
+        assert gone.json()["message"] == f'pods "{name}" not found'
+
+
+async def test_nodes_and_a_single_node(world: World) -> None:
+    reply = await world.adapter.get(f"{BASE}/nodes")
+    body = reply.json()
+    assert body["kind"] == "NodeMetricsList"
+    assert [(i["metadata"]["name"], i["usage"]) for i in body["items"]] == [
+        ("n1", {"cpu": "2", "memory": "4Gi"}), ("n2", {"cpu": "500m", "memory": "1Gi"})]
+    assert body["items"][0]["metadata"]["labels"] == {"kubernetes.io/hostname": "n1"}
+    assert "1 of 3 nodes have no metrics: 1 without a memory sample" in reply.headers["Warning"]
+    one = (await world.adapter.get(f"{BASE}/nodes/n2")).json()
+    assert one["kind"] == "NodeMetrics" and one["usage"]["cpu"] == "500m"
+    n3 = await world.adapter.get(f"{BASE}/nodes/n3")
+    assert n3.status == 404
+    assert n3.json()["message"] == 'nodemetrics.metrics.k8s.io "n3" not found'
+    ghost = await world.adapter.get(f"{BASE}/nodes/ghost")
+    assert ghost.json()["message"] == 'nodes "ghost" not found'
+    labelled = (await world.adapter.get(
+        f"{BASE}/nodes?labelSelector=kubernetes.io%2Fhostname%3Dn2")).json()
+    assert [i["metadata"]["name"] for i in labelled["items"]] == ["n2"]
+
+
+async def test_selector_mistakes_are_400(world: World) -> None:
+    reply = await world.adapter.get(f"{BASE}/pods?fieldSelector=spec.hostname%3Dx")
+    assert reply.status == 400 and reply.json()["reason"] == "BadRequest"
+    bad_labels = await world.adapter.get(f"{BASE}/pods?labelSelector=a%20in")
+    assert bad_labels.status == 400 and bad_labels.json()["reason"] == "BadRequest"
+
+
+async def test_the_queries_use_the_rules_templates(world: World) -> None:
+    seen: list[str] = []
+    client = world.adapter.prometheus
+    original = client.query
+
+    async def spy(promql: str, **kwargs: Any) -> Any:
+        seen.append(promql)
+        return await original(promql, **kwargs)
+
+    client.query = spy  # type: ignore[method-assign]
+    try:
+        await world.adapter.get(f"{BASE}/namespaces/shop/pods?labelSelector=app%3Dweb")
+    finally:
+        client.query = original  # type: ignore[method-assign]
+    job = world.exporter.job
+    assert sorted(seen) == sorted([
+        f'sum(rapi_cpu{{namespace="shop",pod=~"web-0|web-1",job="{job}"}}) by (pod,container)',
+        f'sum(rapi_memory{{namespace="shop",pod=~"web-0|web-1",job="{job}"}}) '
+        "by (pod,container)"])
+
+
+async def test_without_resource_rules_the_group_is_not_served(
+        prometheus: PrometheusServer, tmp_path_factory: pytest.TempPathFactory) -> None:
+    workdir = tmp_path_factory.mktemp("no-resource-rules")
+    async with FakeKubeAPI(workdir=workdir / "kube") as kube, running_adapter(
+            workdir=workdir / "adapter", config_text="rules: []\n",
+            prometheus_url=prometheus.url,
+            kubeconfig=kube.write_kubeconfig(workdir / "kubeconfig")) as adapter:
+        groups = (await adapter.get("/apis")).json()
+        assert "metrics.k8s.io" not in [g["name"] for g in groups["groups"]]
+        reply = await adapter.get(f"{BASE}/nodes")
+        assert reply.status == 404
