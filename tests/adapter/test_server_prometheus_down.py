@@ -32,9 +32,24 @@ externalRules:
     overrides:
       namespace: {resource: namespace}
   metricsQuery: 'sum(<<.Series>>{<<.LabelMatchers>>}) by (queue)'
+resourceRules:
+  cpu:
+    containerQuery: 'sum(down_cpu{<<.LabelMatchers>>}) by (<<.GroupBy>>)'
+    nodeQuery: 'sum(down_cpu{<<.LabelMatchers>>}) by (<<.GroupBy>>)'
+    resources: {overrides: {namespace: {resource: namespace}, pod: {resource: pod},
+                            node: {resource: node}}}
+    containerLabel: container
+  memory:
+    containerQuery: 'sum(down_memory{<<.LabelMatchers>>}) by (<<.GroupBy>>)'
+    nodeQuery: 'sum(down_memory{<<.LabelMatchers>>}) by (<<.GroupBy>>)'
+    resources: {overrides: {namespace: {resource: namespace}, pod: {resource: pod},
+                            node: {resource: node}}}
+    containerLabel: container
+  window: 1m
 """
 POD_METRIC = "/apis/custom.metrics.k8s.io/v1beta2/namespaces/shop/pods/web-0/down_requests"
 EXTERNAL_METRIC = "/apis/external.metrics.k8s.io/v1beta1/namespaces/shop/down_queue"
+POD_USAGE = "/apis/metrics.k8s.io/v1beta1/namespaces/shop/pods"
 
 
 @dataclass
@@ -50,8 +65,11 @@ def private_prometheus(prometheus_binary: str) -> Iterator[PrometheusServer]:
     with PrometheusServer(binary=prometheus_binary) as server, Exporter() as exporter:
         exporter.set("down_requests", {"namespace": "shop", "pod": "web-0"}, 3)
         exporter.set("down_queue", {"namespace": "shop", "queue": "q"}, 8)
+        usage = {"namespace": "shop", "pod": "web-0", "container": "app"}
+        exporter.set("down_cpu", usage, 0.5)
+        exporter.set("down_memory", usage, 1024)
         server.add_target(exporter)
-        server.wait_for('{__name__=~"down_.*"}', lambda samples: len(samples) == 2, timeout=30)
+        server.wait_for('{__name__=~"down_.*"}', lambda samples: len(samples) == 4, timeout=30)
         yield server
 
 
@@ -69,7 +87,7 @@ async def world(private_prometheus: PrometheusServer,
 async def adapter(world: World) -> AsyncIterator[RunningAdapter]:
     if not world.prometheus.running:
         world.prometheus.start()
-    await wait_for_series(world.prometheus, '{__name__=~"down_.*"}', 2)
+    await wait_for_series(world.prometheus, '{__name__=~"down_.*"}', 4)
     async with running_adapter(workdir=world.workdir / "adapter", config_text=CONFIG,
                                prometheus_url=world.prometheus.url,
                                kubeconfig=world.kube.write_kubeconfig(
@@ -86,8 +104,10 @@ def assert_safe(body_text: str, prometheus: PrometheusServer) -> None:
 async def test_requests_while_prometheus_is_down_are_503_status(
         world: World, adapter: RunningAdapter) -> None:
     assert (await adapter.get(POD_METRIC)).status == 200
+    assert (await adapter.get(POD_USAGE)).json()["items"][0]["containers"] == [
+        {"name": "app", "usage": {"cpu": "500m", "memory": "1Ki"}}]
     world.prometheus.stop()
-    for path in (POD_METRIC, EXTERNAL_METRIC):
+    for path in (POD_METRIC, EXTERNAL_METRIC, POD_USAGE, f"{POD_USAGE}/web-0"):
         reply = await adapter.get(path)
         assert reply.status == 503, reply
         body = reply.json()
