@@ -29,6 +29,7 @@ from autoscaler.decision.settings import Settings
 from autoscaler.server import AutoscalerServer, Options
 from metricscale import pki
 from metricscale.core.selectors import parse_selector
+from tests.fakes.cadvisor import CAdvisor
 from tests.fakes.exporter import Exporter
 from tests.fakes.kube_api import FakeKubeAPI
 
@@ -214,6 +215,25 @@ def exporter_publisher(exporter: Exporter, metric: str) -> Callable[[dict[str, D
 
 # --------------------------------------------------------------------------------------------
 # A metrics API of the test's own, behind the fake's aggregator
+
+
+def cadvisor_publisher(cadvisor: CAdvisor, *, node: str = "node-1", memory: int = 64 << 20,
+                       sidecar_cpu: float | None = None,
+                       ) -> Callable[[dict[str, Decimal]], None]:
+    """Publish per-pod CPU use (cores) as cAdvisor's series of container `app` (plus a
+    `sidecar` container using `sidecar_cpu` cores, when given); pods gone lose their series."""
+
+    def publish(values: dict[str, Decimal]) -> None:
+        for namespace, pod in cadvisor.pods():
+            if namespace == NS and pod not in values:
+                cadvisor.remove_pod(namespace, pod)
+        for pod, cores in values.items():
+            cadvisor.set_container(NS, pod, "app", node=node, cpu=float(cores), memory=memory)
+            if sidecar_cpu is not None:
+                cadvisor.set_container(NS, pod, "sidecar", node=node, cpu=sidecar_cpu,
+                                       memory=memory // 4)
+
+    return publish
 
 
 def _quantity(value: Decimal) -> str:

@@ -96,7 +96,7 @@ async def world(prometheus: PrometheusServer, exporter_pool: ExporterPool,
                                        memory=memory)
         async with cadvisor, FakeKubeAPI(workdir=workdir / "kube",
                                          availability_max_backoff=0.5) as kube:
-            for namespace, pod, node, containers in PODS:
+            for namespace, pod, node, _ in PODS:
                 kube.create_pod(pod, namespace=namespace, node_name=node, labels={"app": pod})
             kube.create_pod("done-0", namespace="top-a", node_name="top-n1", phase="Succeeded")
             for node in NODES:
