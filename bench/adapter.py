@@ -494,10 +494,208 @@ def discovery_part(*, metrics: int, series_per_metric: int, workdir: Path) -> di
 
 
 # --------------------------------------------------------------------------------------------
+# Part 3: resource metrics (metrics.k8s.io: kubectl top)
+
+
+RESOURCE_CONFIG = """
+rules: []
+resourceRules:
+  cpu:
+    containerQuery: 'sum(bench_cpu{<<.LabelMatchers>>}) by (<<.GroupBy>>)'
+    nodeQuery: 'sum(bench_node_cpu{<<.LabelMatchers>>}) by (<<.GroupBy>>)'
+    resources:
+      overrides:
+        node: {resource: node}
+        namespace: {resource: namespace}
+        pod: {resource: pod}
+    containerLabel: container
+  memory:
+    containerQuery: 'sum(bench_memory{<<.LabelMatchers>>}) by (<<.GroupBy>>)'
+    nodeQuery: 'sum(bench_node_memory{<<.LabelMatchers>>}) by (<<.GroupBy>>)'
+    resources:
+      overrides:
+        node: {resource: node}
+        namespace: {resource: namespace}
+        pod: {resource: pod}
+    containerLabel: container
+  window: 1m
+"""
+RESOURCE_NAMESPACE = "res"
+
+
+def _resource_pods(*, pods: int, top_pods: int, top_namespaces: int) -> list[tuple[str, str]]:
+    """(namespace, pod): `pods` in RESOURCE_NAMESPACE and the rest of `top_pods` spread over
+    `top_namespaces` - 1 others (the all-namespaces list then holds `top_pods` in all)."""
+    placed = [(RESOURCE_NAMESPACE, f"pod-{index:04d}") for index in range(pods)]
+    others = max(1, top_namespaces - 1)
+    placed += [(f"top-{index % others:03d}", f"pod-{index:05d}")
+               for index in range(max(0, top_pods - pods))]
+    return placed
+
+
+def _direct_usage_promql(names: list[str]) -> tuple[str, str]:
+    """The CPU and memory containerQuery the adapter sends, built by the adapter's own code."""
+    from adapter.http.usage import usage_labels
+    from adapter.rules.config import parse_config
+    from adapter.rules.query import build_pod_usage_query
+
+    rules = parse_config(RESOURCE_CONFIG).resource_rules
+    assert rules is not None
+    cpu, memory = (build_pod_usage_query(rule=rule, labels=usage_labels(rule),
+                                         namespace=RESOURCE_NAMESPACE, pods=sorted(names))
+                   for rule in (rules.cpu, rules.memory))
+    return cpu, memory
+
+
+async def _run_timed(*command: str) -> float:
+    started = time.perf_counter()
+    process = await asyncio.create_subprocess_exec(
+        *command, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+    _, stderr = await process.communicate()
+    elapsed = time.perf_counter() - started
+    if process.returncode != 0:
+        raise RuntimeError(f"{command[0]} failed: {stderr.decode()[:500]}")
+    return elapsed
+
+
+async def resource_part(*, pods: int, top_pods: int, top_namespaces: int, requests: int,
+                        top_runs: int, workdir: Path) -> dict[str, Any]:
+    import shutil
+    from datetime import timedelta
+
+    from metricscale import pki
+    from tests.fakes.kube_api import FakeKubeAPI
+    from tests.fakes.prometheus import (
+        MetricFamily,
+        PrometheusServer,
+        SeriesSamples,
+        recent_timestamps,
+    )
+
+    kubectl = shutil.which("kubectl")
+    placed = _resource_pods(pods=pods, top_pods=top_pods, top_namespaces=top_namespaces)
+    stamps = recent_timestamps(2, span=30)
+
+    def family(name: str, value: Callable[[int], float]) -> MetricFamily:
+        return MetricFamily(name=name, type="gauge", series=[
+            SeriesSamples({"namespace": ns, "pod": pod, "container": "app", "node": "node-1"},
+                          [(stamp, value(index)) for stamp in stamps])
+            for index, (ns, pod) in enumerate(placed)])
+
+    server = PrometheusServer(parent_dir=str(workdir))
+    try:
+        server.backfill([family("bench_cpu", lambda i: 0.001 * (i % 500 + 1)),
+                         family("bench_memory", lambda i: float((i % 500 + 1) * 1024 * 1024))])
+        server.start()
+        cpu_promql, memory_promql = _direct_usage_promql(
+            [pod for ns, pod in placed if ns == RESOURCE_NAMESPACE])
+        async with FakeKubeAPI(workdir=workdir / "rkube",
+                               availability_max_backoff=0.5) as kube:
+            created = time.perf_counter()
+            for ns, pod in placed:
+                kube.create_pod(pod, namespace=ns, phase="Running")
+            create_seconds = time.perf_counter() - created
+            tls = workdir / "rtls"
+            tls.mkdir()
+            now = datetime.now(UTC) - timedelta(minutes=5)
+            ca = pki.generate_ca(common_name="bench-ca", now=now, validity=timedelta(days=1))
+            leaf = pki.issue_serving_certificate(
+                ca, common_name="metricscale-adapter",
+                dns_names=("localhost", "metricscale-adapter.metricscale.svc"),
+                ip_addresses=("127.0.0.1",), now=now, validity=timedelta(days=1))
+            ca_file = pki.write_certificate(tls / "ca.crt", ca.certificate)
+            cert_file = pki.write_certificate(tls / "tls.crt", leaf.certificate)
+            key_file = pki.write_private_key(tls / "tls.key", leaf.private_key)
+            config = workdir / "resource.yaml"
+            config.write_text(RESOURCE_CONFIG)
+            kubeconfig = kube.write_kubeconfig(workdir / "rkubeconfig")
+            port = _free_port()
+            process = await _start_adapter(
+                config=config, prometheus_url=server.url, kubeconfig=kubeconfig, port=port,
+                cert_dir=workdir / "rcerts",
+                extra=("--tls-cert-file", str(cert_file), "--tls-private-key-file",
+                       str(key_file)))
+            try:
+                context = ssl.create_default_context(cafile=str(ca_file))
+                async with _client_session(4, context) as adapter_session, \
+                        _client_session(4, None) as direct_session:
+                    base = f"https://127.0.0.1:{port}"
+                    await _wait_ready(adapter_session, base, process=process)
+
+                    async def adapter_get(path: str) -> int:
+                        async with adapter_session.get(base + path) as response:
+                            body = await response.read()
+                            if response.status != 200:
+                                raise RuntimeError(f"adapter answered {response.status}: "
+                                                   f"{body[:200]!r}")
+                        return len(json.loads(body)["items"])
+
+                    async def until_items(path: str, expected: int) -> None:
+                        deadline = time.monotonic() + 60
+                        while (found := await adapter_get(path)) != expected:
+                            if time.monotonic() > deadline:
+                                raise RuntimeError(f"{path}: {found} items, not {expected}")
+                            await asyncio.sleep(0.2)
+
+                    ns_path = f"/apis/metrics.k8s.io/v1beta1/namespaces/{RESOURCE_NAMESPACE}/pods"
+                    all_path = "/apis/metrics.k8s.io/v1beta1/pods"
+                    await until_items(ns_path, pods)
+                    await until_items(all_path, len(placed))
+
+                    async def adapter_call() -> None:
+                        await adapter_get(ns_path)
+
+                    async def query(promql: str) -> None:
+                        form = {"query": promql, "time": f"{time.time():.3f}"}
+                        async with direct_session.post(f"{server.url}/api/v1/query",
+                                                       data=form) as response:
+                            body = await response.read()
+                            if response.status != 200:
+                                raise RuntimeError(f"Prometheus answered {response.status}: "
+                                                   f"{body[:200]!r}")
+
+                    async def direct_both() -> None:
+                        await asyncio.gather(query(cpu_promql), query(memory_promql))
+
+                    latency = await _alternate({"adapter": adapter_call, "direct": direct_both,
+                                                "direct_cpu": lambda: query(cpu_promql),
+                                                "direct_memory": lambda: query(memory_promql)},
+                                               requests=requests)
+                    all_times = []
+                    for _ in range(top_runs):
+                        started = time.perf_counter()
+                        await adapter_get(all_path)
+                        all_times.append(time.perf_counter() - started)
+                    top: dict[str, Any] = {"adapter": _latency(all_times).__dict__}
+                    if kubectl is not None:
+                        kube.create_apiservice(
+                            group="metrics.k8s.io", version="v1beta1",
+                            service_namespace="metricscale", service_name="metricscale-adapter",
+                            ca_bundle=pki.certificate_pem(ca.certificate))
+                        kube.set_service_endpoint("metricscale", "metricscale-adapter",
+                                                  "127.0.0.1", port)
+                        await kube.wait_for_apiservice("v1beta1.metrics.k8s.io")
+                        cluster = kube.write_kubeconfig(workdir / "rcluster.kubeconfig")
+                        command = (kubectl, "--kubeconfig", str(cluster), "top", "pods", "-A")
+                        await _run_timed(*command)  # warm-up (kubectl's discovery cache)
+                        runs = [await _run_timed(*command) for _ in range(top_runs)]
+                        top["kubectl_seconds"] = runs
+                        top["kubectl_median_seconds"] = statistics.median(runs)
+            finally:
+                await _stop(process)
+        return {**latency, "top": top, "pods": pods, "top_pods": len(placed),
+                "top_namespaces": len({ns for ns, _ in placed}), "requests": requests,
+                "top_runs": top_runs, "create_pods_seconds": create_seconds}
+    finally:
+        server.close()
+
+
+# --------------------------------------------------------------------------------------------
 # Report
 
 
-def _report(latency: dict[str, Any] | None, discovery: dict[str, Any] | None) -> str:
+def _report(latency: dict[str, Any] | None, discovery: dict[str, Any] | None,
+            resources: dict[str, Any] | None = None) -> str:
     lines = []
     if latency is not None:
         a, d = latency["adapter"], latency["direct"]
@@ -546,6 +744,41 @@ def _report(latency: dict[str, Any] | None, discovery: dict[str, Any] | None) ->
             f"{discovery['series_shapes']:,} series shapes; backfill took "
             f"{discovery['backfill_seconds']:.0f} s",
         ]
+    if resources is not None:
+        r = resources
+
+        def usage_row(label: str, figures: dict[str, float]) -> str:
+            return (f"  {label:<46}{figures['p50_ms']:>8.2f}{figures['p99_ms']:>8.2f}"
+                    f"{figures['mean_ms']:>8.2f}")
+
+        slower = max(r["direct_cpu"]["p50_ms"], r["direct_memory"]["p50_ms"])
+        slower99 = max(r["direct_cpu"]["p99_ms"], r["direct_memory"]["p99_ms"])
+        top = r["top"]
+        lines += [
+            f"metrics.k8s.io pod list for {r['pods']:,} running pods in one namespace, "
+            f"{r['requests']} requests each, one at a time, in turn:",
+            f"  {'':<46}{'p50 ms':>8}{'p99 ms':>8}{'mean ms':>8}",
+            usage_row("adapter (HTTPS, no cache)", r["adapter"]),
+            usage_row("CPU + memory containerQuery, in parallel", r["direct"]),
+            usage_row("  CPU containerQuery alone", r["direct_cpu"]),
+            usage_row("  memory containerQuery alone", r["direct_memory"]),
+            f"  adapter / both direct in parallel: p50 "
+            f"{r['adapter']['p50_ms'] / r['direct']['p50_ms']:.2f}x, p99 "
+            f"{r['adapter']['p99_ms'] / r['direct']['p99_ms']:.2f}x (goal <= 1.3x)",
+            f"  adapter / slower single query: p50 {r['adapter']['p50_ms'] / slower:.2f}x, "
+            f"p99 {r['adapter']['p99_ms'] / slower99:.2f}x",
+            f"all-namespaces pod list, {r['top_pods']:,} running pods in "
+            f"{r['top_namespaces']} namespaces ({r['top_runs']} runs):",
+            f"  adapter alone (GET /apis/metrics.k8s.io/v1beta1/pods): p50 "
+            f"{top['adapter']['p50_ms']:.0f} ms, max {top['adapter']['p99_ms']:.0f} ms",
+        ]
+        if "kubectl_median_seconds" in top:
+            lines.append(
+                f"  `kubectl top pods -A` through the aggregator: median "
+                f"{top['kubectl_median_seconds']:.2f} s (goal < 2 s; runs "
+                + ", ".join(f"{t:.2f}" for t in top["kubectl_seconds"]) + " s)")
+        else:
+            lines.append("  kubectl not found: `kubectl top pods -A` not measured")
     return "\n".join(lines)
 
 
@@ -562,6 +795,12 @@ def main(argv: list[str] | None = None) -> int:
                              "--prometheus-cache-ttl (0: skip)")
     parser.add_argument("--skip-latency", action="store_true")
     parser.add_argument("--skip-discovery", action="store_true")
+    parser.add_argument("--skip-resource", action="store_true")
+    parser.add_argument("--resource-pods", type=int, default=1000)
+    parser.add_argument("--resource-requests", type=int, default=200)
+    parser.add_argument("--top-pods", type=int, default=10000)
+    parser.add_argument("--top-namespaces", type=int, default=100)
+    parser.add_argument("--top-runs", type=int, default=5)
     parser.add_argument("--json", help="also write the figures to this file")
     parser.add_argument("--discovery-child", nargs=3, metavar=("URL", "CONFIG", "MAX_AGE"),
                         help=argparse.SUPPRESS)
@@ -574,7 +813,7 @@ def main(argv: list[str] | None = None) -> int:
         floor_child(*args.floor_child)
         return 0
     os.environ.setdefault("PYTHONHASHSEED", "0")
-    latency = discovery = None
+    latency = discovery = resources = None
     with tempfile.TemporaryDirectory(prefix="metricscale-bench-") as directory:
         workdir = Path(directory)
         if not args.skip_latency:
@@ -585,9 +824,15 @@ def main(argv: list[str] | None = None) -> int:
             discovery = discovery_part(metrics=args.metrics,
                                        series_per_metric=args.series_per_metric,
                                        workdir=workdir)
-    print(_report(latency, discovery))
+        if not args.skip_resource:
+            resources = asyncio.run(resource_part(
+                pods=args.resource_pods, top_pods=args.top_pods,
+                top_namespaces=args.top_namespaces, requests=args.resource_requests,
+                top_runs=args.top_runs, workdir=workdir))
+    print(_report(latency, discovery, resources))
     if args.json:
-        Path(args.json).write_text(json.dumps({"latency": latency, "discovery": discovery},
+        Path(args.json).write_text(json.dumps({"latency": latency, "discovery": discovery,
+                                               "resources": resources},
                                               indent=2, default=str))
     return 0
 
