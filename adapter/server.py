@@ -14,6 +14,7 @@ import contextlib
 import gc
 import json
 import logging
+import os
 import signal
 import sys
 import time
@@ -21,6 +22,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TextIO
 
+import aiohttp
 from aiohttp import web
 from prometheus_client import CollectorRegistry
 from yarl import URL
@@ -35,12 +37,14 @@ from adapter.rules.query import QueryError, build_custom_query, build_external_q
 from adapter.rules.registry import MetricRegistry
 from adapter.rules.resources import ResourceCatalog, builtin_catalog
 from adapter.security.delegation import SecurityConfigError, build_security
+from adapter.security.selfcerts import SelfCertsConfig, SelfManagedCertificates
 from adapter.security.tls import (
     ReloadingServerContext,
     TLSConfigError,
     ensure_self_signed_certificate,
 )
 from adapter.settings import (
+    DEFAULT_NAMESPACE,
     AdapterSettings,
     PrometheusConfigError,
     SettingsError,
@@ -58,6 +62,8 @@ logger = logging.getLogger(__name__)
 
 _SHUTDOWN_GRACE_SECONDS = 5.0
 _CERTIFICATE_RELOAD_SECONDS = 10.0
+_SELF_CERTS_SYNC_SECONDS = 60.0
+_SERVICE_ACCOUNT_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
 _SAMPLE_NAMESPACE = "<namespace>"
 _SAMPLE_NAME = "<name>"
 
@@ -103,6 +109,7 @@ def _load_config(path: str) -> AdapterConfig:
 
 
 def _tls_context(settings: AdapterSettings) -> ReloadingServerContext:
+    """Files mode: --tls-cert-file, else a throw-away self-signed pair in --cert-dir."""
     serving = settings.serving
     if serving.tls_cert_file and serving.tls_private_key_file:
         cert, key = Path(serving.tls_cert_file), Path(serving.tls_private_key_file)
@@ -113,6 +120,39 @@ def _tls_context(settings: AdapterSettings) -> ReloadingServerContext:
         logger.warning("no --tls-cert-file given: serving a self-signed certificate from %s",
                        cert_dir)
     return ReloadingServerContext(cert_file=cert, key_file=key)
+
+
+def _self_managed(settings: AdapterSettings) -> bool:
+    serving = settings.serving
+    if serving.tls_cert_file or serving.self_managed_certs == "off":
+        return False
+    return serving.self_managed_certs == "on" or bool(os.environ.get("KUBERNETES_SERVICE_HOST"))
+
+
+def _pod_namespace() -> str:
+    try:
+        return _SERVICE_ACCOUNT_NAMESPACE.read_text(encoding="utf-8").strip() or DEFAULT_NAMESPACE
+    except OSError:
+        return DEFAULT_NAMESPACE
+
+
+def self_certs_config(settings: AdapterSettings) -> SelfCertsConfig:
+    serving = settings.serving
+    return SelfCertsConfig(
+        namespace=serving.certs_namespace or _pod_namespace(),
+        secret_name=serving.certs_secret_name, service_name=serving.service_name,
+        cert_dir=Path(serving.cert_dir), apiservices=serving.apiservices,
+        optional_apiservices=serving.optional_apiservices)
+
+
+async def _keep_certificates(certificates: SelfManagedCertificates) -> None:
+    """Follow the Secret (another replica's renewal) and renew before expiry."""
+    while True:
+        await asyncio.sleep(_SELF_CERTS_SYNC_SECONDS)
+        try:
+            await certificates.reconcile_once(now=datetime.now(UTC))
+        except (KubeError, OSError, aiohttp.ClientError, TimeoutError) as error:
+            logger.warning("keeping the current serving certificate: %s", error)
 
 
 async def _reload_certificates(context: ReloadingServerContext) -> None:
@@ -127,6 +167,13 @@ async def _reload_certificates(context: ReloadingServerContext) -> None:
 async def serve(settings: AdapterSettings, config: AdapterConfig, *,
                 started: asyncio.Event | None = None) -> int:
     """Serve until SIGTERM/SIGINT (0) or until a background task fails (1)."""
+    exits = contextlib.AsyncExitStack()
+    async with exits:
+        return await _serve(settings, config, started=started, exits=exits)
+
+
+async def _serve(settings: AdapterSettings, config: AdapterConfig, *,
+                 started: asyncio.Event | None, exits: contextlib.AsyncExitStack) -> int:
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
     failures: list[BaseException] = []
@@ -136,8 +183,20 @@ async def serve(settings: AdapterSettings, config: AdapterConfig, *,
         failures.append(error)
         stop.set()
 
+    certificates: SelfManagedCertificates | None = None
     try:
-        tls = _tls_context(settings)
+        if _self_managed(settings):
+            http = await exits.enter_async_context(
+                connect(kubeconfig=settings.kubeconfig, user_agent=USER_AGENT))
+            certificates = SelfManagedCertificates(http, self_certs_config(settings))
+            await certificates.reconcile_once(now=datetime.now(UTC))
+            cert, key = certificates.files()
+            tls = ReloadingServerContext(cert_file=cert, key_file=key)
+        else:
+            tls = _tls_context(settings)
+    except (KubeError, aiohttp.ClientError, TimeoutError) as error:
+        logger.error("cannot set up self-managed certificates: %s", error)
+        return 1
     except (TLSConfigError, OSError) as error:
         logger.error("cannot serve TLS: %s", error)
         return 1
@@ -174,6 +233,9 @@ async def serve(settings: AdapterSettings, config: AdapterConfig, *,
         gc.freeze()
         reload_task = start_guarded_task(_reload_certificates(tls),
                                          name="serving certificate reload", on_failure=on_fatal)
+        keep_task = None if certificates is None else start_guarded_task(
+            _keep_certificates(certificates), name="self-managed certificates",
+            on_failure=on_fatal)
         logger.info("serving custom.metrics.k8s.io and external.metrics.k8s.io on https://%s:%d",
                     serving.bind_address, serving.port)
         if started is not None:
@@ -181,9 +243,11 @@ async def serve(settings: AdapterSettings, config: AdapterConfig, *,
         await stop.wait()
         logger.info("shutting down")
         mark_shutting_down(app)
-        reload_task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await reload_task
+        for task in (reload_task, keep_task):
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
     finally:
         for signum in (signal.SIGTERM, signal.SIGINT):
             loop.remove_signal_handler(signum)

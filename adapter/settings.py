@@ -40,6 +40,12 @@ DEFAULT_SECURE_PORT = 6443
 DEFAULT_BIND_ADDRESS = "0.0.0.0"
 # The generic apiserver's default, relative to the working directory.
 DEFAULT_CERT_DIR = "apiserver.local.config/certificates"
+DEFAULT_CERTS_SECRET_NAME = "metricscale-adapter-certs"
+DEFAULT_NAMESPACE = "metricscale"
+DEFAULT_SERVICE_NAME = "metricscale-adapter"
+DEFAULT_APISERVICES = ("v1beta1.custom.metrics.k8s.io", "v1beta2.custom.metrics.k8s.io",
+                       "v1beta1.external.metrics.k8s.io")
+DEFAULT_OPTIONAL_APISERVICES = ("v1beta1.metrics.k8s.io",)
 # prometheus-adapter's default is 10m; its own manifests use 1m because with 10m a new metric
 # (or a failed first pass) stays invisible for ten minutes. A pass here costs one series call per
 # distinct seriesQuery and memory that grows with metric names, not series, so 1m is cheap.
@@ -160,6 +166,13 @@ class ServingSettings:
     tls_cert_file: str | None = None
     tls_private_key_file: str | None = None
     cert_dir: str = DEFAULT_CERT_DIR
+    # Self-managed certificates (no --tls-cert-file): "auto" is on inside a cluster.
+    self_managed_certs: Literal["auto", "on", "off"] = "auto"
+    certs_secret_name: str = DEFAULT_CERTS_SECRET_NAME
+    certs_namespace: str | None = None  # None: the pod's namespace, else DEFAULT_NAMESPACE
+    service_name: str = DEFAULT_SERVICE_NAME
+    apiservices: tuple[str, ...] = DEFAULT_APISERVICES
+    optional_apiservices: tuple[str, ...] = DEFAULT_OPTIONAL_APISERVICES
 
 
 @dataclass(frozen=True)
@@ -212,6 +225,11 @@ def _comma_list(text: str) -> tuple[str, ...]:
     return tuple(item.strip() for item in text.split(",") if item.strip())
 
 
+def _listed(value: str | tuple[str, ...]) -> tuple[str, ...]:
+    """argparse applies `type` to a string default; a given value is already a tuple."""
+    return _comma_list(value) if isinstance(value, str) else value
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Declare every flag of `metricscale adapter` on `parser`."""
     serving = parser.add_argument_group("serving")
@@ -225,6 +243,29 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     serving.add_argument("--cert-dir", default=DEFAULT_CERT_DIR,
                          help="where a self-signed pair is kept when no --tls-cert-file is given "
                               "(default %(default)s)")
+    certs = parser.add_argument_group(
+        "self-managed certificates",
+        "without --tls-cert-file, inside a cluster, the adapter keeps its own CA and serving "
+        "certificate in a Secret, writes the pair into --cert-dir, renews it before expiry "
+        "and sets the caBundle of its APIServices")
+    certs.add_argument("--self-managed-certs", choices=("auto", "on", "off"), default="auto",
+                       help="auto (default): on when no --tls-cert-file is given and the "
+                            "adapter runs in a cluster; off: a throw-away self-signed pair")
+    certs.add_argument("--certs-secret-name", default=DEFAULT_CERTS_SECRET_NAME,
+                       help="Secret holding the CA and serving pair (default %(default)s)")
+    certs.add_argument("--certs-namespace",
+                       help="namespace of that Secret and of the Service (default: the pod's "
+                            f"namespace, else {DEFAULT_NAMESPACE})")
+    certs.add_argument("--service-name", default=DEFAULT_SERVICE_NAME,
+                       help="the adapter's Service, named in the certificate (default "
+                            "%(default)s)")
+    certs.add_argument("--apiservices", type=_comma_list,
+                       default=",".join(DEFAULT_APISERVICES),
+                       help="APIServices whose caBundle is set (default %(default)s)")
+    certs.add_argument("--optional-apiservices", type=_comma_list,
+                       default=",".join(DEFAULT_OPTIONAL_APISERVICES),
+                       help="APIServices whose caBundle is set if they exist (default "
+                            "%(default)s)")
 
     kube = parser.add_argument_group("kubernetes")
     kube.add_argument("--kubeconfig",
@@ -383,7 +424,12 @@ def settings_from_args(args: argparse.Namespace) -> AdapterSettings:
     serving = ServingSettings(
         port=args.secure_port, bind_address=args.bind_address,
         tls_cert_file=args.tls_cert_file, tls_private_key_file=args.tls_private_key_file,
-        cert_dir=args.cert_dir)
+        cert_dir=args.cert_dir, self_managed_certs=args.self_managed_certs,
+        certs_secret_name=args.certs_secret_name, certs_namespace=args.certs_namespace,
+        service_name=args.service_name, apiservices=_listed(args.apiservices),
+        optional_apiservices=_listed(args.optional_apiservices))
+    if serving.self_managed_certs == "on" and serving.tls_cert_file:
+        raise SettingsError("--self-managed-certs=on and --tls-cert-file exclude each other")
     auth = AuthFlags(
         client_ca_file=args.client_ca_file,
         requestheader_client_ca_file=args.requestheader_client_ca_file,
