@@ -28,7 +28,7 @@ from metricscale.kube.errors import (
     KubeError,
     error_from_response,
 )
-from metricscale.kube.http import KubeHTTP, Response
+from metricscale.kube.http import JSON, KubeHTTP, Response
 
 __all__ = [
     "CA_CERT_KEY", "CA_KEY_KEY", "CertBundle", "PermissionMissing", "SelfCertsConfig",
@@ -232,7 +232,7 @@ class SelfManagedCertificates:
     async def _create_secret(self, bundle: CertBundle) -> CertBundle | None:
         """Create it; None when another replica created it first (409 AlreadyExists)."""
         response = await self._http.request(
-            "POST", self._secret_path, body=secret_body(bundle, self._config))
+            "POST", self._secret_path, body=secret_body(bundle, self._config), content_type=JSON)
         if response.status == 409:
             return None
         if response.status not in (200, 201):
@@ -249,7 +249,7 @@ class SelfManagedCertificates:
         name = self._config.secret_name
         response = await self._http.request(
             "PUT", f"{self._secret_path}/{quote(name, safe='')}",
-            body=secret_body(bundle, self._config))
+            body=secret_body(bundle, self._config), content_type=JSON)
         if response.status == 409:
             return None
         if response.status != 200:
