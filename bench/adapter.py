@@ -622,17 +622,19 @@ async def resource_part(*, pods: int, top_pods: int, top_namespaces: int, reques
                     base = f"https://127.0.0.1:{port}"
                     await _wait_ready(adapter_session, base, process=process)
 
-                    async def adapter_get(path: str) -> int:
+                    async def adapter_get(path: str) -> bytes:
+                        """The answer's bytes, unparsed (parsing is the client's cost)."""
                         async with adapter_session.get(base + path) as response:
                             body = await response.read()
                             if response.status != 200:
                                 raise RuntimeError(f"adapter answered {response.status}: "
                                                    f"{body[:200]!r}")
-                        return len(json.loads(body)["items"])
+                        return body
 
                     async def until_items(path: str, expected: int) -> None:
                         deadline = time.monotonic() + 60
-                        while (found := await adapter_get(path)) != expected:
+                        while (found := len(json.loads(await adapter_get(path))["items"])
+                               ) != expected:
                             if time.monotonic() > deadline:
                                 raise RuntimeError(f"{path}: {found} items, not {expected}")
                             await asyncio.sleep(0.2)
