@@ -1,6 +1,7 @@
 """Benchmark of `metricscale adapter`: latency and throughput against direct PromQL, and discovery.
 
-Run with `.venv/bin/python bench/adapter.py` (needs prometheus and promtool; about two minutes).
+Run with `.venv/bin/python bench/adapter.py` (needs prometheus, promtool and kubectl; about
+three minutes).
 
 1. Latency: a real Prometheus scrapes one gauge for 100 pods; the fake kube-apiserver holds the
    100 pods; the adapter runs as its own process (`metricscale adapter`, auth disabled, HTTPS,
@@ -19,6 +20,15 @@ Run with `.venv/bin/python bench/adapter.py` (needs prometheus and promtool; abo
 2. Discovery: a second Prometheus is backfilled with promtool with 10^6 series in 1,000 metric
    names; one discovery pass with the shipped default rules runs in a child process, which
    reports the pass's duration and its peak RSS (the whole process: interpreter included).
+3. Resource metrics (`--skip-resource`): a third Prometheus is backfilled with promtool with
+   two gauges (`bench_cpu`, `bench_memory`) for 10,000 running pods (`--top-pods`) in 100
+   namespaces, 1,000 of them (`--resource-pods`) in one; the adapter runs with its own
+   resourceRules reading those gauges and a serving certificate from metricscale.pki. The
+   namespace's metrics.k8s.io pod list goes to the adapter, and the CPU and memory
+   containerQuery it sends go straight to Prometheus, both at once, in turn after 50 warm-up
+   requests: p50/p99 of each. Then the all-namespaces list: straight to the adapter, and as
+   `kubectl top pods -A` through the fake kube-apiserver's aggregator (an APIService for
+   v1beta1.metrics.k8s.io whose caBundle trusts the adapter's certificate): wall times.
 """
 
 from __future__ import annotations
