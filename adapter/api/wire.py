@@ -36,6 +36,7 @@ __all__ = [
     "internal_error",
     "method_not_allowed",
     "metric_not_found",
+    "milli_quantity",
     "not_acceptable",
     "not_found",
     "render_aggregated_discovery",
@@ -70,7 +71,7 @@ _LARGEST = Decimal(2**63 - 1)
 _SI_SUFFIXES = {0: "", 3: "k", 6: "M", 9: "G", 12: "T", 15: "P", 18: "E"}
 
 
-def _milli_quantity(milli: int) -> str:
+def milli_quantity(milli: int) -> str:
     """The canonical DecimalSI string of `milli` thousandths (|value| < 10^21 milli)."""
     if milli % 1000:  # a fraction of a unit: Go writes milli-units
         return f"{milli}m"
@@ -101,7 +102,7 @@ def sample_to_quantity(value: str) -> str:
         milli = int(whole + (fraction[:3] + "00")[:3]) if dot else int(whole) * 1000
         if milli % 1000:  # the common case: a fraction of a unit
             return f"-{milli}m" if negative else f"{milli}m"
-        return _milli_quantity(-milli if negative else milli)
+        return milli_quantity(-milli if negative else milli)
     return _exact_sample_to_quantity(value)
 
 

@@ -26,12 +26,12 @@ from adapter.api.usage import (
     Sample,
     assemble_node_usage,
     assemble_pod_usage,
+    encode_pod_metrics_list,
     go_duration,
     object_not_found,
     render_node_metrics,
     render_node_metrics_list,
     render_pod_metrics,
-    render_pod_metrics_list,
     usage_not_found,
 )
 from adapter.api.wire import internal_error, service_unavailable
@@ -124,7 +124,7 @@ class ResourceMetricsService:
         by_namespace: dict[str, list[PodRef]] = {}
         for pod in pods:
             by_namespace.setdefault(pod.namespace, []).append(
-                PodRef(pod.namespace, pod.name, pod.labels))
+                PodRef(pod.namespace, pod.name, pod.labels, pod.labels_json))
         limit = asyncio.Semaphore(_CONCURRENT_NAMESPACES)
         at = self._clock()
 
@@ -162,7 +162,7 @@ class ResourceMetricsService:
                 raise ApiError(usage_not_found("pods", namespace=route.namespace,
                                                name=route.name), warnings=(why,))
             return Answer(render_pod_metrics(usages[0], window=self._window, now=now))
-        body = render_pod_metrics_list(usages, window=self._window, now=now)
+        body = encode_pod_metrics_list(usages, window=self._window, now=now)
         if not missing:
             return Answer(body)
         warning = f"{len(missing)} of {len(pods)} running pods have no metrics: {why}"

@@ -4,17 +4,24 @@ window durations, field selectors and routes."""
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime
 from decimal import Decimal
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from adapter.api.routes import ResourceMetricsRoute, RouteRejection, parse_route
 from adapter.api.usage import (
+    ContainerUsage,
     NodeRef,
     PodRef,
+    PodUsage,
     assemble_node_usage,
     assemble_pod_usage,
+    binary_milli_quantity,
+    encode_pod_metrics_list,
     go_duration,
     render_node_metrics_list,
     render_pod_metrics,
@@ -27,6 +34,7 @@ from adapter.rules.config import ConfigError, ResourceRules, parse_config
 from adapter.rules.defaults import default_config
 from adapter.rules.query import build_node_usage_query, build_pod_usage_query
 from metricscale.core.fields import FieldSelectorError, parse_field_selector
+from metricscale.core.quantity import Format, format_milli
 
 # prometheus-adapter's shipped manifest (deploy/manifests/config-map.yaml, v0.12), whose
 # queries prometheus-adapter.md §13.6 gives for pods a, b in `monitoring` and nodes n1, n2.
@@ -258,3 +266,40 @@ def test_field_selectors_parse_as_apimachinery_does() -> None:
     with pytest.raises(FieldSelectorError, match="unescaped character"):
         parse_field_selector("a=b=c")
     assert parse_field_selector("").is_empty()
+
+
+# --------------------------------------------------------------------------------------------
+# The fast paths agree with the general ones
+
+
+@given(st.integers(min_value=0, max_value=10**18))
+def test_binary_milli_quantities_are_gos(milli: int) -> None:
+    assert binary_milli_quantity(milli) == format_milli(milli, Format.BINARY_SI)
+
+
+@given(st.decimals(min_value=0, max_value=10**12, allow_nan=False, places=6))
+def test_fast_milli_parsing_agrees_with_the_exact_one(value: Decimal) -> None:
+    text = str(value)
+    exact = int((value * 1000).to_integral_value(rounding="ROUND_DOWN"))
+    assert usage_milli(text) == exact
+
+
+_names = st.text(alphabet=st.characters(codec="utf-8", exclude_categories=("Cs",)),
+                 min_size=1, max_size=12)
+
+
+@given(st.lists(st.tuples(_names, st.dictionaries(_names, _names, max_size=3),
+                          st.lists(st.tuples(_names, st.integers(0, 10**12),
+                                             st.integers(0, 10**15)), min_size=1, max_size=3),
+                          st.booleans()),
+                max_size=8, unique_by=lambda p: p[0]))
+def test_the_direct_encoding_is_json_dumps_of_the_rendered_list(
+        pods: list[tuple[str, dict[str, str], list[tuple[str, int, int]], bool]]) -> None:
+    now = datetime(2026, 1, 1, tzinfo=UTC)
+    usages = [PodUsage(PodRef("ns", name, labels,
+                              json.dumps(labels, separators=(",", ":")) if keep else None),
+                       T0, tuple(ContainerUsage(*c) for c in containers))
+              for name, labels, containers, keep in pods]
+    expected = json.dumps(render_pod_metrics_list(usages, window="1m0s", now=now),
+                          separators=(",", ":")).encode()
+    assert encode_pod_metrics_list(usages, window="1m0s", now=now) == expected
