@@ -5,7 +5,10 @@ Kubernetes API server (tests/fakes) holds a `web` Deployment and its pods; the r
 `metricscale adapter` serves the custom metrics API behind the fake's aggregator (TLS verified
 through caBundle, front-proxy authentication, SubjectAccessReviews), and the real
 `metricscale autoscaler` scales the Deployment through an `Autoscaler` object while the demo
-plays the Deployment controller and drives the load up and down. Everything listens on
+plays the Deployment controller and drives the load up and down. A second act does the same
+on CPU, as Kubernetes' HPA walkthrough tells it: the exporter also publishes cAdvisor's series
+for every pod and node, the adapter serves `metrics.k8s.io` from them (`kubectl top`), and an
+Autoscaler keeps Deployment `php-apache` at 50% of its pods' CPU request. Everything listens on
 127.0.0.1, and every process and temporary directory is gone when the demo ends, also on
 Ctrl-C or failure. The demo needs a source checkout, because the fake cluster lives in
 tests/fakes; `make demo` runs it from one.
@@ -36,10 +39,12 @@ from typing import TYPE_CHECKING, Any
 import aiohttp
 import yaml
 
+from adapter.rules.defaults import DEFAULT_CONFIG_YAML
 from metricscale import pki
 from metricscale.core.quantity import QuantityError, parse_quantity
 
 if TYPE_CHECKING:
+    from tests.fakes.cadvisor import CAdvisor
     from tests.fakes.exporter import Exporter
     from tests.fakes.kube_api import FakeKubeAPI
 
@@ -61,10 +66,19 @@ ADAPTER_USER = f"system:serviceaccount:{ADAPTER_NAMESPACE}:metricscale-adapter"
 AUTOSCALER_USER = f"system:serviceaccount:{ADAPTER_NAMESPACE}:metricscale-autoscaler"
 APISERVICES = (("custom.metrics.k8s.io", "v1beta1", 100),
                ("custom.metrics.k8s.io", "v1beta2", 200),
-               ("external.metrics.k8s.io", "v1beta1", 100))
+               ("external.metrics.k8s.io", "v1beta1", 100),
+               ("metrics.k8s.io", "v1beta1", 100))
+# The CPU act: the HPA walkthrough's php-apache (200m requested per pod, 50% target).
+CPU_APP = "php-apache"
+CPU_REQUEST = Decimal("0.2")
+CPU_TARGET_PERCENT = 50
+CPU_IDLE, CPU_BUSY = Decimal("0.05"), Decimal("0.5")  # cores in all: 1 pod's worth, then 5
+WEB_POD_CPU = 0.01  # what each web pod uses, so `kubectl top` shows it too
+POD_MEMORY = {"web": 48 << 20, CPU_APP: 96 << 20}
+NODES = ("node-1", "node-2")
 AUTOSCALER_API = ("metricscale.dev", "v1alpha1", "autoscalers")
 CONDITION_TYPES = ("AbleToScale", "ScalingActive", "ScalingLimited")
-SECTIONS = 10
+SECTIONS = 12
 
 
 @dataclass(frozen=True)
@@ -80,9 +94,9 @@ class Timing:
 
 
 # The rate window must hold several 1 s scrapes; the scale-down waits out the window first.
-NORMAL = Timing(sync_period_seconds=2, rate_window_seconds=20, scale_down_window_seconds=20,
+NORMAL = Timing(sync_period_seconds=2, rate_window_seconds=12, scale_down_window_seconds=12,
                 relist_seconds=10, scale_up_within=75.0, scale_down_within=90.0)
-FAST = Timing(sync_period_seconds=1, rate_window_seconds=8, scale_down_window_seconds=8,
+FAST = Timing(sync_period_seconds=1, rate_window_seconds=6, scale_down_window_seconds=5,
               relist_seconds=5, scale_up_within=60.0, scale_down_within=60.0)
 
 
@@ -101,8 +115,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--kubectl", default=None,
                         help="kubectl binary (default: kubectl on the PATH)")
     parser.add_argument("--fast", action="store_true",
-                        help="shorter periods and windows (sync 1s, rate window 10s, "
-                             "scale-down window 5s): the whole loop in about a minute")
+                        help="shorter periods and windows (sync 1s, rate window 6s, "
+                             "scale-down window 5s; without it 2s, 12s and 12s): both acts "
+                             "in about a minute")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -168,21 +183,41 @@ rules:
     matches: "^(.*)_total$"
     as: "${{1}}_per_second"
   metricsQuery: 'sum(rate(<<.Series>>{{<<.LabelMatchers>>}}[{window_seconds}s])) by (<<.GroupBy>>)'
-"""
+""" + resource_rules(window_seconds=window_seconds)
+
+
+def resource_rules(*, window_seconds: int) -> str:
+    """The default `resourceRules` (adapter/rules/defaults.py) with the demo's rate window in
+    place of 5m: over 5m a series younger than five minutes reads low, and the demo's are."""
+    section = "resourceRules:" + DEFAULT_CONFIG_YAML.split("\nresourceRules:", 1)[1]
+    return (section.replace("[5m]", f"[{window_seconds}s]")
+            .replace("window: 5m", f"window: {window_seconds}s"))
 
 
 def autoscaler_manifest(timing: Timing) -> dict[str, Any]:
     """The Autoscaler for Deployment web: 5 requests/s a pod, and a behavior that moves fast."""
+    return _autoscaler(DEMO_APP, timing, [{"type": "Pods", "pods": {
+        "metric": {"name": METRIC},
+        "target": {"type": "AverageValue", "averageValue": str(TARGET_PER_POD)}}}])
+
+
+def cpu_autoscaler_manifest(timing: Timing) -> dict[str, Any]:
+    """`kubectl autoscale deployment php-apache --cpu-percent=50 --min=1 --max=10`, as an
+    Autoscaler (with the demo's fast behavior)."""
+    return _autoscaler(CPU_APP, timing, [{"type": "Resource", "resource": {
+        "name": "cpu",
+        "target": {"type": "Utilization", "averageUtilization": CPU_TARGET_PERCENT}}}])
+
+
+def _autoscaler(name: str, timing: Timing, metrics: list[dict[str, Any]]) -> dict[str, Any]:
     period = timing.sync_period_seconds
     return {
         "apiVersion": "/".join(AUTOSCALER_API[:2]), "kind": "Autoscaler",
-        "metadata": {"name": DEMO_APP, "namespace": DEMO_NAMESPACE},
+        "metadata": {"name": name, "namespace": DEMO_NAMESPACE},
         "spec": {
-            "scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": DEMO_APP},
+            "scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": name},
             "minReplicas": MIN_REPLICAS, "maxReplicas": MAX_REPLICAS,
-            "metrics": [{"type": "Pods", "pods": {
-                "metric": {"name": METRIC},
-                "target": {"type": "AverageValue", "averageValue": str(TARGET_PER_POD)}}}],
+            "metrics": metrics,
             "behavior": {
                 "scaleUp": {"stabilizationWindowSeconds": 0, "selectPolicy": "Max",
                             "policies": [{"type": "Percent", "value": 100,
@@ -235,6 +270,10 @@ def observe(*, deployment: Mapping[str, Any] | None,
 
 def _per_pod(current_metrics: Sequence[Mapping[str, Any]]) -> str:
     for metric in current_metrics:
+        utilization = ((metric.get("resource") or {}).get("current") or {}).get(
+            "averageUtilization")
+        if utilization is not None:
+            return f"{utilization}% cpu"
         value = ((metric.get("pods") or {}).get("current") or {}).get("averageValue")
         if value is None:
             continue
@@ -246,7 +285,7 @@ def _per_pod(current_metrics: Sequence[Mapping[str, Any]]) -> str:
     return "-"
 
 
-def format_observation(*, seconds: float, load: Decimal, before: Observation | None,
+def format_observation(*, seconds: float, load: Decimal | str, before: Observation | None,
                        now: Observation) -> str:
     """One compact line per change: time, replicas (and the direction), load, status."""
     if before is not None and now.replicas > before.replicas:
@@ -256,7 +295,8 @@ def format_observation(*, seconds: float, load: Decimal, before: Observation | N
     else:
         size = str(now.replicas)
     desired = "-" if now.desired is None else str(now.desired)
-    return (f"  {seconds:6.1f}s  replicas {size:<22} load {load:>3.0f}/s  per pod "
+    shown = load if isinstance(load, str) else f"{load:>3.0f}/s"
+    return (f"  {seconds:6.1f}s  replicas {size:<22} load {shown:>5}  per pod "
             f"{now.per_pod:>8}  desired {desired:>2}  "
             f"{' '.join(now.reasons) or '(no status yet)'}")
 
@@ -264,18 +304,19 @@ def format_observation(*, seconds: float, load: Decimal, before: Observation | N
 # --- the shell: processes, kubectl, the workload --------------------------------------------------
 
 
-def _import_doubles() -> tuple[Any, Any, Any]:
+def _import_doubles() -> tuple[Any, Any, Any, Any]:
     """The test doubles live in the source tree, not in the installed package."""
     if not (_CHECKOUT / "tests" / "fakes" / "kube_api.py").is_file():
         raise DemoError("the demo needs a source checkout of metricscale (tests/fakes); "
                         "run it with `make demo` from the repository")
     if str(_CHECKOUT) not in sys.path:
         sys.path.insert(0, str(_CHECKOUT))
+    import tests.fakes.cadvisor as cadvisor
     import tests.fakes.exporter as exporter
     import tests.fakes.kube_api as kube_api
     import tests.fakes.prometheus as prometheus
 
-    return exporter, kube_api, prometheus
+    return exporter, kube_api, prometheus, cadvisor
 
 
 def _free_port() -> int:
@@ -391,42 +432,64 @@ async def _wait_ready(program: Program, *, url: str, ssl_context: ssl.SSLContext
 
 
 class Workload:
-    """Plays the Deployment controller (pods web-<n> follow spec.replicas, status in step) and
-    the pods' traffic (each pod's request counter grows by its share of the load)."""
+    """Plays the Deployment controller (pods web-<n> follow spec.replicas, status in step), the
+    pods' traffic (each pod's request counter grows by its share of the load) and, through
+    `cadvisor`, what each pod uses of CPU and memory."""
 
-    def __init__(self, *, kube: FakeKubeAPI, exporter: Exporter) -> None:
+    app = DEMO_APP
+
+    def __init__(self, *, kube: FakeKubeAPI, exporter: Exporter, cadvisor: CAdvisor) -> None:
         self.kube = kube
         self.exporter = exporter
+        self.cadvisor = cadvisor
         self.load = sum(INITIAL_RATES.values(), Decimal(0))
         self.rates: dict[str, Decimal] = {}
 
+    @property
+    def load_text(self) -> str:
+        return f"{self.load:>3.0f}/s"
+
     def create(self) -> None:
-        self.kube.create_deployment(DEMO_APP, namespace=DEMO_NAMESPACE,
-                                    replicas=len(INITIAL_RATES), labels={"app": DEMO_APP})
+        self.kube.create_deployment(self.app, namespace=DEMO_NAMESPACE,
+                                    replicas=len(INITIAL_RATES), labels={"app": self.app})
         for pod in INITIAL_RATES:
             self._add_pod(pod)
         self.rates = dict(INITIAL_RATES)
 
     def set_load(self, total: Decimal) -> None:
         self.load = total
-        self.rates = spread(total, self.pods())
+        self._spread()
+
+    def _spread(self) -> None:
+        self.rates = spread(self.load, self.pods())
 
     def pods(self) -> list[str]:
         names = (p["metadata"]["name"] for p in
                  self.kube.store.list("", "v1", "pods", namespace=DEMO_NAMESPACE)
-                 if (p["metadata"].get("labels") or {}).get("app") == DEMO_APP)
+                 if (p["metadata"].get("labels") or {}).get("app") == self.app)
         return sorted(names, key=lambda name: int(name.rsplit("-", 1)[1]))
 
     def _labels(self, pod: str) -> dict[str, str]:
         return {"namespace": DEMO_NAMESPACE, "pod": pod}
 
+    def _node(self, pod: str) -> str:
+        return NODES[int(pod.rsplit("-", 1)[1]) % len(NODES)]
+
     def _add_pod(self, pod: str) -> None:
-        self.kube.create_pod(pod, namespace=DEMO_NAMESPACE, labels={"app": DEMO_APP})
+        self.kube.create_pod(pod, namespace=DEMO_NAMESPACE, labels={"app": self.app},
+                             node_name=self._node(pod))
         self.exporter.set(SERIES, self._labels(pod), 0)
+        self.cadvisor.set_container(DEMO_NAMESPACE, pod, self.app, node=self._node(pod),
+                                    cpu=WEB_POD_CPU, memory=POD_MEMORY["web"])
+
+    def _remove_pod(self, pod: str) -> None:
+        self.kube.store.delete("", "v1", "pods", pod, namespace=DEMO_NAMESPACE)
+        self.exporter.remove(SERIES, self._labels(pod))
+        self.cadvisor.remove_pod(DEMO_NAMESPACE, pod)
 
     def sync(self) -> None:
         """One pass of the Deployment and ReplicaSet controllers."""
-        deployment = self.kube.store.try_get("apps", "v1", "deployments", DEMO_APP,
+        deployment = self.kube.store.try_get("apps", "v1", "deployments", self.app,
                                              namespace=DEMO_NAMESPACE)
         if deployment is None:
             return
@@ -434,23 +497,22 @@ class Workload:
         pods = self.pods()
         changed = False
         for index in range(wanted):
-            if f"{DEMO_APP}-{index}" not in pods:
-                self._add_pod(f"{DEMO_APP}-{index}")
+            if f"{self.app}-{index}" not in pods:
+                self._add_pod(f"{self.app}-{index}")
                 changed = True
         for pod in pods:
             if int(pod.rsplit("-", 1)[1]) >= wanted:
-                self.kube.store.delete("", "v1", "pods", pod, namespace=DEMO_NAMESPACE)
-                self.exporter.remove(SERIES, self._labels(pod))
+                self._remove_pod(pod)
                 changed = True
         if (deployment.get("status") or {}).get("replicas") != wanted:
             def settle(obj: dict[str, Any]) -> None:
                 status = obj.setdefault("status", {})
                 for key in ("replicas", "readyReplicas", "availableReplicas", "updatedReplicas"):
                     status[key] = wanted
-            self.kube.store.mutate("apps", "v1", "deployments", DEMO_APP, settle,
+            self.kube.store.mutate("apps", "v1", "deployments", self.app, settle,
                                    namespace=DEMO_NAMESPACE)
         if changed:
-            self.rates = spread(self.load, self.pods())
+            self._spread()
 
     def serve(self, seconds: Decimal) -> None:
         for pod, rate in self.rates.items():
@@ -463,13 +525,61 @@ class Workload:
             now = time.monotonic()
             self.sync()
             self.serve(Decimal(repr(round(now - last, 4))))
+            self.cadvisor.tick()
             last = now
+
+
+class CpuWorkload(Workload):
+    """php-apache: one pod to begin with (200m CPU requested), the load in cores spread over
+    the pods as each one's CPU use in cAdvisor's series."""
+
+    app = CPU_APP
+
+    def __init__(self, *, kube: FakeKubeAPI, exporter: Exporter, cadvisor: CAdvisor) -> None:
+        super().__init__(kube=kube, exporter=exporter, cadvisor=cadvisor)
+        self.load = CPU_IDLE
+
+    @property
+    def load_text(self) -> str:
+        return f"{int(self.load * 1000)}m"
+
+    def create(self) -> None:
+        self.kube.create_deployment(self.app, namespace=DEMO_NAMESPACE, replicas=1,
+                                    labels={"app": self.app},
+                                    cpu_request=f"{int(CPU_REQUEST * 1000)}m")
+        self._add_pod(f"{self.app}-0")
+        self._spread()
+
+    def _add_pod(self, pod: str) -> None:
+        self.kube.create_pod(pod, namespace=DEMO_NAMESPACE, labels={"app": self.app},
+                             node_name=self._node(pod),
+                             cpu_request=f"{int(CPU_REQUEST * 1000)}m")
+        self.cadvisor.set_container(DEMO_NAMESPACE, pod, self.app, node=self._node(pod),
+                                    cpu=0.0, memory=POD_MEMORY[CPU_APP])
+
+    def _remove_pod(self, pod: str) -> None:
+        self.kube.store.delete("", "v1", "pods", pod, namespace=DEMO_NAMESPACE)
+        self.cadvisor.remove_pod(DEMO_NAMESPACE, pod)
+
+    def _spread(self) -> None:
+        pods = self.pods()
+        for pod, share in spread(self.load, pods).items():
+            self.cadvisor.set_pod_cpu(DEMO_NAMESPACE, pod, float(share))
+
+    def serve(self, seconds: Decimal) -> None:
+        pass  # no request counters: the CPU counters advance in cadvisor.tick()
+
+    async def run(self) -> None:
+        while True:
+            await asyncio.sleep(0.1)
+            self.sync()  # the web workload's loop ticks the shared cAdvisor
 
 
 class Reporter:
     """Prints a line whenever the replicas, the desired replicas or a condition changes."""
 
     def __init__(self, *, kube: FakeKubeAPI, workload: Workload, started: float) -> None:
+        self.app = workload.app
         self.kube = kube
         self.workload = workload
         self.started = started
@@ -479,9 +589,9 @@ class Reporter:
 
     def look(self) -> Observation:
         return observe(
-            deployment=self.kube.store.try_get("apps", "v1", "deployments", DEMO_APP,
+            deployment=self.kube.store.try_get("apps", "v1", "deployments", self.app,
                                                namespace=DEMO_NAMESPACE),
-            autoscaler=self.kube.store.try_get(*AUTOSCALER_API, DEMO_APP,
+            autoscaler=self.kube.store.try_get(*AUTOSCALER_API, self.app,
                                                namespace=DEMO_NAMESPACE))
 
     def report(self) -> Observation:
@@ -491,7 +601,7 @@ class Reporter:
                 self.ups += now.replicas > self.last.replicas
                 self.downs += now.replicas < self.last.replicas
             print(format_observation(seconds=time.monotonic() - self.started,
-                                     load=self.workload.load, before=self.last, now=now),
+                                     load=self.workload.load_text, before=self.last, now=now),
                   flush=True)
             self.last = now
         return now
@@ -506,6 +616,15 @@ class Banner:
     def __call__(self, title: str, why: str) -> None:
         self.number += 1
         print(f"\n[{self.number}/{SECTIONS}] {title}\n        {why}", flush=True)
+
+
+def _node(name: str) -> dict[str, Any]:
+    """A Node as kubelet registers it: what `kubectl top nodes` reads the capacity from."""
+    capacity = {"cpu": "2", "memory": "4Gi", "pods": "110"}
+    return {"apiVersion": "v1", "kind": "Node",
+            "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name}},
+            "status": {"capacity": capacity, "allocatable": capacity,
+                       "conditions": [{"type": "Ready", "status": "True"}]}}
 
 
 def _write_pki(directory: Path) -> tuple[pki.CertifiedKey, Path, Path]:
@@ -527,7 +646,7 @@ def _write_pki(directory: Path) -> tuple[pki.CertifiedKey, Path, Path]:
 
 
 async def _demo(*, workdir: Path, kubectl: str, timing: Timing) -> None:
-    exporter_module, kube_module, prometheus_module = _import_doubles()
+    exporter_module, kube_module, prometheus_module, cadvisor_module = _import_doubles()
     if prometheus_module.find_prometheus() is None:
         raise DemoError("prometheus was not found: install Debian's package "
                         "(`make demo` does) or set PROMETHEUS=/path/to/prometheus")
@@ -539,8 +658,8 @@ async def _demo(*, workdir: Path, kubectl: str, timing: Timing) -> None:
         stack.callback(shutil.rmtree, scratch, ignore_errors=True)
 
         banner("Prometheus and the pods' traffic",
-               "A real Prometheus scrapes per-pod request counters (http_requests_total) from "
-               "a built-in exporter every second.")
+               "A real Prometheus scrapes per-pod request counters (http_requests_total) and "
+               "cAdvisor's CPU and memory series from a built-in exporter every second.")
         try:
             prometheus = stack.enter_context(prometheus_module.PrometheusServer())
         except prometheus_module.PrometheusError as error:
@@ -551,26 +670,55 @@ async def _demo(*, workdir: Path, kubectl: str, timing: Timing) -> None:
 
         banner("A fake Kubernetes cluster",
                "The fake API server of the tests (HTTPS, tokens, RBAC hooks, an aggregator) "
-               f"holds namespace {DEMO_NAMESPACE}, Deployment {DEMO_APP} and its 3 pods; the demo "
-               "plays the Deployment controller.")
+               f"holds namespace {DEMO_NAMESPACE}, two nodes, Deployment {DEMO_APP} and its 3 "
+               f"pods, and Deployment {CPU_APP} with 1 pod; the demo plays the Deployment "
+               "controller.")
         kube = await stack.enter_async_context(kube_module.FakeKubeAPI(
             workdir=scratch / "kube", availability_max_backoff=0.5))
         kube.create_namespace(DEMO_NAMESPACE)
         kube.create_namespace(ADAPTER_NAMESPACE)
-        workload = Workload(kube=kube, exporter=exporter)
+        cadvisor = cadvisor_module.CAdvisor(exporter)
+        for node in NODES:
+            kube.create("", "v1", "nodes", _node(node))
+            cadvisor.add_node(node, system_cpu=0.15, system_memory=600 << 20)
+        workload = Workload(kube=kube, exporter=exporter, cadvisor=cadvisor)
         workload.create()
-        workload_task = asyncio.create_task(workload.run(), name="demo workload")
+        cpu_workload = CpuWorkload(kube=kube, exporter=exporter, cadvisor=cadvisor)
+        cpu_workload.create()
+        tasks = [asyncio.create_task(workload.run(), name="demo workload"),
+                 asyncio.create_task(cpu_workload.run(), name="demo cpu workload")]
 
         async def stop_workload() -> None:
-            workload_task.cancel()
-            await asyncio.gather(workload_task, return_exceptions=True)
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
         stack.push_async_callback(stop_workload)
 
         def check_workload() -> None:
-            if workload_task.done() and not workload_task.cancelled():
-                error = workload_task.exception()
-                raise DemoError(f"the demo's Deployment controller stopped: {error!r}")
+            for task in tasks:
+                if task.done() and not task.cancelled():
+                    error = task.exception()
+                    raise DemoError(f"the demo's Deployment controller stopped: {error!r}")
 
+        # The adapter starts now (its banner comes later), so that its start-up overlaps
+        # Prometheus' first scrapes.
+        window = timing.rate_window_seconds
+        ca, serving_cert, serving_key = _write_pki(scratch / "pki")
+        rules_file = workdir / "adapter-rules.yaml"
+        rules_file.write_text(adapter_rules(window_seconds=window))
+        adapter_token = "adapter-" + os.urandom(12).hex()
+        kube.add_user(token=adapter_token, username=ADAPTER_USER,
+                      groups=("system:serviceaccounts",
+                              f"system:serviceaccounts:{ADAPTER_NAMESPACE}"))
+        adapter_port = _free_port()
+        adapter = await stack.enter_async_context(_program("adapter", [
+            "--bind-address", "127.0.0.1", "--secure-port", str(adapter_port),
+            "--tls-cert-file", str(serving_cert), "--tls-private-key-file", str(serving_key),
+            "--kubeconfig", str(kube.write_kubeconfig(scratch / "adapter.kubeconfig",
+                                                      token=adapter_token)),
+            "--prometheus-url", prometheus.url, "--config", str(rules_file),
+            "--metrics-relist-interval", f"{timing.relist_seconds}s",
+        ], log_file=workdir / "adapter.log"))
         kubeconfig = kube.write_kubeconfig(workdir / "kubeconfig")
         admin = Kubectl(kubectl, kubeconfig, scratch / "kubectl-cache")
         print(f"        API server {kube.url}; kubeconfig {kubeconfig}")
@@ -584,7 +732,6 @@ async def _demo(*, workdir: Path, kubectl: str, timing: Timing) -> None:
                "The pods, as kubectl reads them from the cluster.")
         print(json.dumps(json.loads(await admin("get", "--raw", path)), indent=2))
 
-        window = timing.rate_window_seconds
         banner("What Prometheus holds for those pods (requests per second)",
                f"rate() over {window} s of 1 s scrapes, once the window is full of samples.")
         promql = (f'sum by (pod) (rate({SERIES}{{namespace="{DEMO_NAMESPACE}"}}'
@@ -604,24 +751,9 @@ async def _demo(*, workdir: Path, kubectl: str, timing: Timing) -> None:
             print(f"        {sample.labels.get('pod', '?'):<8} {rate} requests/s")
 
         banner("The metrics adapter behind the cluster's aggregator",
-               "metricscale adapter serves custom.metrics.k8s.io from Prometheus; three "
-               "APIServices route to it, verified through caBundle; auth is on as in a cluster.")
-        ca, serving_cert, serving_key = _write_pki(scratch / "pki")
-        rules_file = workdir / "adapter-rules.yaml"
-        rules_file.write_text(adapter_rules(window_seconds=window))
-        adapter_token = "adapter-" + os.urandom(12).hex()
-        kube.add_user(token=adapter_token, username=ADAPTER_USER,
-                      groups=("system:serviceaccounts",
-                              f"system:serviceaccounts:{ADAPTER_NAMESPACE}"))
-        adapter_port = _free_port()
-        adapter = await stack.enter_async_context(_program("adapter", [
-            "--bind-address", "127.0.0.1", "--secure-port", str(adapter_port),
-            "--tls-cert-file", str(serving_cert), "--tls-private-key-file", str(serving_key),
-            "--kubeconfig", str(kube.write_kubeconfig(scratch / "adapter.kubeconfig",
-                                                      token=adapter_token)),
-            "--prometheus-url", prometheus.url, "--config", str(rules_file),
-            "--metrics-relist-interval", f"{timing.relist_seconds}s",
-        ], log_file=workdir / "adapter.log"))
+               "metricscale adapter serves custom.metrics.k8s.io and metrics.k8s.io from "
+               "Prometheus; four APIServices route to it, verified through caBundle; auth is on "
+               "as in a cluster.")
         probe = ssl.create_default_context(cafile=str(scratch / "pki" / "ca.crt"))
         await _wait_ready(adapter, url=f"https://127.0.0.1:{adapter_port}/readyz",
                           ssl_context=probe)
@@ -642,6 +774,16 @@ async def _demo(*, workdir: Path, kubectl: str, timing: Timing) -> None:
                 raise DemoError(f"{error}\nthe end of {adapter.log_file}:\n"
                                 f"{_tail(adapter.log_file)}") from None
             print(f"        APIService {name}: Available")
+
+        async def discovered() -> bool:
+            adapter.check_running()
+            listing = json.loads(await admin("get", "--raw",
+                                             "/apis/custom.metrics.k8s.io/v1beta2"))
+            return f"pods/{METRIC}" in {r.get("name") for r in listing.get("resources", [])}
+
+        await _until(discovered, within=3.0 * timing.relist_seconds + 10.0,
+                     what=f"the adapter's discovery of {METRIC}",
+                     detail=lambda: f"the end of {adapter.log_file}:\n{_tail(adapter.log_file)}")
 
         metrics_path = (f"/apis/custom.metrics.k8s.io/v1beta2/namespaces/{DEMO_NAMESPACE}/pods/*/"
                         f"{METRIC}?labelSelector=app%3D{DEMO_APP}")
@@ -743,6 +885,57 @@ async def _demo(*, workdir: Path, kubectl: str, timing: Timing) -> None:
               f"about {AUTOSCALER_USER}; kubectl's own requests arrived as system:masters "
               "through the front proxy and needed none.")
         alive()
+
+        # --- The second act: CPU, as the HPA walkthrough tells it ---------------------------
+        banner(f"kubectl --kubeconfig {kubeconfig} top pods -n {DEMO_NAMESPACE}",
+               "Resource metrics (metrics.k8s.io) from cAdvisor's series in Prometheus, through "
+               "the same adapter: no metrics-server. Then the nodes.")
+        print(await _top(admin, "pods", "-n", DEMO_NAMESPACE, within=window + 30.0), end="")
+        print(f"$ kubectl top nodes\n{await _top(admin, 'nodes', within=30.0)}", end="")
+
+        target_milli = int(CPU_REQUEST * CPU_TARGET_PERCENT * 10)
+        banner(f"CPU autoscaling: {CPU_APP} at {CPU_TARGET_PERCENT}% of its CPU request",
+               f"`kubectl autoscale deployment {CPU_APP} --cpu-percent={CPU_TARGET_PERCENT} "
+               f"--min=1 --max=10` as an Autoscaler; the load rises to {CPU_BUSY * 1000:.0f}m "
+               f"({CPU_BUSY * 1000 / target_milli:.0f} pods' worth at {target_milli}m a pod), "
+               "then falls back.")
+        cpu_manifest = workdir / "autoscaler-cpu.yaml"
+        cpu_manifest.write_text(yaml.safe_dump(cpu_autoscaler_manifest(timing),
+                                               sort_keys=False))
+        print(await admin("apply", "-f", str(cpu_manifest)), end="")
+        cpu_reporter = Reporter(kube=kube, workload=cpu_workload, started=started)
+
+        async def watching_cpu(check: Callable[[Observation], bool]) -> bool:
+            alive()
+            return check(cpu_reporter.report())
+
+        await _until(lambda: watching_cpu(lambda o: "ScalingActive=ValidMetricFound" in o.reasons),
+                     within=30.0, what=f"the first decision for {CPU_APP} from metrics.k8s.io",
+                     detail=last_seen)
+        cpu_up_to = int((CPU_BUSY * 1000 / target_milli).to_integral_value())
+        cpu_workload.set_load(CPU_BUSY)
+        await _until(lambda: watching_cpu(lambda o: o.replicas >= cpu_up_to),
+                     within=timing.scale_up_within, what=f"a scale-up of {CPU_APP} to "
+                     f"{cpu_up_to} replicas", detail=last_seen)
+        cpu_workload.set_load(CPU_IDLE)
+        await _until(lambda: watching_cpu(lambda o: o.replicas <= 1),
+                     within=timing.scale_down_within, what=f"a scale-down of {CPU_APP} to 1",
+                     detail=last_seen)
+        print(f"        {CPU_APP} scaled up {cpu_reporter.ups} times and down "
+              f"{cpu_reporter.downs} times on CPU utilization")
+        alive()
+
+
+async def _top(admin: Kubectl, *arguments: str, within: float) -> str:
+    """`kubectl top ...`, retried while the metrics of a just-started pod are not there yet."""
+    deadline = time.monotonic() + within
+    while True:
+        try:
+            return await admin("top", *arguments)
+        except DemoError:
+            if time.monotonic() > deadline:
+                raise
+            await asyncio.sleep(1.0)
 
 
 async def _explain(*, kubeconfig: Path) -> str:

@@ -1,6 +1,7 @@
 """`metricscale demo --fast` end to end as a user runs it: the pod list through kubectl, custom
-metrics through the aggregator, the autoscaler scaling up and back down, and nothing left
-running or lying around afterwards, also when the demo is terminated halfway."""
+metrics through the aggregator, the autoscaler scaling up and back down, then `kubectl top` and
+CPU autoscaling on resource metrics, and nothing left running or lying around afterwards, also
+when the demo is terminated halfway."""
 
 from __future__ import annotations
 
@@ -23,7 +24,7 @@ from tests.fakes.tools import require_tool
 pytestmark = [pytest.mark.prometheus, pytest.mark.kubectl]
 
 REPO = Path(__file__).resolve().parents[2]
-# --fast finishes in about a minute here; the bound leaves room for a busy machine.
+# --fast finishes in under a minute here; the bound leaves room for a busy machine.
 WITHIN = 240.0
 SCALE_LINE = re.compile(r"^\s+[\d.]+s  replicas (\d+) -> (\d+) scaled (up|down)\s", re.MULTILINE)
 
@@ -85,7 +86,10 @@ def test_demo_scales_web_up_and_down_and_leaves_nothing_running(tmp_path: Path) 
     assert all(f'"name": "web-{index}"' in output for index in range(3))
     assert '"kind": "MetricValueList"' in output
     assert '"name": "http_requests_per_second"' in output
-    steps = [(int(before), int(after), way) for before, after, way in SCALE_LINE.findall(output)]
+    first_act, _, cpu_act = output.partition("top pods -n demo\n")
+    assert cpu_act, output[-4000:]
+    steps = [(int(before), int(after), way)
+             for before, after, way in SCALE_LINE.findall(first_act)]
     ups = [step for step in steps if step[2] == "up"]
     downs = [step for step in steps if step[2] == "down"]
     assert ups and downs, output[-4000:]
@@ -98,6 +102,16 @@ def test_demo_scales_web_up_and_down_and_leaves_nothing_running(tmp_path: Path) 
                      output), "kubectl get msa without the CRD's printer columns"
     assert "$ metricscale explain --live demo/web" in output
     assert "Decision:" in output
+    # The second act: kubectl top (pods, then nodes), then CPU autoscaling of php-apache.
+    assert re.search(r"^NAME\s+CPU\(cores\)\s+MEMORY\(bytes\)\s*$", cpu_act, re.MULTILINE)
+    assert re.search(r"^php-apache-0\s+\d+m\s+96Mi\s*$", cpu_act, re.MULTILINE)
+    assert re.search(r"^node-1\s+\d+m\s+\d+%\s+\d+Mi\s+\d+%\s*$", cpu_act, re.MULTILINE)
+    cpu_steps = [(int(before), int(after), way)
+                 for before, after, way in SCALE_LINE.findall(cpu_act)]
+    assert [way for _, _, way in cpu_steps][:1] == ["up"], cpu_act[-3000:]
+    assert max(after for _, after, _ in cpu_steps) >= 5  # 500m at 100m a pod
+    assert cpu_steps[-1][1:] == (1, "down")
+    assert "% cpu" in cpu_act
     assert leftovers(workdir) == []
     assert (workdir / "kubeconfig").is_file() and (workdir / "autoscaler.log").is_file()
 
