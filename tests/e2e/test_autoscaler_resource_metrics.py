@@ -48,6 +48,7 @@ from tests.fakes.prometheus import PrometheusServer
 
 pytestmark = pytest.mark.prometheus
 
+AUTOSCALER_USER = "system:serviceaccount:metricscale:autoscaler"
 CONFIG = DEFAULT_CONFIG_YAML.replace("[5m]", "[5s]").replace("window: 5m", "window: 5s")
 FAST_UP: dict[str, Any] = {
     "scaleUp": {"stabilizationWindowSeconds": 0,
@@ -101,7 +102,12 @@ async def test_cpu_utilization_scales_a_deployment_through_metrics_k8s_io(
             fake_kube.create(GROUP, VERSION, PLURAL, autoscaler(
                 "cpuweb", target="cpuweb", metrics=[cpu_metric(50)], min_replicas=2,
                 max_replicas=10, behavior=FAST_UP))
-            async with controller(fake_kube):
+            # A service account, not system:masters (which the adapter lets through without
+            # asking, as the generic apiserver does): its requests need SubjectAccessReviews.
+            fake_kube.add_user(token="autoscaler-token",
+                               username=AUTOSCALER_USER,
+                               groups=("system:serviceaccounts",))
+            async with controller(fake_kube, token="autoscaler-token"):
                 await until(lambda: condition(fake_kube, "cpuweb", "ScalingActive") ==
                             ("True", "ValidMetricFound",
                              "the HPA was able to successfully calculate a replica count from "
@@ -115,6 +121,14 @@ async def test_cpu_utilization_scales_a_deployment_through_metrics_k8s_io(
                 await holds(lambda: replicas_of(fake_kube, "cpuweb") == 6, for_seconds=3,
                             what="6 pods at 50% each stay 6")
     assert sizes(fake_kube, "cpuweb")[-1] == 6
+    # Authorized as the other groups are: a SubjectAccessReview for list pods in
+    # metrics.k8s.io, in the autoscaler's namespace.
+    attributes = [(r.get("spec") or {}).get("resourceAttributes") or {}
+                  for r in fake_kube.subject_access_reviews
+                  if (r.get("spec") or {}).get("user") == AUTOSCALER_USER]
+    assert {"group": "metrics.k8s.io", "resource": "pods", "verb": "list", "namespace": NS,
+            "version": "v1beta1"}.items() <= next(
+        (a for a in attributes if a.get("group") == "metrics.k8s.io"), {}).items()
 
 
 async def test_a_container_resource_metric_reads_only_its_container(
