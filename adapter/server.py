@@ -32,7 +32,7 @@ from adapter.kube.catalog import ClusterCatalog
 from adapter.kube.objects import USER_AGENT
 from adapter.prometheus.client import PrometheusClient
 from adapter.prometheus.relisting import RelistFailed, relist_once
-from adapter.rules.config import AdapterConfig, ConfigError, parse_config
+from adapter.rules.config import AdapterConfig, ConfigError, ConfigIssue, parse_config
 from adapter.rules.query import QueryError, build_custom_query, build_external_query
 from adapter.rules.registry import MetricRegistry
 from adapter.rules.resources import ResourceCatalog, builtin_catalog
@@ -105,7 +105,12 @@ def configure_logging(*, level: str, fmt: str, stream: TextIO | None = None) -> 
 
 def _load_config(path: str) -> AdapterConfig:
     """Read and parse the rule file; raises ConfigError (or OSError) for the caller to report."""
-    return parse_config(Path(path).read_text(encoding="utf-8"))
+    raw = Path(path).read_bytes()
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as error:
+        raise ConfigError([ConfigIssue("", f"not UTF-8 text (byte {error.start})")]) from None
+    return parse_config(text)
 
 
 def _tls_context(settings: AdapterSettings) -> ReloadingServerContext:

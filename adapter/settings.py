@@ -93,7 +93,12 @@ class PrometheusSettings:
     cache_ttl: float = 0.0
 
     def __post_init__(self) -> None:
-        url = URL(self.url)
+        try:
+            url = URL(self.url)
+        except ValueError as error:
+            # yarl's reason ("Invalid IPv6 URL"), not the URL: it may carry a password.
+            raise PrometheusConfigError(
+                f"--prometheus-url is not a valid URL: {error}") from None
         if url.scheme not in ("http", "https") or not url.host:
             raise PrometheusConfigError("--prometheus-url must be an http:// or https:// URL")
         if self.method not in ("POST", "GET"):
@@ -359,8 +364,8 @@ def _duration_flag(name: str, text: str, *, zero_allowed: bool = False) -> Decim
     """A duration flag's value; a TTL may be 0 (its cache off), an interval or timeout not."""
     try:
         value = parse_duration(text)
-    except SettingsError as error:
-        raise SettingsError(f"{name}: {error}") from None
+    except SettingsError:
+        raise SettingsError(f"{name}: {durations.flag_message(text)}") from None
     if value < 0 or (value == 0 and not zero_allowed):
         bound = "must not be negative" if zero_allowed else "must be positive"
         raise SettingsError(f"{name} {bound}, got {text!r}")

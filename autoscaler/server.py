@@ -53,7 +53,7 @@ from metricscale.kube.http import open_kube_http
 from metricscale.kube.informer import PathSource
 from metricscale.tasks import start_guarded_task
 
-__all__ = ["AutoscalerServer", "Options", "add_arguments", "configure_logging",
+__all__ = ["AutoscalerServer", "Options", "StartupError", "add_arguments", "configure_logging",
            "options_from_arguments", "run"]
 
 logger = logging.getLogger(__name__)
@@ -70,9 +70,12 @@ _SYNC_REPORT_SECONDS = 30.0
 
 
 def _positive_int(text: str) -> int:
-    value = int(text)
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
     if value < 1:
-        raise argparse.ArgumentTypeError("must be at least 1")
+        raise argparse.ArgumentTypeError(f"must be an integer >= 1, got {text!r}")
     return value
 
 
@@ -122,9 +125,21 @@ class Options:
     informer_options: dict[str, Any] | None = None
 
 
+class StartupError(Exception):
+    """The program cannot start (a port taken...); `str(err)` is the one line to show."""
+
+
 def options_from_arguments(args: argparse.Namespace) -> Options:
-    """Options from parsed flags; raises ValueError for inconsistent leader-election flags."""
-    election = leader_election_config(args)
+    """Options from parsed flags; raises ValueError naming the flag that cannot be used."""
+    try:
+        election = leader_election_config(args)
+    except ValueError as error:
+        raise ValueError(f"--leader-elect-*: {error}") from None
+    try:
+        parse_bind_address(args.metrics_bind_address)
+    except ValueError as error:
+        raise ValueError(f"--metrics-bind-address {args.metrics_bind_address!r}: {error}") \
+            from None
     return Options(
         settings=settings_flags.settings_from_arguments(args),
         leader_election=election,
@@ -143,8 +158,16 @@ def parse_bind_address(text: str) -> tuple[str, int] | None:
     """':8080' -> ('0.0.0.0', 8080); '127.0.0.1:0' -> any free port; '0' -> switched off."""
     if text.strip() in {"", "0"}:
         return None
-    host, _, port = text.rpartition(":")
-    return (host.strip("[]") or "0.0.0.0"), int(port)
+    host, colon, port = text.rpartition(":")
+    if not colon or not port.isdigit() or not 0 <= int(port) < 65536:
+        raise ValueError("want HOST:PORT with a port from 0 to 65535, or 0 to switch off")
+    if host.startswith("["):
+        if not host.endswith("]"):
+            raise ValueError("an IPv6 host goes in brackets: [::1]:8080")
+        host = host[1:-1]
+    elif ":" in host:
+        raise ValueError("want HOST:PORT; an IPv6 host goes in brackets: [::1]:8080")
+    return (host or "0.0.0.0"), int(port)
 
 
 # --------------------------------------------------------------------------------------------
@@ -351,7 +374,12 @@ class AutoscalerServer:
         self._runner = web.AppRunner(app, access_log=None)
         await self._runner.setup()
         site = web.TCPSite(self._runner, address[0], address[1])
-        await site.start()
+        try:
+            await site.start()
+        except OSError as error:
+            raise StartupError(f"cannot listen on --metrics-bind-address "
+                               f"{self.options.metrics_bind_address}: "
+                               f"{error.strerror or error}") from None
         sockets = self._runner.addresses
         self.port = int(sockets[0][1]) if sockets else address[1]
         logger.info("serving /metrics, /healthz and /readyz on %s:%d", address[0], self.port)
@@ -428,6 +456,10 @@ async def _main(args: argparse.Namespace) -> int:
                 stopping.cancel()
                 logger.info("stopping: releasing the lease and closing")
     except KubeConfigError as error:
+        logger.error("%s", error)
+        # A file the user named that cannot be used is bad usage; the in-cluster account is not.
+        return EXIT_USAGE if args.kubeconfig else EXIT_FAILED
+    except StartupError as error:
         logger.error("%s", error)
         return EXIT_FAILED
     return EXIT_FAILED if failed or server.fatal is not None else EXIT_OK

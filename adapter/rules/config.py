@@ -545,6 +545,8 @@ def parse_config(text: str) -> AdapterConfig:
         raise ConfigError([ConfigIssue("", f"yaml: {problem}", line)]) from None
     except yaml.YAMLError as error:
         raise ConfigError([ConfigIssue("", f"yaml: {error}")]) from None
+    except RecursionError:
+        raise ConfigError([ConfigIssue("", "yaml: nested too deeply")]) from None
     builder = _ConfigBuilder()
     config = builder.config(root)
     if builder.issues:

@@ -34,6 +34,7 @@ from autoscaler.decision.leadership import (
     observe,
 )
 from autoscaler.model.times import parse_duration
+from metricscale.core import durations
 from metricscale.kube.errors import AlreadyExists, Conflict, KubeError
 
 logger = logging.getLogger(__name__)
@@ -89,8 +90,8 @@ class LeaderElectionConfig:
 def _duration_argument(text: str) -> timedelta:
     try:
         return parse_duration(text)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from exc
+    except ValueError:
+        raise argparse.ArgumentTypeError(durations.flag_message(text)) from None
 
 
 def _bool_argument(text: str) -> bool:

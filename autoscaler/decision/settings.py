@@ -10,12 +10,14 @@ from datetime import timedelta
 from typing import Any
 
 from autoscaler.model.times import format_duration, parse_duration
+from metricscale.core import durations
 
 __all__ = [
     "FLAGS",
     "Settings",
     "SettingsError",
     "add_arguments",
+    "duration_argument",
     "format_duration",
     "parse_duration",
     "parse_settings",
@@ -82,26 +84,34 @@ _SNAPSHOT_KEYS: Mapping[str, str] = {
     "sync_period": "syncPeriodSeconds",
 }
 
+def duration_argument(text: str) -> timedelta:
+    """argparse `type=` for a duration flag: its error names the format expected."""
+    try:
+        return parse_duration(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(durations.flag_message(text)) from None
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The controller's flags, with upstream's names and defaults (for `metricscale autoscaler`)."""
     defaults = Settings()
     group = parser.add_argument_group("HPA decision (upstream kube-controller-manager flags)")
-    group.add_argument(FLAGS["sync_period"], dest="sync_period", type=parse_duration,
+    group.add_argument(FLAGS["sync_period"], dest="sync_period", type=duration_argument,
                        default=defaults.sync_period, metavar="DURATION",
                        help="how often each autoscaler is reconciled (default 15s)")
     group.add_argument(FLAGS["tolerance"], dest="tolerance", type=float,
                        default=defaults.tolerance, metavar="FLOAT",
                        help="minimum change of the usage ratio that causes scaling (default 0.1)")
     group.add_argument(FLAGS["cpu_initialization_period"], dest="cpu_initialization_period",
-                       type=parse_duration, default=defaults.cpu_initialization_period,
+                       type=duration_argument, default=defaults.cpu_initialization_period,
                        metavar="DURATION",
                        help="after pod start, cpu samples may be skipped (default 5m0s)")
     group.add_argument(FLAGS["initial_readiness_delay"], dest="initial_readiness_delay",
-                       type=parse_duration, default=defaults.initial_readiness_delay,
+                       type=duration_argument, default=defaults.initial_readiness_delay,
                        metavar="DURATION",
                        help="after pod start, readiness changes count as initial (default 30s)")
     group.add_argument(FLAGS["downscale_stabilization_window"],
-                       dest="downscale_stabilization_window", type=parse_duration,
+                       dest="downscale_stabilization_window", type=duration_argument,
                        default=defaults.downscale_stabilization_window, metavar="DURATION",
                        help="how far back scale-down recommendations are considered (default 5m0s)")
     group.add_argument(FLAGS["scale_up_limit_factor"], dest="scale_up_limit_factor", type=float,
@@ -118,9 +128,37 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                             "External metrics (off by default, as upstream)")
 
 
+# Setting -> (the smallest value that works, whether that value itself is allowed).
+_LOWER_BOUNDS: Mapping[str, tuple[float, bool]] = {
+    # A zero period would reconcile every autoscaler in a tight loop.
+    "sync_period": (0.0, False),
+    "tolerance": (0.0, True),
+    "cpu_initialization_period": (0.0, True),
+    "initial_readiness_delay": (0.0, True),
+    "downscale_stabilization_window": (0.0, True),
+    "scale_up_limit_factor": (0.0, True),
+    "scale_up_limit_minimum": (0.0, True),
+}
+
+
+def _check_range(name: str, value: Any) -> None:
+    bound, inclusive = _LOWER_BOUNDS[name]
+    number = value.total_seconds() if isinstance(value, timedelta) else float(value)
+    unit = "s" if isinstance(value, timedelta) else ""
+    shown = format_duration(value) if isinstance(value, timedelta) else f"{number:g}"
+    if not math.isfinite(number):
+        raise SettingsError(FLAGS[name], f"must be a finite number, got {shown}")
+    if number < bound or (number == bound and not inclusive):
+        wanted = f">= {bound:g}{unit}" if inclusive else f"> {bound:g}{unit}"
+        raise SettingsError(FLAGS[name], f"must be {wanted}, got {shown}")
+
+
 def settings_from_arguments(args: argparse.Namespace) -> Settings:
-    """Settings from parsed `add_arguments` flags."""
+    """Settings from parsed `add_arguments` flags; SettingsError names a value out of range."""
     values = {f.name: getattr(args, f.name) for f in fields(Settings) if hasattr(args, f.name)}
+    for name, value in values.items():
+        if name in _LOWER_BOUNDS:
+            _check_range(name, value)
     return Settings(**values)
 
 

@@ -5,7 +5,10 @@ from __future__ import annotations
 import re
 from decimal import Decimal, InvalidOperation
 
-__all__ = ["DurationError", "parse_duration"]
+__all__ = ["GO_DURATION_HINT", "DurationError", "flag_message", "parse_duration"]
+
+# What a flag's error adds, so a user who typed `5x` or `30` sees the format expected.
+GO_DURATION_HINT = "use Go durations such as 15s or 1m30s"
 
 _DURATION_UNITS: dict[str, Decimal] = {
     "ns": Decimal("1e-9"), "us": Decimal("1e-6"), "µs": Decimal("1e-6"), "μs": Decimal("1e-6"),
@@ -24,6 +27,11 @@ class DurationError(ValueError):
             super().__init__(f"invalid duration {text!r}")
         else:
             super().__init__(f"unknown unit {unknown_unit!r} in duration {text!r}")
+
+
+def flag_message(text: str) -> str:
+    """The error a duration flag shows: `invalid duration '5x': use Go durations such as 15s`."""
+    return f"invalid duration {text!r}: {GO_DURATION_HINT}"
 
 
 def parse_duration(text: str) -> Decimal:

@@ -12,8 +12,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Callable
+from pathlib import Path
 from typing import Any
 
+import yaml
 from kubernetes_asyncio import config as kube_config
 from kubernetes_asyncio.client import Configuration
 from kubernetes_asyncio.config.config_exception import ConfigException
@@ -24,11 +26,48 @@ from metricscale.tasks import start_guarded_task
 __all__ = ["Configuration", "open_configuration"]
 
 
+def _check_file(kubeconfig: str, context: str | None) -> None:
+    """Read the file first, so each way it can be unusable gets a message naming the file.
+
+    kubernetes_asyncio reports a missing file as "Expected key current-context" and lets a
+    decoding error or a RecursionError through.
+    """
+    try:
+        raw = Path(kubeconfig).read_bytes()
+    except OSError as error:
+        reason = (error.strerror or str(error)).lower()
+        raise KubeConfigError(f"cannot read kubeconfig {kubeconfig}: {reason}") from None
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as error:
+        raise KubeConfigError(f"kubeconfig {kubeconfig}: not UTF-8 text (byte {error.start})") \
+            from None
+    try:
+        document = yaml.safe_load(text)
+    except yaml.YAMLError as error:
+        raise KubeConfigError(f"kubeconfig {kubeconfig}: not YAML: {error}") from None
+    except RecursionError:
+        raise KubeConfigError(f"kubeconfig {kubeconfig}: not YAML: nested too deeply") from None
+    if not isinstance(document, dict):
+        raise KubeConfigError(f"kubeconfig {kubeconfig}: not a kubeconfig (want a mapping "
+                              "with contexts, clusters and users)")
+    contexts = document.get("contexts") or []
+    names = [str(entry.get("name")) for entry in contexts if isinstance(entry, dict)]
+    wanted = context or document.get("current-context")
+    if not wanted:
+        raise KubeConfigError(f"kubeconfig {kubeconfig}: no current-context; pick one with "
+                              f"--context (contexts: {', '.join(names) or 'none'})")
+    if str(wanted) not in names:
+        raise KubeConfigError(f'kubeconfig {kubeconfig}: context "{wanted}" not found '
+                              f"(contexts: {', '.join(names) or 'none'})")
+
+
 async def _load(kubeconfig: str | None, context: str | None,
                 configuration: Configuration) -> Any:
     """Fill `configuration`; returns the kubeconfig loader (None in-cluster)."""
     try:
         if kubeconfig:
+            _check_file(kubeconfig, context)
             return await kube_config.load_kube_config(
                 config_file=kubeconfig, context=context, client_configuration=configuration,
                 persist_config=False)
