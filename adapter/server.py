@@ -28,6 +28,7 @@ from prometheus_client import CollectorRegistry
 from yarl import URL
 
 from adapter.http.app import HEALTH_KEY, create_app, mark_shutting_down
+from adapter.http.runner import StatusAppRunner
 from adapter.kube.catalog import ClusterCatalog
 from adapter.kube.objects import USER_AGENT
 from adapter.prometheus.client import PrometheusClient
@@ -213,8 +214,8 @@ async def _serve(settings: AdapterSettings, config: AdapterConfig, *,
     app = create_app(settings=settings, config=config, on_fatal=on_fatal,
                      authenticator=security.authenticator, authorizer=security.authorizer)
     security.install(app, health=app[HEALTH_KEY], on_fatal=on_fatal)
-    runner = web.AppRunner(app, handle_signals=False, shutdown_timeout=_SHUTDOWN_GRACE_SECONDS,
-                           access_log=None)
+    runner = StatusAppRunner(app, handle_signals=False,
+                             shutdown_timeout=_SHUTDOWN_GRACE_SECONDS, access_log=None)
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, stop.set)
     try:

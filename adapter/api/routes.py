@@ -3,15 +3,18 @@
 `parse_route(raw_path, query_string)` takes the path exactly as it arrived (still
 percent-encoded, so `%2F` inside a segment cannot split it) and returns what was asked for,
 or a `RouteRejection` carrying the status the client gets (aggregation-contract.md §8.1, §9).
-Metric, object and namespace names are never empty, `.` or `..`, and never contain `/`, `%`
-or `?` once decoded.
+Every name is checked before any query is built: namespaces must be DNS-1123 labels, the names
+of the built-in kinds follow their apimachinery validation (`_BUILT_IN_NAME_RULES`), and any
+other name (metrics, CRD objects, kinds whose names are path segments) must be a valid path
+segment (`path.IsValidPathSegmentName`: not `.` or `..`, no `/` or `%`; here also no `?`, no
+U+FFFD and no control characters). A name that fails can never exist: 404 NotFound.
 """
 
 from __future__ import annotations
 
 import re
 import urllib.parse
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from adapter.api.groups import API_GROUP_VERSIONS, EXTERNAL_METRICS_GROUP, RESOURCE_METRICS_GROUP
@@ -138,9 +141,72 @@ def _decode(segment: str) -> str:
         raise _Rejected(_INVALID_PATH) from None
 
 
+_DNS1123_LABEL = re.compile(r"[a-z0-9](?:[-a-z0-9]{0,61}[a-z0-9])?")
+_DNS1035_LABEL = re.compile(r"[a-z](?:[-a-z0-9]{0,61}[a-z0-9])?")
+_DNS1123_SUBDOMAIN = re.compile(
+    r"[a-z0-9](?:[-a-z0-9]*[a-z0-9])?(?:\.[a-z0-9](?:[-a-z0-9]*[a-z0-9])?)*")
+# Control characters (Cc), the replacement character (what a lossy decoder leaves behind)
+# and the path separators: no Kubernetes name of any kind holds these.
+_NEVER_IN_A_NAME = re.compile("[\x00-\x1f\x7f-\x9f\ufffd/%?]")
+
+
+def _is_subdomain(text: str) -> bool:
+    return len(text) <= 253 and _DNS1123_SUBDOMAIN.fullmatch(text) is not None
+
+
+def _is_label(text: str) -> bool:
+    return _DNS1123_LABEL.fullmatch(text) is not None
+
+
+def _is_dns1035_label(text: str) -> bool:
+    return _DNS1035_LABEL.fullmatch(text) is not None
+
+
+# The built-in kinds whose names apimachinery validates more strictly than a path segment, by
+# every way a request may write the resource (plural, singular, short name) and its group.
+# Kinds not listed (CRDs, RBAC objects, HPAs…) only get the path-segment rule.
+_BUILT_IN_NAME_RULES: Mapping[tuple[str, str], Callable[[str], bool]] = {
+    **{(resource, group): _is_label
+       for resource in ("namespaces", "namespace", "ns") for group in ("", "core")},
+    **{(resource, group): _is_dns1035_label
+       for resource in ("services", "service", "svc") for group in ("", "core")},
+    **{(resource, group): _is_subdomain
+       for resources, groups in (
+           (("pods", "pod", "po", "nodes", "node", "no", "configmaps", "configmap", "cm",
+             "secrets", "secret", "persistentvolumeclaims", "persistentvolumeclaim", "pvc",
+             "persistentvolumes", "persistentvolume", "pv", "endpoints", "replicationcontrollers",
+             "replicationcontroller", "rc", "serviceaccounts", "serviceaccount", "sa"),
+            ("", "core")),
+           (("deployments", "deployment", "deploy", "statefulsets", "statefulset", "sts",
+             "replicasets", "replicaset", "rs", "daemonsets", "daemonset", "ds"),
+            ("", "apps")),
+           (("jobs", "job", "cronjobs", "cronjob", "cj"), ("", "batch")),
+           (("ingresses", "ingress", "ing"), ("", "networking.k8s.io")),
+       )
+       for resource in resources for group in groups},
+}
+
+
 def _name(text: str) -> str:
-    """A metric, object or namespace name: anything else can never exist (404)."""
-    if not text or text in (".", "..") or any(char in text for char in "/%?"):
+    """A metric name, or the name of an object of a kind not validated further: a path
+    segment that some object could carry; anything else can never exist (404)."""
+    if not text or text in (".", "..") or _NEVER_IN_A_NAME.search(text) is not None:
+        raise _Rejected(_NOT_FOUND)
+    return text
+
+
+def _namespace(text: str) -> str:
+    """A namespace's name: a DNS-1123 label (404 otherwise, like any name that cannot exist)."""
+    if not _is_label(text):
+        raise _Rejected(_NOT_FOUND)
+    return text
+
+
+def _object_name(resource: GroupResource, text: str) -> str:
+    """An object's name, by the validation of its kind when it is a built-in one."""
+    rule = _BUILT_IN_NAME_RULES.get((resource.resource.lower(), resource.group.lower()))
+    _name(text)
+    if rule is not None and not rule(text):
         raise _Rejected(_NOT_FOUND)
     return text
 
@@ -207,13 +273,13 @@ def _resource_metrics(rest: list[str], query: dict[str, str]) -> Route:
     if rest[0] == "namespaces":
         if len(rest) < 3 or rest[2] != "pods" or len(rest) > 4:
             return _NOT_FOUND
-        namespace = _name(rest[1])
+        namespace = _namespace(rest[1])
         rest = rest[2:]
     kind = rest[0]
     if kind not in RESOURCE_METRICS_FIELDS or len(rest) > 2 or (
             kind == "nodes" and namespace is not None):
         return _NOT_FOUND
-    name = _name(rest[1]) if len(rest) == 2 else None
+    name = _object_name(GroupResource(kind), rest[1]) if len(rest) == 2 else None
     if kind == "pods" and name is not None and namespace is None:
         return _NOT_FOUND  # a pod is always named within its namespace
     try:
@@ -235,7 +301,7 @@ def _external(rest: list[str], query: dict[str, str]) -> Route:
         return _NOT_FOUND
     if rest[1] == "*":
         return _ALL_NAMESPACES
-    namespace, metric = _name(rest[1]), _name(rest[2])
+    namespace, metric = _namespace(rest[1]), _name(rest[2])
     return ExternalMetricRoute(namespace, metric, _selector(query.get("labelSelector", "")))
 
 
@@ -252,13 +318,13 @@ def _custom(version: str, *, rest: list[str], query: dict[str, str]) -> Route:
                 return CustomMetricRoute(version, NAMESPACES, None, None, metric,
                                          _selector(query.get("labelSelector", "")),
                                          metric_selector, namespace_metric=True)
-            return CustomMetricRoute(version, NAMESPACES, None, _name(rest[1]), metric,
+            return CustomMetricRoute(version, NAMESPACES, None, _namespace(rest[1]), metric,
                                      Selector(), metric_selector, namespace_metric=True)
         if len(rest) != 5:
             return _NOT_FOUND
         if rest[1] == "*":
             return _ALL_NAMESPACES
-        namespace = _name(rest[1])
+        namespace = _namespace(rest[1])
         resource_text, name_text, metric_text = rest[2:]
     elif len(rest) == 3:
         namespace = None
@@ -272,5 +338,5 @@ def _custom(version: str, *, rest: list[str], query: dict[str, str]) -> Route:
     if name_text == "*":
         return CustomMetricRoute(version, resource, namespace, None, metric,
                                  _selector(query.get("labelSelector", "")), metric_selector)
-    return CustomMetricRoute(version, resource, namespace, _name(name_text), metric, Selector(),
-                             metric_selector)
+    return CustomMetricRoute(version, resource, namespace, _object_name(resource, name_text),
+                             metric, Selector(), metric_selector)

@@ -90,8 +90,9 @@ def quote_go_string(text: str) -> str:
             continue
         code = ord(char)
         # Go's IsPrint and Python's isprintable agree: letters, marks, numbers, punctuation,
-        # symbols and the ASCII space.
-        if char.isprintable():
+        # symbols and the ASCII space. U+FFFD is the one printable rune written escaped (Go
+        # writes it as is): Prometheus's lexer rejects a literal one as "invalid UTF-8 rune".
+        if char.isprintable() and code != 0xFFFD:
             out.append(char)
         elif code < 0x20 or code == 0x7F:
             out.append(f"\\x{code:02x}")

@@ -28,6 +28,7 @@ from adapter.http.app import (
     RELISTER_KEY,
     create_app,
 )
+from adapter.http.runner import StatusAppRunner
 from adapter.prometheus.client import PrometheusClient
 from adapter.prometheus.relisting import Relister
 from adapter.rules.config import parse_config
@@ -168,7 +169,7 @@ async def running_adapter(*, workdir: Path, config_text: str, prometheus_url: st
     fatal: list[BaseException] = []
     app = create_app(settings=settings, config=parse_config(config_text), clock=clock,
                      on_fatal=fatal.append)
-    runner = web.AppRunner(app, handle_signals=False, shutdown_timeout=1.0, access_log=None)
+    runner = StatusAppRunner(app, handle_signals=False, shutdown_timeout=1.0, access_log=None)
     await runner.setup()
     try:
         site = web.TCPSite(runner, "127.0.0.1", 0, ssl_context=build_server_context(
