@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+import yaml
 from cryptography import x509
 from cryptography.exceptions import InvalidSignature
 
@@ -303,21 +304,40 @@ def ensure_certificates(options: CertsOptions, *, now: datetime) -> list[str]:
         patch = options.manifests / CA_BUNDLE_PATCH
         if _write_text_if_changed(patch, ca_bundle_patch(trusted)):
             lines.append(f"wrote {patch} (caBundle for the APIServices)")
-        expected_certs = (options.manifests.parent / "certs").resolve()
-        if directory.resolve() != expected_certs:
+        expected_certs = _certs_directory_of(options.manifests)
+        if expected_certs is not None and directory.resolve() != expected_certs:
             lines.append(f"note: {options.manifests / 'kustomization.yaml'} takes the Secret "
                          f"from {expected_certs}, not {directory}")
     if plan.new_serving:
-        lines.append("apply with: kubectl apply -k " + str(options.manifests or "manifests"))
+        if options.manifests is not None and options.manifests.name == "certs-files":
+            lines.append(f"list components/{options.manifests.name} in "
+                         f"{options.manifests.parent.parent / 'kustomization.yaml'}, then "
+                         f"apply with: kubectl apply -k {options.manifests.parent.parent}")
+        else:
+            lines.append("apply with: kubectl apply -k " + str(options.manifests or "manifests"))
     return lines
+
+
+def _certs_directory_of(kustomize_dir: Path) -> Path | None:
+    """The certs directory a kustomization (or component) lists among its resources, if any."""
+    try:
+        listed = yaml.safe_load((kustomize_dir / "kustomization.yaml").read_text()) or {}
+    except (OSError, yaml.YAMLError):
+        return None
+    for entry in listed.get("resources") or []:
+        if isinstance(entry, str) and Path(entry).name == "certs":
+            return (kustomize_dir / entry).resolve()
+    return None
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--dir", type=Path, default=Path("certs"),
                         help="where the PEM files go (default: certs)")
-    parser.add_argument("--manifests", type=Path, default=Path("manifests"),
+    parser.add_argument("--manifests", type=Path,
+                        default=Path("manifests/components/certs-files"),
                         help="kustomize directory that receives ca-bundle-patch.yaml "
-                             "(default: manifests)")
+                             "(default: manifests/components/certs-files, the component that "
+                             "uses these files)")
     parser.add_argument("--no-manifests", action="store_true",
                         help="do not write the caBundle patch")
     parser.add_argument("--service", default=SERVICE_NAME,

@@ -12,7 +12,7 @@ from prometheus_client import CollectorRegistry
 
 REPO = Path(__file__).resolve().parents[2]
 MONITORING = REPO / "manifests" / "monitoring"
-RULES = MONITORING / "prometheusrule.yml"
+RULES = MONITORING / "prometheusrule.yaml"
 _NAME = re.compile(r"\b(metricscale_[a-z0-9_]+)")
 
 
