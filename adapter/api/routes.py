@@ -150,6 +150,10 @@ _DNS1123_SUBDOMAIN = re.compile(
 _NEVER_IN_A_NAME = re.compile("[\x00-\x1f\x7f-\x9f\ufffd/%?]")
 
 
+def _is_path_segment(text: str) -> bool:
+    return True  # `_name` has checked it already
+
+
 def _is_subdomain(text: str) -> bool:
     return len(text) <= 253 and _DNS1123_SUBDOMAIN.fullmatch(text) is not None
 
@@ -162,14 +166,19 @@ def _is_dns1035_label(text: str) -> bool:
     return _DNS1035_LABEL.fullmatch(text) is not None
 
 
-# The built-in kinds whose names apimachinery validates more strictly than a path segment, by
+# The built-in kinds whose names apimachinery validates other than as DNS-1123 subdomains, by
 # every way a request may write the resource (plural, singular, short name) and its group.
-# Kinds not listed (CRDs, RBAC objects, HPAs…) only get the path-segment rule.
+# Every kind not listed, custom resources included (apiextensions-apiserver validates their
+# names as DNS-1123 subdomains), is a subdomain; RBAC objects alone allow any path segment.
 _BUILT_IN_NAME_RULES: Mapping[tuple[str, str], Callable[[str], bool]] = {
     **{(resource, group): _is_label
        for resource in ("namespaces", "namespace", "ns") for group in ("", "core")},
     **{(resource, group): _is_dns1035_label
        for resource in ("services", "service", "svc") for group in ("", "core")},
+    **{(resource, group): _is_path_segment
+       for resource in ("roles", "role", "rolebindings", "rolebinding", "clusterroles",
+                        "clusterrole", "clusterrolebindings", "clusterrolebinding")
+       for group in ("rbac.authorization.k8s.io",)},
     **{(resource, group): _is_subdomain
        for resources, groups in (
            (("pods", "pod", "po", "nodes", "node", "no", "configmaps", "configmap", "cm",
@@ -203,10 +212,12 @@ def _namespace(text: str) -> str:
 
 
 def _object_name(resource: GroupResource, text: str) -> str:
-    """An object's name, by the validation of its kind when it is a built-in one."""
-    rule = _BUILT_IN_NAME_RULES.get((resource.resource.lower(), resource.group.lower()))
+    """An object's name, by the validation of its kind: a DNS-1123 subdomain unless the kind
+    validates names otherwise (namespaces, services, RBAC objects)."""
+    rule = _BUILT_IN_NAME_RULES.get((resource.resource.lower(), resource.group.lower()),
+                                    _is_subdomain)
     _name(text)
-    if rule is not None and not rule(text):
+    if not rule(text):
         raise _Rejected(_NOT_FOUND)
     return text
 
