@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import urllib.parse
+
 import pytest
 
 from adapter.api.routes import (
@@ -175,3 +177,20 @@ def test_external_route(path: str, query: str, expected: Route) -> None:
 
 def test_query_string_on_the_path_is_ignored() -> None:
     assert parse_route(CUSTOM + "?x=1") == ResourceListRoute("custom.metrics.k8s.io", "v1beta2")
+
+
+@pytest.mark.parametrize(("resource", "name", "found"), [
+    ("widgets.example.com", "[", False),  # custom resources: DNS-1123 subdomains
+    ("widgets.example.com", "web.1", True),
+    ("services", "web.1", False),  # DNS-1035 labels
+    ("roles.rbac.authorization.k8s.io", "system:controller:x", True),  # path segments
+    ("pods", "\ufffd", False),
+])
+def test_object_names_follow_their_kinds_rule(resource: str, name: str, found: bool) -> None:
+    quoted = urllib.parse.quote(name, safe="")
+    route = parse_route(f"/apis/custom.metrics.k8s.io/v1beta2/namespaces/shop/{resource}/"
+                        f"{quoted}/requests")
+    if found:
+        assert isinstance(route, CustomMetricRoute) and route.name == name
+    else:
+        assert isinstance(route, RouteRejection) and route.code == 404
