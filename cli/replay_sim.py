@@ -1,0 +1,242 @@
+"""The closed-loop replay: the pure decision run step by step over observed metric history.
+
+No I/O: `simulate` takes the observations (one value per metric per step, already read from
+Prometheus) and builds, at each step, the same DecisionSnapshot `metricscale explain` reads,
+then decides it with the controller's code and carries the decision's history and status on.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+from autoscaler.decision.snapshot import (
+    SNAPSHOT_API_VERSION,
+    SNAPSHOT_KIND,
+    decide_snapshot,
+    parse_snapshot,
+    render_decision,
+)
+
+REPLAY_LABELS = {"app.kubernetes.io/name": "replay"}
+REPLAY_SELECTOR = "app.kubernetes.io/name=replay"
+SUPPORTED_TYPES = ("Pods", "Object", "External")
+
+
+class ReplayInputError(ValueError):
+    """Input the replay cannot use; the message says what to fix (exit status 2)."""
+
+
+@dataclass(frozen=True)
+class Observation:
+    """One metric at one step: the value the metrics API would have served.
+
+    Pods: `value` is the observed per-pod average and `pods` the observed pod count (their
+    product is the total load, redistributed over the simulated ready pods).
+    Object/External: `value` is used as observed. None: no sample at that step.
+    """
+
+    value: float | None
+    pods: int | None = None
+
+
+@dataclass(frozen=True)
+class Step:
+    time: datetime
+    values: tuple[float | None, ...]  # what the decision saw (Pods: per simulated ready pod)
+    current_replicas: int
+    ready_pods: int
+    proposed_replicas: int | None
+    decided_replicas: int
+    limiting_rule: str | None
+    above_target: bool
+
+
+@dataclass(frozen=True)
+class Summary:
+    steps: int
+    scale_ups: int
+    scale_downs: int
+    min_replicas: int
+    max_replicas: int
+    mean_replicas: float
+    replica_hours: float
+    seconds_above_target: float
+
+
+@dataclass
+class _Pod:
+    name: str
+    started: datetime
+
+
+@dataclass
+class _State:
+    replicas: int
+    pods: list[_Pod] = field(default_factory=list)
+    serial: int = 0
+    history: dict[str, Any] | None = None
+    status: dict[str, Any] | None = None
+
+
+def _time(moment: datetime) -> str:
+    return moment.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _quantity(value: float) -> str:
+    return f"{round(value * 1000)}m"
+
+
+def _pod_object(pod: _Pod, *, namespace: str, ready: bool, now: datetime,
+                startup: timedelta) -> dict[str, Any]:
+    transition = pod.started + startup if ready else pod.started
+    return {
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": pod.name, "namespace": namespace, "labels": dict(REPLAY_LABELS)},
+        "spec": {"containers": [{"name": "main"}]},
+        "status": {"phase": "Running", "startTime": _time(pod.started),
+                   "conditions": [{"type": "Ready", "status": "True" if ready else "False",
+                                   "lastTransitionTime": _time(min(transition, now))}]},
+    }
+
+
+def _metric_input(spec: Mapping[str, Any], observation: Observation, *, namespace: str,
+                  ready: Sequence[_Pod], now: datetime) -> tuple[Any, float | None]:
+    kind = spec["type"]
+    if observation.value is None or not math.isfinite(observation.value):
+        return {"error": "no sample at this step"}, None
+    stamp = _time(now)
+    if kind == "Pods":
+        if not ready:
+            return {"error": "no ready pods"}, None
+        observed_pods = observation.pods or 1
+        per_pod = observation.value * observed_pods / len(ready)
+        name = spec["pods"]["metric"]["name"]
+        items = [{"describedObject": {"kind": "Pod", "namespace": namespace, "name": pod.name,
+                                      "apiVersion": "/v1"},
+                  "metric": {"name": name}, "timestamp": stamp, "windowSeconds": 60,
+                  "value": _quantity(per_pod)} for pod in ready]
+        return {"kind": "MetricValueList", "apiVersion": "custom.metrics.k8s.io/v1beta2",
+                "metadata": {}, "items": items}, per_pod
+    if kind == "Object":
+        described = spec["object"]["describedObject"]
+        item = {"describedObject": {"kind": described.get("kind"), "namespace": namespace,
+                                    "name": described.get("name"),
+                                    "apiVersion": described.get("apiVersion", "")},
+                "metric": {"name": spec["object"]["metric"]["name"]}, "timestamp": stamp,
+                "windowSeconds": 60, "value": _quantity(observation.value)}
+        return {"kind": "MetricValueList", "apiVersion": "custom.metrics.k8s.io/v1beta2",
+                "metadata": {}, "items": [item]}, observation.value
+    item = {"metricName": spec["external"]["metric"]["name"], "metricLabels": {},
+            "timestamp": stamp, "value": _quantity(observation.value)}
+    return {"kind": "ExternalMetricValueList", "apiVersion": "external.metrics.k8s.io/v1beta1",
+            "metadata": {}, "items": [item]}, observation.value
+
+
+def build_snapshot(*, autoscaler: Mapping[str, Any], now: datetime, state: _State,
+                   observations: Sequence[Observation], settings: Mapping[str, Any],
+                   startup: timedelta) -> tuple[dict[str, Any], tuple[float | None, ...], int]:
+    """The DecisionSnapshot of one step (what `metricscale explain` would be given)."""
+    namespace = autoscaler.get("metadata", {}).get("namespace", "default")
+    ready = [pod for pod in state.pods if pod.started + startup <= now]
+    ready_names = {pod.name for pod in ready}
+    specs = autoscaler["spec"]["metrics"]
+    metrics: list[Any] = []
+    seen: list[float | None] = []
+    for spec, observation in zip(specs, observations, strict=True):
+        data, value = _metric_input(spec, observation, namespace=namespace, ready=ready,
+                                    now=now)
+        metrics.append(data)
+        seen.append(value)
+    target = dict(autoscaler)
+    if state.status is not None:
+        target["status"] = state.status
+    else:
+        target.pop("status", None)
+    snapshot: dict[str, Any] = {
+        "apiVersion": SNAPSHOT_API_VERSION, "kind": SNAPSHOT_KIND, "now": _time(now),
+        "settings": dict(settings), "autoscaler": target,
+        "scale": {"apiVersion": "autoscaling/v1", "kind": "Scale",
+                  "metadata": {"name": autoscaler["spec"]["scaleTargetRef"]["name"],
+                               "namespace": namespace},
+                  "spec": {"replicas": state.replicas},
+                  "status": {"replicas": len(state.pods), "selector": REPLAY_SELECTOR}},
+        "pods": [_pod_object(pod, namespace=namespace, ready=pod.name in ready_names, now=now,
+                             startup=startup) for pod in state.pods],
+        "metrics": metrics,
+    }
+    if state.history is not None:
+        snapshot["history"] = state.history
+    return snapshot, tuple(seen), len(ready)
+
+
+def _resize(state: _State, *, replicas: int, now: datetime, started: datetime) -> None:
+    while len(state.pods) < replicas:
+        state.serial += 1
+        state.pods.append(_Pod(f"replay-{state.serial}", started))
+    # Scale-down removes the newest pods first (the ReplicaSet controller prefers unready ones).
+    del state.pods[replicas:]
+    state.replicas = replicas
+
+
+def _above_target(decision: dict[str, Any]) -> bool:
+    return any(m.get("ratio") is not None and m["ratio"] > 1.0 for m in decision["metrics"])
+
+
+def simulate(*, autoscaler: Mapping[str, Any], times: Sequence[datetime],
+             observations: Sequence[Sequence[Observation]], initial_replicas: int,
+             startup: timedelta, settings: Mapping[str, Any] | None = None) -> list[Step]:
+    """Decide at every time; `observations[i][j]` is metric j at times[i].
+
+    The initial pods count as started long ago (ready at the first step).
+    """
+    specs = autoscaler.get("spec", {}).get("metrics") or []
+    for index, spec in enumerate(specs):
+        if spec.get("type") not in SUPPORTED_TYPES:
+            raise ReplayInputError(f"spec.metrics[{index}]: type {spec.get('type')!r} is not "
+                                   f"supported by replay yet (supported: "
+                                   f"{', '.join(SUPPORTED_TYPES)})")
+    if not times:
+        raise ReplayInputError("the range has no steps")
+    state = _State(replicas=initial_replicas)
+    _resize(state, replicas=initial_replicas, now=times[0],
+            started=times[0] - startup - timedelta(hours=1))
+    steps: list[Step] = []
+    for now, observed in zip(times, observations, strict=True):
+        raw, seen, ready_count = build_snapshot(autoscaler=autoscaler, now=now, state=state,
+                                                observations=observed,
+                                                settings=settings or {}, startup=startup)
+        decision = decide_snapshot(parse_snapshot(raw))
+        rendered = render_decision(decision)
+        proposals = [d.proposed_replicas for d in decision.metrics
+                     if d.proposed_replicas is not None]
+        current = state.replicas
+        steps.append(Step(
+            time=now, values=seen, current_replicas=current, ready_pods=ready_count,
+            proposed_replicas=max(proposals) if proposals else None,
+            decided_replicas=decision.desired_replicas,
+            limiting_rule=decision.limits[-1].rule if decision.limits else None,
+            above_target=_above_target(rendered)))
+        state.history = rendered["history"]
+        state.status = rendered["status"]
+        if decision.desired_replicas != current:
+            _resize(state, replicas=decision.desired_replicas, now=now, started=now)
+    return steps
+
+
+def summarize(steps: Sequence[Step], *, step: timedelta) -> Summary:
+    if not steps:
+        raise ReplayInputError("the range has no steps")
+    replicas = [s.decided_replicas for s in steps]
+    seconds = step.total_seconds()
+    return Summary(
+        steps=len(steps),
+        scale_ups=sum(1 for s in steps if s.decided_replicas > s.current_replicas),
+        scale_downs=sum(1 for s in steps if s.decided_replicas < s.current_replicas),
+        min_replicas=min(replicas), max_replicas=max(replicas),
+        mean_replicas=sum(replicas) / len(replicas),
+        replica_hours=sum(replicas) * seconds / 3600.0,
+        seconds_above_target=sum(seconds for s in steps if s.above_target))
