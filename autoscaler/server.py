@@ -50,7 +50,7 @@ from autoscaler.model.objects import Autoscaler
 from metricscale.kube.config import Configuration, open_configuration
 from metricscale.kube.errors import KubeConfigError
 from metricscale.kube.http import open_kube_http
-from metricscale.kube.informer import PathSource
+from metricscale.kube.informer import InformerCollector, PathSource
 from metricscale.tasks import start_guarded_task
 
 __all__ = ["AutoscalerServer", "Options", "StartupError", "add_arguments", "configure_logging",
@@ -255,6 +255,8 @@ class AutoscalerServer:
         self.reconciler: Reconciler | None = None
         self._stats = ControllerMetrics(self.registry)
         self.registry.register(AutoscalerSeries(self._cached_autoscalers))
+        self.registry.register(InformerCollector(
+            lambda: [] if self.watching is None else self.watching.informers))
         self._frozen = False
 
     def _cached_autoscalers(self) -> Iterator[tuple[str, Autoscaler]]:
@@ -398,6 +400,16 @@ class AutoscalerServer:
             return web.Response(status=500, text=f"failed: {self.fatal!r}\n")
         if self.watching is None or not self.watching.synced:
             return web.Response(status=503, text="caches are still filling\n")
+        # One line per cache, as kube-apiserver's verbose readyz: a stalled watch shows here.
+        lines = []
+        for informer in self.watching.informers:
+            reason = informer.stale_reason()
+            check = f"informer-{informer.name}"
+            lines.append(f"[+]{check} ok" if reason is None
+                         else f"[-]{check} failed: {reason}")
+        if any(line.startswith("[-]") for line in lines):
+            return web.Response(status=503,
+                                text="\n".join(lines) + "\nreadyz check failed\n")
         return web.Response(text="ok\n")
 
     # -- shutdown --

@@ -96,6 +96,7 @@ from adapter.settings import AdapterSettings
 from metricscale import __version__
 from metricscale.kube.errors import KubeError
 from metricscale.kube.http import KubeHTTP, connect
+from metricscale.kube.informer import Informer, InformerCollector
 from metricscale.tasks import start_guarded_task
 
 __all__ = [
@@ -608,6 +609,24 @@ def _register_health(app: web.Application) -> HealthChecks:
     health.add(("readyz",), "metric-discovery",
                lambda: RELISTER_KEY in app and app[RELISTER_KEY].has_succeeded)
     health.add(("readyz",), "shutdown", lambda: not app[SHUTTING_DOWN_KEY].is_set())
+
+    def informers() -> list[Informer[Any]]:
+        # The object caches start lazily, one per group-resource asked about: read at call time.
+        caches = app.get(OBJECT_CACHES_KEY)
+        if caches is None:
+            return []
+        # ObjectCaches has no public listing of its caches (adapter/kube is not ours to edit).
+        return [cache.informer for cache in list(caches._caches.values())]
+
+    def informers_fresh() -> bool:
+        stale = [(i.name, r) for i in informers() if (r := i.stale_reason()) is not None
+                 and i.has_synced]  # a cache still filling answers 503 on its own request
+        for name, reason in stale:
+            logger.warning("readyz: cache %s is stale: %s", name, reason)
+        return not stale
+
+    health.add(("readyz",), "informers", informers_fresh)
+    app[METRICS_REGISTRY_KEY].register(InformerCollector(informers))
     return health
 
 

@@ -19,13 +19,15 @@ import json
 import logging
 import random
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from typing import Any, Generic, Literal, NamedTuple, NoReturn, Protocol, TypeVar, cast
 from urllib.parse import quote
 
 import aiohttp
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.registry import Collector
 
 from metricscale.kube.errors import (
     Gone,
@@ -43,6 +45,7 @@ __all__ = [
     "METADATA_WATCH_ACCEPT",
     "EventKind",
     "Informer",
+    "InformerCollector",
     "InformerEvent",
     "InformerFailed",
     "ListWatchSource",
@@ -75,6 +78,12 @@ METADATA_WATCH_ACCEPT = (
 _DEFAULT_BACKOFF = Backoff()
 # client-go treats a watch that ends within a second without a single event as a failure.
 _SHORT_WATCH_SECONDS = 1.0
+# kube-apiserver's watch cache sends a bookmark about once a minute on every watch that asked for
+# them (and one shortly before timeoutSeconds ends), so a watch silent for longer than this plus
+# a margin for a busy server is stalled, not quiet.
+BOOKMARK_INTERVAL_SECONDS = 60.0
+_STALL_MARGIN_SECONDS = 15.0
+DEFAULT_STALL_TIMEOUT = BOOKMARK_INTERVAL_SECONDS + _STALL_MARGIN_SECONDS
 
 
 # ---------------------------------------------------------------------------------------------
@@ -232,6 +241,7 @@ class WatchEnd(enum.Enum):
     """Why one watch connection ended without an error."""
 
     CLOSED = "closed"          # the server ended the stream (timeoutSeconds reached)
+    STALLED = "stalled"        # neither an event nor a bookmark for the stall timeout
     INACTIVE = "inactive"      # nothing arrived for the inactivity timeout: likely half-open
 
 
@@ -261,6 +271,7 @@ class Informer(Generic[T]):
         page_size: int = 500,
         watch_timeout_seconds: int = 300,
         inactivity_timeout: float | None = 120.0,
+        stall_timeout: float | None = DEFAULT_STALL_TIMEOUT,
         connect_timeout: float = 10.0,
         read_grace: float = 30.0,
         list_read_timeout: float = 60.0,
@@ -277,6 +288,7 @@ class Informer(Generic[T]):
         self._page_size = page_size
         self._watch_timeout_seconds = watch_timeout_seconds
         self._inactivity_timeout = inactivity_timeout
+        self._stall_timeout = stall_timeout
         self._connect_timeout = connect_timeout
         self._read_grace = read_grace
         self._list_read_timeout = list_read_timeout
@@ -299,6 +311,8 @@ class Informer(Generic[T]):
         self._stopped = False
         self.lists = 0
         self.watches = 0
+        self._last_activity: float | None = None
+        self.restarts: dict[str, int] = {}
 
     # -- state ---------------------------------------------------------------------------
 
@@ -321,6 +335,36 @@ class Informer(Generic[T]):
     def last_failure(self) -> BaseException | None:
         """The exception of the last LIST/WATCH failure; cleared by the next success."""
         return self._last_failure
+
+    @property
+    def stall_timeout(self) -> float | None:
+        """How long a watch may stay silent (no event, no bookmark) before it is restarted."""
+        return self._stall_timeout
+
+    def last_event_age(self) -> float | None:
+        """Seconds since the last LIST, event or bookmark; None before the first LIST."""
+        if self._last_activity is None:
+            return None
+        return max(0.0, self._clock() - self._last_activity)
+
+    def stale_reason(self) -> str | None:
+        """Why the cache cannot be trusted to follow the cluster now, or None.
+
+        Stale means: not synced yet, the loop has died, or nothing (LIST, event, bookmark) has
+        arrived for longer than the stall timeout while a watch should have been open.
+        """
+        if self._failure is not None:
+            return f"failed: {self._failure!r}"
+        if not self._synced:
+            return f"not synced ({self._last_error or 'waiting'})"
+        age = self.last_event_age()
+        if self._stall_timeout is not None and age is not None and age > self._stall_timeout:
+            detail = f"; {self._last_error}" if self._last_error else ""
+            return f"no event or bookmark for {age:.0f}s{detail}"
+        return None
+
+    def _restarted(self, reason: str) -> None:
+        self.restarts[reason] = self.restarts.get(reason, 0) + 1
 
     @property
     def running(self) -> bool:
@@ -439,17 +483,26 @@ class Informer(Generic[T]):
             result = await self.watch_once()
         except Gone as exc:
             logger.info("informer %s: resourceVersion expired (%s); re-listing", self.name, exc)
+            self._restarted("gone")
             had_version = self._resource_version is not None
             self._resource_version = None
             if not had_version:  # the LIST itself expired (a stale continue token): do not spin
                 await self._fail(exc, retry_after=exc.retry_after)
             return
         except KubeError as exc:
+            if self._resource_version is not None:
+                self._restarted("error")
             await self._fail(exc, retry_after=exc.retry_after)
             return
         except (aiohttp.ClientError, TimeoutError, OSError) as exc:
+            if self._resource_version is not None:
+                self._restarted("error")
             await self._fail(exc, retry_after=None)
             return
+        self._restarted(result.end.value)
+        if result.end is WatchEnd.STALLED:
+            # Events may be stuck behind the stall: LIST, which needs no watch, to catch up.
+            self._resource_version = None
         if result.events == 0 and result.bookmarks == 0 and result.seconds < _SHORT_WATCH_SECONDS:
             await self._fail(UnexpectedResponse("the watch ended at once without events"),
                              retry_after=None)
@@ -505,6 +558,7 @@ class Informer(Generic[T]):
             raise UnexpectedResponse("a list without metadata.resourceVersion")
         self._replace(fresh)
         self._resource_version = version
+        self._last_activity = self._clock()
         logger.info("informer %s: listed %d objects at resourceVersion %s", self.name,
                     self._count, version)
         if not self._synced:
@@ -563,24 +617,34 @@ class Informer(Generic[T]):
         self.watches += 1
         events = bookmarks = 0
         end: WatchEnd | None = None
+        # A stall is measured from the last thing that arrived (the LIST included), so a watch
+        # that stalls right after a reconnect is caught no later than one that stalls mid-way.
+        limits = [t for t in (self._inactivity_timeout, self._stall_timeout) if t is not None]
+        read_limit = min(limits) if limits else None
+        stalls = (self._stall_timeout is not None
+                  and (self._inactivity_timeout is None
+                       or self._stall_timeout <= self._inactivity_timeout))
         async with self._source.open(options) as response:
             await _raise_for_status(response)
             try:
                 while end is None:
                     try:
-                        async with asyncio.timeout(self._inactivity_timeout):
+                        async with asyncio.timeout(read_limit):
                             line = await response.content.readline()
                     except TimeoutError:  # ours, or aiohttp's sock_read: either way, reconnect
-                        end = WatchEnd.INACTIVE
-                        logger.info("informer %s: watch silent for too long; resuming from %s",
-                                    self.name, self._resource_version)
+                        end = WatchEnd.STALLED if stalls else WatchEnd.INACTIVE
+                        logger.warning("informer %s: watch sent neither an event nor a bookmark "
+                                       "for %.0fs; resuming from %s", self.name,
+                                       read_limit or 0.0, self._resource_version)
                         break
                     if not line:
                         end = WatchEnd.CLOSED
                         break
                     if not line.strip():
                         continue
-                    if self._apply_line(line):
+                    applied = self._apply_line(line)
+                    self._last_activity = self._clock()
+                    if applied:
                         events += 1
                     else:
                         bookmarks += 1
@@ -651,6 +715,42 @@ class Informer(Generic[T]):
         except Exception:
             logger.exception("informer %s: a listener failed on %s %s", self.name, event.kind,
                              event.key)
+
+
+class InformerCollector(Collector):
+    """Per-cache freshness series, read from the informers at scrape time."""
+
+    def __init__(self, informers: Callable[[], Iterable[Informer[Any]]]) -> None:
+        self._informers = informers
+
+    def describe(self) -> list[Any]:
+        return []
+
+    def collect(self) -> Iterator[Any]:
+        age = GaugeMetricFamily(
+            "metricscale_cache_last_event_age_seconds",
+            "Seconds since a cache last received a LIST, watch event or bookmark.",
+            labels=["cache"])
+        synced = GaugeMetricFamily(
+            "metricscale_cache_synced", "1 once a cache has listed its collection.",
+            labels=["cache"])
+        stale = GaugeMetricFamily(
+            "metricscale_cache_stale",
+            "1 while a cache has heard nothing for longer than its stall timeout.",
+            labels=["cache"])
+        restarts = CounterMetricFamily(
+            "metricscale_cache_watch_restarts",
+            "Watch restarts, by reason (closed, stalled, inactive, error, gone).",
+            labels=["cache", "reason"])
+        for informer in self._informers():
+            value = informer.last_event_age()
+            if value is not None:
+                age.add_metric([informer.name], value)
+            synced.add_metric([informer.name], 1.0 if informer.has_synced else 0.0)
+            stale.add_metric([informer.name], 1.0 if informer.stale_reason() else 0.0)
+            for reason, count in sorted(informer.restarts.items()):
+                restarts.add_metric([informer.name, reason], float(count))
+        yield from (age, synced, stale, restarts)
 
 
 async def _raise_for_status(response: aiohttp.ClientResponse) -> None:
