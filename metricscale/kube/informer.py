@@ -617,8 +617,6 @@ class Informer(Generic[T]):
         self.watches += 1
         events = bookmarks = 0
         end: WatchEnd | None = None
-        # A stall is measured from the last thing that arrived (the LIST included), so a watch
-        # that stalls right after a reconnect is caught no later than one that stalls mid-way.
         limits = [t for t in (self._inactivity_timeout, self._stall_timeout) if t is not None]
         read_limit = min(limits) if limits else None
         stalls = (self._stall_timeout is not None
@@ -639,6 +637,9 @@ class Informer(Generic[T]):
                         break
                     if not line:
                         end = WatchEnd.CLOSED
+                        # A clean end at timeoutSeconds shows the server is serving this watch,
+                        # even when it was too short for a bookmark.
+                        self._last_activity = self._clock()
                         break
                     if not line.strip():
                         continue
