@@ -39,6 +39,7 @@ SUBCOMMANDS: tuple[Subcommand, ...] = (
     Subcommand("certs", "cli.certs", "create or renew the CA and serving certificate for the APIServices"),  # noqa: E501
     Subcommand("explain", "autoscaler.explain", "explain what the autoscaler would decide for a snapshot"),  # noqa: E501
     Subcommand("autoscaler", "autoscaler.server", "run the autoscaler controller"),
+    Subcommand("replay", "cli.replay", "replay Prometheus history through the autoscaler's decision"),  # noqa: E501
     Subcommand("autoscale", "cli.autoscale", "create an Autoscaler for a workload, as kubectl autoscale"),  # noqa: E501
 )
 

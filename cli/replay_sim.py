@@ -16,6 +16,7 @@ from typing import Any
 from autoscaler.decision.snapshot import (
     SNAPSHOT_API_VERSION,
     SNAPSHOT_KIND,
+    SnapshotError,
     decide_snapshot,
     parse_snapshot,
     render_decision,
@@ -209,7 +210,10 @@ def simulate(*, autoscaler: Mapping[str, Any], times: Sequence[datetime],
         raw, seen, ready_count = build_snapshot(autoscaler=autoscaler, now=now, state=state,
                                                 observations=observed,
                                                 settings=settings or {}, startup=startup)
-        decision = decide_snapshot(parse_snapshot(raw))
+        try:
+            decision = decide_snapshot(parse_snapshot(raw))
+        except SnapshotError as err:
+            raise ReplayInputError(f"the autoscaler cannot be decided on: {err}") from None
         rendered = render_decision(decision)
         proposals = [d.proposed_replicas for d in decision.metrics
                      if d.proposed_replicas is not None]

@@ -1,0 +1,321 @@
+"""`metricscale replay`: what the autoscaler would have done over a range of Prometheus history.
+
+For each `spec.metrics` entry the command builds the PromQL the adapter would send (the
+adapter's own rule code: `parse_config`, discovery over `/api/v1/series`, `build_*_query`),
+or takes `--query INDEX=PROMQL`, reads its history with range queries (prometheus-api-client,
+synchronous: this command runs no event loop), and runs the closed-loop simulation of
+cli/replay_sim.py.
+
+Assumption: without a cluster the target's selector cannot be read, so the pods of a Pods
+metric are chosen by `--pods REGEX` (a regex over pod names; default: every pod in the
+Autoscaler's namespace). The adapter would send the same query with the pod names of the
+target's selector as one alternation; here that alternation is replaced by the regex.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import io
+import json
+import re
+import sys
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import yaml
+
+from cli.replay_sim import (
+    Observation,
+    ReplayInputError,
+    Step,
+    Summary,
+    simulate,
+    summarize,
+)
+
+EXIT_OK = 0
+EXIT_INVALID = 2
+MAX_POINTS = 11_000  # Prometheus refuses range queries with more points per series
+_PLACEHOLDER = "metricscale-replay-pods"
+_DURATION = re.compile(r"^(?:(\d+)d)?(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?$")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("autoscaler", metavar="AUTOSCALER.yaml",
+                        help="an Autoscaler or autoscaling/v2 HorizontalPodAutoscaler object")
+    parser.add_argument("--prometheus-url", required=True)
+    parser.add_argument("--config", metavar="RULES.yaml",
+                        help="the adapter's rules, to build each metric's PromQL")
+    parser.add_argument("--from", dest="start", help="RFC 3339 start of the range")
+    parser.add_argument("--to", dest="end", help="RFC 3339 end of the range")
+    parser.add_argument("--last", help="the range ending now, e.g. 24h")
+    parser.add_argument("--step", default="15s", help="decision interval (the sync period)")
+    parser.add_argument("--query", action="append", default=[], metavar="INDEX=PROMQL",
+                        help="PromQL for spec.metrics[INDEX] (Pods: one series per pod)")
+    parser.add_argument("--pods", default=".*", metavar="REGEX",
+                        help="pod names of the target (a regex; default every pod in the "
+                             "namespace)")
+    parser.add_argument("--initial-replicas", type=int,
+                        help="replicas at the start (default: kube_deployment_spec_replicas)")
+    parser.add_argument("--pod-startup", default="30s", help="time until a new pod is ready")
+    parser.add_argument("-o", "--output", choices=("table", "csv", "json"), default="table")
+
+
+def parse_duration(text: str) -> timedelta:
+    match = _DURATION.fullmatch(text.strip())
+    if not text.strip() or match is None or not any(match.groups()):
+        raise ReplayInputError(f"not a duration: {text!r} (use e.g. 15s, 5m, 24h, 2d)")
+    days, hours, minutes, seconds = (int(g) if g else 0 for g in match.groups())
+    return timedelta(days=days, hours=hours, minutes=minutes, seconds=seconds)
+
+
+def _parse_time(text: str, flag: str) -> datetime:
+    try:
+        moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        raise ReplayInputError(f"{flag}: not an RFC 3339 time: {text!r}") from None
+    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
+
+
+def _range(args: argparse.Namespace) -> tuple[datetime, datetime]:
+    if args.last:
+        if args.start or args.end:
+            raise ReplayInputError("give either --last or --from/--to, not both")
+        end = datetime.now(UTC).replace(microsecond=0)
+        return end - parse_duration(args.last), end
+    if not args.start or not args.end:
+        raise ReplayInputError("a range is required: --from T --to T, or --last 24h")
+    start, end = _parse_time(args.start, "--from"), _parse_time(args.end, "--to")
+    if end <= start:
+        raise ReplayInputError("--to must be after --from")
+    return start, end
+
+
+def _queries(args: argparse.Namespace, count: int) -> dict[int, str]:
+    out: dict[int, str] = {}
+    for item in args.query:
+        index, sep, promql = item.partition("=")
+        if not sep or not index.strip().isdigit() or not promql.strip():
+            raise ReplayInputError(f"--query {item!r}: use INDEX=PROMQL")
+        if int(index) >= count:
+            raise ReplayInputError(f"--query {item!r}: the autoscaler has {count} metrics")
+        out[int(index)] = promql
+    return out
+
+
+def _selector_text(selector: Mapping[str, Any] | None) -> str:
+    if not selector:
+        return ""
+    parts = [f"{k}={v}" for k, v in (selector.get("matchLabels") or {}).items()]
+    for expression in selector.get("matchExpressions") or []:
+        values = ",".join(expression.get("values") or [])
+        operator = expression.get("operator")
+        if operator == "In":
+            parts.append(f"{expression['key']} in ({values})")
+        elif operator == "NotIn":
+            parts.append(f"{expression['key']} notin ({values})")
+        elif operator == "Exists":
+            parts.append(expression["key"])
+        elif operator == "DoesNotExist":
+            parts.append(f"!{expression['key']}")
+    return ",".join(parts)
+
+
+def _rule_query(*, spec: Mapping[str, Any], index: int, config_text: str, namespace: str,
+                pods_regex: str, client: Any, start: datetime, end: datetime) -> str:
+    """The PromQL the adapter would send for spec.metrics[index]."""
+    from adapter.rules.config import ConfigError, parse_config
+    from adapter.rules.query import QueryError, build_custom_query, build_external_query
+    from adapter.rules.registry import build_registry, series_shapes
+    from adapter.rules.resources import PODS, builtin_catalog
+    from metricscale.core.selectors import parse_selector
+
+    try:
+        config = parse_config(config_text)
+    except ConfigError as err:
+        raise ReplayInputError(f"--config: {err}") from None
+    series = {query: series_shapes(client.get_series(start, end, params={"match[]": query}))
+              for query in config.series_queries()}
+    registry = build_registry(config=config, series=series, catalog=builtin_catalog(),
+                              now=end)
+    kind = spec["type"]
+    body = spec.get(kind.lower()) or {}
+    metric = body.get("metric") or {}
+    name = metric.get("name", "")
+    try:
+        selector = parse_selector(_selector_text(metric.get("selector")))
+    except ValueError as err:
+        raise ReplayInputError(f"spec.metrics[{index}].{kind.lower()}.metric.selector: {err}"
+                               ) from None
+    try:
+        if kind == "Pods":
+            resolved = registry.resolve_custom(resource=PODS, namespace=namespace, metric=name)
+            if resolved is not None:
+                built = build_custom_query(
+                    rule=resolved.entry.rule, mapper=resolved.entry.mapper,
+                    series=resolved.entry.series, resource=resolved.info.group_resource,
+                    namespace=namespace, names=[_PLACEHOLDER], metric_selector=selector)
+                regex = json.dumps(pods_regex)
+                return built.promql.replace(f'{built.resource_label}="{_PLACEHOLDER}"',
+                                            f"{built.resource_label}=~{regex}")
+        elif kind == "External":
+            entry = registry.resolve_external(name)
+            if entry is not None:
+                return build_external_query(rule=entry.rule, mapper=entry.mapper,
+                                            series=entry.series, namespace=namespace,
+                                            metric_selector=selector)
+    except QueryError as err:
+        raise ReplayInputError(f"spec.metrics[{index}]: {err}") from None
+    raise ReplayInputError(f"spec.metrics[{index}]: no rule of --config serves the {kind} "
+                           f"metric {name!r} over this range; give --query {index}=PROMQL")
+
+
+def _range_values(client: Any, promql: str, *, start: datetime, end: datetime,
+                  step: timedelta) -> list[dict[float, float]]:
+    """Each series' samples by Unix time; the range split to stay under MAX_POINTS."""
+    chunk = step * (MAX_POINTS - 1)
+    by_labels: dict[str, dict[float, float]] = {}
+    cursor = start
+    while cursor <= end:
+        stop = min(cursor + chunk, end)
+        result = client.custom_query_range(promql, start_time=cursor, end_time=stop,
+                                           step=f"{int(step.total_seconds())}s")
+        for series in result:
+            key = json.dumps(series.get("metric", {}), sort_keys=True)
+            values = by_labels.setdefault(key, {})
+            for stamp, value in series.get("values", []):
+                values[float(stamp)] = float(value)
+        cursor = stop + step
+    return list(by_labels.values())
+
+
+def _observations(spec: Mapping[str, Any], series: Sequence[dict[float, float]],
+                  times: Sequence[datetime]) -> list[Observation]:
+    out: list[Observation] = []
+    for moment in times:
+        stamp = moment.timestamp()
+        values = [s[stamp] for s in series if stamp in s]
+        if not values:
+            out.append(Observation(None))
+        elif spec["type"] == "Pods":
+            out.append(Observation(sum(values) / len(values), len(values)))
+        else:
+            out.append(Observation(values[0]))
+    return out
+
+
+def _initial_replicas(args: argparse.Namespace, client: Any, autoscaler: Mapping[str, Any],
+                      start: datetime) -> int:
+    if args.initial_replicas is not None:
+        if args.initial_replicas < 0:
+            raise ReplayInputError("--initial-replicas must not be negative")
+        return int(args.initial_replicas)
+    target = autoscaler["spec"]["scaleTargetRef"]
+    namespace = autoscaler.get("metadata", {}).get("namespace", "default")
+    promql = (f"kube_deployment_spec_replicas{{namespace={json.dumps(namespace)},"
+              f"deployment={json.dumps(target['name'])}}}")
+    result = client.custom_query(promql, params={"time": start.timestamp()})
+    if not result:
+        raise ReplayInputError("--initial-replicas is required: Prometheus has no "
+                               "kube_deployment_spec_replicas for the target at --from")
+    return int(float(result[0]["value"][1]))
+
+
+def _step_row(step: Step) -> dict[str, Any]:
+    return {"time": step.time.strftime("%Y-%m-%dT%H:%M:%SZ"),
+            "values": [None if v is None else round(v, 6) for v in step.values],
+            "currentReplicas": step.current_replicas, "readyPods": step.ready_pods,
+            "proposedReplicas": step.proposed_replicas,
+            "decidedReplicas": step.decided_replicas, "limitingRule": step.limiting_rule}
+
+
+def render(steps: Sequence[Step], summary: Summary, output: str) -> str:
+    rows = [_step_row(step) for step in steps]
+    if output == "json":
+        return json.dumps({"steps": rows, "summary": asdict(summary)}, indent=2) + "\n"
+    if output == "csv":
+        buffer = io.StringIO()
+        writer = csv.writer(buffer, lineterminator="\n")
+        writer.writerow(["time", "values", "current", "ready", "proposed", "decided", "limit"])
+        for row in rows:
+            writer.writerow([row["time"], ";".join("" if v is None else str(v)
+                                                   for v in row["values"]),
+                             row["currentReplicas"], row["readyPods"],
+                             "" if row["proposedReplicas"] is None else row["proposedReplicas"],
+                             row["decidedReplicas"], row["limitingRule"] or ""])
+        return buffer.getvalue()
+    lines = [f"{'TIME':<21} {'VALUES':<24} {'CUR':>4} {'PROP':>5} {'DEC':>4}  LIMIT"]
+    for row in rows:
+        values = ",".join("-" if v is None else f"{v:g}" for v in row["values"])
+        proposed = "-" if row["proposedReplicas"] is None else str(row["proposedReplicas"])
+        lines.append(f"{row['time']:<21} {values:<24} {row['currentReplicas']:>4} "
+                     f"{proposed:>5} {row['decidedReplicas']:>4}  {row['limitingRule'] or ''}")
+    lines.append("")
+    lines.extend(f"{key}: {value}" for key, value in asdict(summary).items())
+    return "\n".join(lines) + "\n"
+
+
+def replay(args: argparse.Namespace, client: Any) -> str:
+    try:
+        with open(args.autoscaler, encoding="utf-8") as handle:
+            autoscaler = yaml.safe_load(handle)
+    except (OSError, yaml.YAMLError) as err:
+        raise ReplayInputError(f"cannot read {args.autoscaler}: {err}") from None
+    if not isinstance(autoscaler, dict) or not isinstance(autoscaler.get("spec"), dict):
+        raise ReplayInputError(f"{args.autoscaler}: not an Autoscaler object (no spec)")
+    specs = autoscaler["spec"].get("metrics") or []
+    if not specs:
+        raise ReplayInputError(f"{args.autoscaler}: spec.metrics is empty")
+    start, end = _range(args)
+    step = parse_duration(args.step)
+    startup = parse_duration(args.pod_startup) if args.pod_startup != "0" else timedelta()
+    queries = _queries(args, len(specs))
+    namespace = autoscaler.get("metadata", {}).get("namespace", "default")
+    config_text: str | None = None
+    if args.config:
+        try:
+            with open(args.config, encoding="utf-8") as handle:
+                config_text = handle.read()
+        except OSError as err:
+            raise ReplayInputError(f"--config: cannot read {args.config}: {err}") from None
+    count = int((end - start) / step) + 1
+    times = [start + step * i for i in range(count)]
+    per_metric: list[list[Observation]] = []
+    for index, spec in enumerate(specs):
+        promql = queries.get(index)
+        if promql is None:
+            if config_text is None:
+                raise ReplayInputError(f"spec.metrics[{index}]: give --config RULES.yaml or "
+                                       f"--query {index}=PROMQL")
+            promql = _rule_query(spec=spec, index=index, config_text=config_text,
+                                 namespace=namespace, pods_regex=args.pods, client=client,
+                                 start=start, end=end)
+        series = _range_values(client, promql, start=start, end=end, step=step)
+        if not series:
+            raise ReplayInputError(f"spec.metrics[{index}]: no data in the range for {promql}")
+        per_metric.append(_observations(spec, series, times))
+    initial = _initial_replicas(args, client, autoscaler, start)
+    observations = [tuple(metric[i] for metric in per_metric) for i in range(count)]
+    steps = simulate(autoscaler=autoscaler, times=times, observations=observations,
+                     initial_replicas=initial, startup=startup)
+    return render(steps, summarize(steps, step=step), args.output)
+
+
+def run(args: argparse.Namespace) -> int:
+    from prometheus_api_client import PrometheusConnect
+    from prometheus_api_client.exceptions import PrometheusApiClientException
+
+    client = PrometheusConnect(url=args.prometheus_url, disable_ssl=False)
+    try:
+        output = replay(args, client)
+    except ReplayInputError as err:
+        print(f"metricscale replay: {err}", file=sys.stderr)
+        return EXIT_INVALID
+    except PrometheusApiClientException as err:
+        print(f"metricscale replay: Prometheus refused a query: {err}", file=sys.stderr)
+        return EXIT_INVALID
+    sys.stdout.write(output)
+    return EXIT_OK
