@@ -25,6 +25,7 @@ from autoscaler.controller.leader import NotLeader
 from autoscaler.controller.reconciler import ReconcileResult
 from autoscaler.controller.stats import ControllerMetrics
 from autoscaler.controller.watching import AutoscalerEntry, AutoscalerKey
+from autoscaler.decision.pause import PAUSE_ANNOTATIONS
 from autoscaler.decision.persistence import DRY_RUN_ANNOTATION
 from metricscale.kube.informer import InformerEvent
 
@@ -170,7 +171,7 @@ class Schedule(Generic[K]):
 
 
 def needs_immediate_sync(event: InformerEvent[AutoscalerEntry]) -> bool:
-    """A new autoscaler, a changed spec (generation), or a dry-run switch: reconcile now.
+    """A new autoscaler, a changed spec (generation), a dry-run or pause switch: reconcile now.
     Status and other metadata changes (our own writes among them) wait for the resync."""
     if event.kind != "MODIFIED" or event.old is None or event.new is None:
         return event.kind == "ADDED"
@@ -179,7 +180,8 @@ def needs_immediate_sync(event: InformerEvent[AutoscalerEntry]) -> bool:
         return True
     if old.generation is None and old.raw.get("spec") != new.raw.get("spec"):
         return True  # a server that does not count generations
-    return old.annotations.get(DRY_RUN_ANNOTATION) != new.annotations.get(DRY_RUN_ANNOTATION)
+    return any(old.annotations.get(key) != new.annotations.get(key)
+               for key in (DRY_RUN_ANNOTATION, *PAUSE_ANNOTATIONS))
 
 
 class Controller:

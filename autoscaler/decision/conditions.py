@@ -9,6 +9,7 @@ from autoscaler.model.status import Condition
 
 __all__ = [
     "ABLE_TO_SCALE",
+    "PAUSED",
     "SCALED_TO_ZERO",
     "SCALING_ACTIVE",
     "SCALING_LIMITED",
@@ -22,6 +23,7 @@ ABLE_TO_SCALE = "AbleToScale"
 SCALING_ACTIVE = "ScalingActive"
 SCALING_LIMITED = "ScalingLimited"
 SCALED_TO_ZERO = "ScaledToZero"
+PAUSED = "Paused"  # ours: set only while a pause annotation is present
 
 TRUE = "True"
 FALSE = "False"

@@ -18,6 +18,7 @@ from autoscaler.decision import behavior as rules
 from autoscaler.decision.conditions import (
     ABLE_TO_SCALE,
     FALSE,
+    PAUSED,
     SCALED_TO_ZERO,
     SCALING_ACTIVE,
     SCALING_LIMITED,
@@ -27,6 +28,7 @@ from autoscaler.decision.conditions import (
     remove_condition,
     set_condition,
 )
+from autoscaler.decision.pause import Pause, read_pause
 from autoscaler.decision.replicas import (
     CalculationError,
     CalculationNote,
@@ -717,17 +719,23 @@ def decide(*, autoscaler: Autoscaler, scale: Scale | ScaleError, pods: Sequence[
     start = _read_scale_and_bounds(draft, autoscaler=autoscaler, scale=scale, now=now,
                                    settings=settings)
     desired, reason, rescale = start.desired, start.reason, start.rescale
+    pause = read_pause(autoscaler.metadata.annotation)
+    _report_pause(draft, pause, now=now)
     if start.needs_metrics:
         result = _compute_replicas_for_metrics(
             autoscaler=autoscaler, scale=scale, pods=pods, metrics=metrics,
             conditions=draft.conditions, settings=settings, now=now,
             other_selectors=other_selectors or {})
         failed = _take_metrics(draft, result)
-        if failed is not None:
+        pinned = pause is not None and pause.mode == "replicas"
+        if failed is not None and not pinned:
             return failed
-        desired, reason = _metrics_proposal(draft, result, desired=desired)
-        desired = _stabilize_and_limit(draft, autoscaler=autoscaler, desired=desired,
-                                       settings=settings, now=now)
+        if failed is None:
+            desired, reason = _metrics_proposal(draft, result, desired=desired)
+            desired = _stabilize_and_limit(draft, autoscaler=autoscaler, desired=desired,
+                                           settings=settings, now=now)
+        else:  # paused at a size: failing metrics do not stop the pause from setting it
+            desired = draft.current
         if draft.current == 0 and draft.min_replicas != 0 and start.scaled_to_zero \
                 and desired < draft.min_replicas:
             draft.limits.append(Limit("MinReplicas", desired, draft.min_replicas,
@@ -736,12 +744,44 @@ def decide(*, autoscaler: Autoscaler, scale: Scale | ScaleError, pods: Sequence[
             if not reason:
                 reason = "Current number of replicas below Spec.MinReplicas"
         rescale = desired != draft.current
+    shown = draft.current  # status.desiredReplicas when the size is kept
+    if pause is not None and pause.mode == "replicas":
+        assert pause.replicas is not None
+        if pause.replicas != desired:
+            draft.limits.append(Limit("PausedReplicas", desired, pause.replicas, pause.message))
+        draft.explanation.append(f"Paused at {pause.replicas} replicas "
+                                 f"({pause.message}); the metrics' {desired} is not applied.")
+        desired, reason = pause.replicas, f"paused at {pause.replicas} replicas"
+        rescale = desired != draft.current
+    elif pause is not None and rescale and pause.holds(current=draft.current, desired=desired):
+        draft.limits.append(Limit("Paused", desired, draft.current, pause.message))
+        draft.explanation.append(f"Without the pause the target would go from {draft.current} "
+                                 f"to {desired}: {pause.message}, so it stays.")
+        shown, rescale = desired, False
     if rescale:
         return _plan_write(draft, autoscaler=autoscaler, desired=desired, reason=reason)
     draft.explanation.append(f"Decision: keep {draft.reference} at {draft.current} replicas.")
     return draft.keep(desired_replicas=draft.current,
-                      status=draft.status(desired_replicas=draft.current), reason=reason,
+                      status=draft.status(desired_replicas=shown), reason=reason,
                       error=draft.error)
+
+
+def _report_pause(draft: _Draft, pause: Pause | None, *, now: datetime) -> None:
+    """The Paused condition while paused (and the events of pausing and resuming); without a
+    pause annotation no condition is added, so an unpaused autoscaler's status is upstream's."""
+    was = next((c for c in draft.conditions if c.type == PAUSED and c.status == TRUE), None)
+    if pause is None:
+        if was is not None:
+            draft.conditions = remove_condition(draft.conditions, PAUSED)
+            draft.events.append(Event("Normal", "Resumed", "the pause annotations were "
+                                      "removed: scaling resumes"))
+            draft.explanation.append("The pause was lifted: the autoscaler scales again.")
+        return
+    draft.conditions = set_condition(draft.conditions, type=PAUSED, status=TRUE,
+                                     reason=pause.reason, message=pause.message, now=now)
+    if was is None or was.reason != pause.reason:
+        draft.events.append(Event("Warning" if pause.problem else "Normal", pause.reason,
+                                  pause.message))
 
 
 def _failed_get_scale(draft: _Draft, *, gv_error: str | None, scale: Scale | ScaleError,

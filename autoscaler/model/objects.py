@@ -11,6 +11,7 @@ from autoscaler.model.fields import (
     read_int,
     read_object,
     read_str,
+    read_string_map,
 )
 from autoscaler.model.spec import (
     AutoscalerSpec,
@@ -41,6 +42,9 @@ AUTOSCALER_API_VERSION = "metricscale.dev/v1alpha1"
 AUTOSCALER_KIND = "Autoscaler"
 
 
+ANNOTATION_PREFIX = "metricscale.dev/"
+
+
 @dataclass(frozen=True)
 class ObjectMeta:
     name: str
@@ -48,6 +52,11 @@ class ObjectMeta:
     uid: str = ""
     resource_version: str = ""
     generation: int | None = None
+    # metricscale's own annotations (`metricscale.dev/...`), sorted; others are not kept.
+    annotations: tuple[tuple[str, str], ...] = ()
+
+    def annotation(self, key: str) -> str | None:
+        return next((value for name, value in self.annotations if name == key), None)
 
 
 @dataclass(frozen=True)
@@ -67,12 +76,15 @@ class Autoscaler:
 
 def _parse_meta(raw: Any, path: str) -> ObjectMeta:
     obj = read_object(raw if raw is not None else {}, path)
+    annotations = read_string_map(obj, "annotations", path)
     return ObjectMeta(
         name=read_str(obj, "name", path),
         namespace=read_str(obj, "namespace", path),
         uid=read_str(obj, "uid", path),
         resource_version=read_str(obj, "resourceVersion", path),
         generation=read_int(obj, "generation", path, bits=64),
+        annotations=tuple(sorted((k, v) for k, v in annotations.items()
+                                 if k.startswith(ANNOTATION_PREFIX))),
     )
 
 
@@ -108,6 +120,8 @@ def render_autoscaler(autoscaler: Autoscaler) -> dict[str, Any]:
         meta["resourceVersion"] = autoscaler.metadata.resource_version
     if autoscaler.metadata.generation is not None:
         meta["generation"] = autoscaler.metadata.generation
+    if autoscaler.metadata.annotations:
+        meta["annotations"] = dict(autoscaler.metadata.annotations)
     return {
         "apiVersion": autoscaler.api_version,
         "kind": autoscaler.kind,

@@ -62,7 +62,8 @@ def scenario(*, min_replicas: int | None, max_replicas: int, spec_replicas: int,
              last_scale_time: str | None = None, selector: str | None = b.SELECTOR,
              metric_inputs: Sequence[Any] | None = None, settings: dict[str, Any] | None = None,
              write_error: str | None = None, other_selectors: Mapping[str, str] | None = None,
-             scale_error: str | None = None) -> Decision:
+             scale_error: str | None = None,
+             annotations: Mapping[str, str] | None = None) -> Decision:
     """One reconcile of upstream's test HPA (test-namespace/test-hpa over test-rc)."""
     status = spec_replicas if status_replicas is None else status_replicas
     specs: list[Mapping[str, Any]] = []
@@ -81,6 +82,8 @@ def scenario(*, min_replicas: int | None, max_replicas: int, spec_replicas: int,
     autoscaler = b.hpa(min_replicas=min_replicas, max_replicas=max_replicas, metrics=specs,
                        behavior=behavior, current=spec_replicas, conditions=initial_conditions,
                        last_scale_time=last_scale_time)
+    if annotations:
+        autoscaler["metadata"]["annotations"] = dict(annotations)
     if history is None and recommendations is not None:
         history = {"recommendations": recommendations}
     scale_object: dict[str, Any] = {"error": scale_error} if scale_error is not None \

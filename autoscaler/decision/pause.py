@@ -1,0 +1,96 @@
+"""Pause, by annotation (KEDA's `autoscaling.keda.sh/paused*`, under metricscale.dev/).
+
+* `metricscale.dev/paused: "true"`: decide and report as usual, never write a scale;
+* `metricscale.dev/paused-replicas: "N"`: set the target to N once, then hold it there
+  (N outside [minReplicas, maxReplicas] is allowed, as in KEDA: the operator said so);
+* `metricscale.dev/paused-scale-in: "true"` / `paused-scale-out: "true"`: only that direction
+  is held.
+
+`paused-replicas` wins over the others; `paused` over the one-direction holds. A value that is
+not `true`/`false` (or, for `paused-replicas`, a whole number) pauses fully and says why: a
+typo must not let an autoscaler loose that someone meant to stop.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+__all__ = [
+    "PAUSED",
+    "PAUSED_REPLICAS",
+    "PAUSED_SCALE_IN",
+    "PAUSED_SCALE_OUT",
+    "PAUSE_ANNOTATIONS",
+    "Pause",
+    "read_pause",
+]
+
+PAUSED = "metricscale.dev/paused"
+PAUSED_REPLICAS = "metricscale.dev/paused-replicas"
+PAUSED_SCALE_IN = "metricscale.dev/paused-scale-in"
+PAUSED_SCALE_OUT = "metricscale.dev/paused-scale-out"
+PAUSE_ANNOTATIONS = (PAUSED, PAUSED_REPLICAS, PAUSED_SCALE_IN, PAUSED_SCALE_OUT)
+
+
+@dataclass(frozen=True)
+class Pause:
+    """What the pause annotations ask for: one mode, with the reason and words to report."""
+
+    mode: str  # "full", "replicas", "scale-in", "scale-out"
+    reason: str  # the Paused condition's reason
+    message: str
+    replicas: int | None = None
+    problem: str | None = None  # an annotation that could not be read (then mode is "full")
+
+    def holds(self, *, current: int, desired: int) -> bool:
+        """Whether this pause keeps `current` instead of `desired` (not for "replicas")."""
+        if self.mode == "full":
+            return desired != current
+        if self.mode == "scale-in":
+            return desired < current
+        if self.mode == "scale-out":
+            return desired > current
+        return False
+
+
+def _flag(value: str | None) -> bool | None:
+    """True/False for an on/off annotation, None when it is not one."""
+    if value is None:
+        return False
+    lowered = value.strip().lower()
+    if lowered == "true":
+        return True
+    if lowered in ("false", ""):
+        return False
+    return None
+
+
+def read_pause(annotation: Callable[[str], str | None]) -> Pause | None:
+    """The pause the annotations ask for, or None (`annotation(key)` reads one)."""
+    raw_replicas = annotation(PAUSED_REPLICAS)
+    if raw_replicas is not None and raw_replicas.strip() != "":
+        text = raw_replicas.strip()
+        if text.isdigit() and text.isascii() and len(text) <= 9:
+            count = int(text)
+            return Pause("replicas", "PausedAtReplicas",
+                         f"paused at {count} replicas by annotation {PAUSED_REPLICAS}",
+                         replicas=count)
+        problem = f"annotation {PAUSED_REPLICAS}: {text!r} is not a whole number of replicas"
+        return Pause("full", "InvalidPauseAnnotation",
+                     f"paused, because {problem}; scaling resumes when it is fixed or removed",
+                     problem=problem)
+    for key, mode, reason, words in (
+            (PAUSED, "full", "Paused", "paused"),
+            (PAUSED_SCALE_IN, "scale-in", "ScaleInPaused", "scale-in is paused"),
+            (PAUSED_SCALE_OUT, "scale-out", "ScaleOutPaused", "scale-out is paused")):
+        value = annotation(key)
+        flag = _flag(value)
+        if flag is None:
+            problem = f"annotation {key}: {value!r} is neither \"true\" nor \"false\""
+            return Pause("full", "InvalidPauseAnnotation",
+                         f"paused, because {problem}; scaling resumes when it is fixed or "
+                         "removed", problem=problem)
+        if flag:
+            return Pause(mode, reason, f"{words} by annotation {key}")
+    return None
