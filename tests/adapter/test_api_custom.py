@@ -121,6 +121,9 @@ def _seed_series(exporter: Exporter) -> None:
         ({"namespace": "shop", "pod": "dot.pod", "verb": "GET"}, 3),
         ({"namespace": "shop", "pod": "dotxpod", "verb": "GET"}, 4),
         ({"namespace": "other", "pod": "web-0", "verb": "GET"}, 100),
+        ({"namespace": "kubelabels", "pod": "site-0", "verb": "GET"}, 5),
+        ({"namespace": "kubelabels", "pod": "site-1", "verb": "GET"}, 6),
+        ({"namespace": "kubelabels", "pod": "other-0", "verb": "GET"}, 7),
     ]
     for labels, value in requests:
         exporter.set("capi_requests", labels, value)
@@ -143,13 +146,19 @@ def _seed_series(exporter: Exporter) -> None:
 
 def _seed_objects(kube: FakeKubeAPI) -> None:
     now = datetime.now(UTC)
-    for name in ("shop", "other", "big"):
+    for name in ("shop", "other", "big", "kubelabels"):
         kube.create_namespace(name, labels={"team": "shop" if name == "shop" else "x"})
     for name, app in SHOP_PODS.items():
         kube.create("", "v1", "pods", kube_objects.pod(name, namespace="shop", now=now,
                                                        labels={"app": app}))
     kube.create("", "v1", "pods", kube_objects.pod("web-0", namespace="other", now=now,
                                                    labels={"app": "web"}))
+    # Kubernetes-style label keys and integer values: labelSelector selects objects, not series.
+    for name, labels in (("site-0", {"app.kubernetes.io/name": "site", "rank": "1"}),
+                         ("site-1", {"app.kubernetes.io/name": "site", "rank": "2"}),
+                         ("other-0", {"app.kubernetes.io/name": "other", "rank": "3"})):
+        kube.create("", "v1", "pods", kube_objects.pod(name, namespace="kubelabels", now=now,
+                                                       labels=labels))
     # create_pod lists every pod to pick an IP (quadratic): build the 2,000 objects directly.
     for index in range(BIG):
         kube.create("", "v1", "pods", kube_objects.pod(
@@ -372,6 +381,33 @@ async def test_unknown_route_inside_the_group_is_a_status_404(world: World) -> N
 async def test_bad_selectors_are_400_bad_request(world: World, parameter: str) -> None:
     reply = await world.adapter.get(
         f"{CUSTOM}/v1beta2/namespaces/shop/pods/*/capi_requests?{parameter}=%3D%3D%3D")
+    assert reply.status == 400
+    assert reply.json()["reason"] == "BadRequest"
+
+
+async def test_label_selector_takes_kubernetes_label_keys(world: World) -> None:
+    reply = await world.adapter.get(
+        f"{CUSTOM}/v1beta2/namespaces/kubelabels/pods/*/capi_requests?labelSelector="
+        "app.kubernetes.io%2Fname%3Dsite")
+    assert reply.status == 200, reply
+    assert values_by_name(reply.json()) == {"site-0": "5", "site-1": "6"}
+
+
+async def test_label_selector_takes_greater_than_and_less_than(world: World) -> None:
+    reply = await world.adapter.get(
+        f"{CUSTOM}/v1beta2/namespaces/kubelabels/pods/*/capi_requests?labelSelector=rank%3E1")
+    assert reply.status == 200, reply
+    assert values_by_name(reply.json()) == {"site-1": "6", "other-0": "7"}
+    reply = await world.adapter.get(
+        f"{CUSTOM}/v1beta2/namespaces/kubelabels/pods/*/capi_requests?labelSelector=rank%3C2")
+    assert reply.status == 200, reply
+    assert values_by_name(reply.json()) == {"site-0": "5"}
+
+
+async def test_metric_label_selector_with_a_kubernetes_label_key_is_400(world: World) -> None:
+    reply = await world.adapter.get(
+        f"{CUSTOM}/v1beta2/namespaces/kubelabels/pods/*/capi_requests?metricLabelSelector="
+        "app.kubernetes.io%2Fname%3Dsite")
     assert reply.status == 400
     assert reply.json()["reason"] == "BadRequest"
 

@@ -194,3 +194,10 @@ def test_object_names_follow_their_kinds_rule(resource: str, name: str, found: b
         assert isinstance(route, CustomMetricRoute) and route.name == name
     else:
         assert isinstance(route, RouteRejection) and route.code == 404
+
+
+def test_a_namespace_metric_is_served_only_under_metrics_as_the_readme_routes_table_says() -> None:
+    assert custom("/namespaces/demo/http_requests_per_second") == INVALID_PATH
+    assert custom("/namespaces/demo/metrics/http_requests_per_second") == CustomMetricRoute(
+        "v1beta2", GroupResource("namespaces"), None, "demo", "http_requests_per_second",
+        Selector(), Selector(), namespace_metric=True)
