@@ -21,13 +21,14 @@ import json
 import re
 import sys
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import yaml
 
 from cli.replay_sim import (
+    PER_POD_TYPES,
     Observation,
     ReplayInputError,
     Step,
@@ -61,6 +62,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--initial-replicas", type=int,
                         help="replicas at the start (default: kube_deployment_spec_replicas)")
     parser.add_argument("--pod-startup", default="30s", help="time until a new pod is ready")
+    parser.add_argument("--request", action="append", default=[], metavar="RESOURCE=QUANTITY",
+                        help="each simulated container's request, for Resource Utilization "
+                             "targets (e.g. cpu=500m, memory=256Mi)")
+    parser.add_argument("--compare", metavar="OTHER.yaml",
+                        help="a second Autoscaler replayed over the same data, side by side")
     parser.add_argument("-o", "--output", choices=("table", "csv", "json"), default="table")
 
 
@@ -142,6 +148,9 @@ def _rule_query(*, spec: Mapping[str, Any], index: int, config_text: str, namesp
     registry = build_registry(config=config, series=series, catalog=builtin_catalog(),
                               now=end)
     kind = spec["type"]
+    if kind in ("Resource", "ContainerResource"):
+        return _usage_query(config=config, spec=spec, index=index, namespace=namespace,
+                            pods_regex=pods_regex)
     body = spec.get(kind.lower()) or {}
     metric = body.get("metric") or {}
     name = metric.get("name", "")
@@ -173,11 +182,43 @@ def _rule_query(*, spec: Mapping[str, Any], index: int, config_text: str, namesp
                            f"metric {name!r} over this range; give --query {index}=PROMQL")
 
 
+def _usage_query(*, config: Any, spec: Mapping[str, Any], index: int, namespace: str,
+                 pods_regex: str) -> str:
+    """The adapter's `resourceRules` containerQuery, over the pods `--pods` matches."""
+    from adapter.http.usage import usage_labels
+    from adapter.rules.query import QueryError, build_pod_usage_query
+
+    body = spec.get("resource") or spec.get("containerResource") or {}
+    name = body.get("name")
+    rules = config.resource_rules
+    if rules is None or name not in ("cpu", "memory"):
+        raise ReplayInputError(f"spec.metrics[{index}]: --config has no resourceRules for "
+                               f"{name!r}; give --query {index}=PROMQL (one series per pod "
+                               f"and container)")
+    rule = rules.cpu if name == "cpu" else rules.memory
+    try:
+        labels = usage_labels(rule)
+        promql = build_pod_usage_query(rule=rule, labels=labels, namespace=namespace,
+                                       pods=[_PLACEHOLDER])
+    except (QueryError, ValueError) as err:
+        raise ReplayInputError(f"spec.metrics[{index}]: {err}") from None
+    return promql.replace(f'{labels.pod}="{_PLACEHOLDER}"',
+                          f"{labels.pod}=~{json.dumps(pods_regex)}")
+
+
 def _range_values(client: Any, promql: str, *, start: datetime, end: datetime,
                   step: timedelta) -> list[dict[float, float]]:
     """Each series' samples by Unix time; the range split to stay under MAX_POINTS."""
+    return [values for _, values in _range_series(client, promql, start=start, end=end,
+                                                  step=step)]
+
+
+def _range_series(client: Any, promql: str, *, start: datetime, end: datetime,
+                  step: timedelta) -> list[tuple[dict[str, str], dict[float, float]]]:
+    """Each series' labels and samples by Unix time (split to stay under MAX_POINTS)."""
     chunk = step * (MAX_POINTS - 1)
     by_labels: dict[str, dict[float, float]] = {}
+    labels: dict[str, dict[str, str]] = {}
     cursor = start
     while cursor <= end:
         stop = min(cursor + chunk, end)
@@ -185,11 +226,33 @@ def _range_values(client: Any, promql: str, *, start: datetime, end: datetime,
                                            step=f"{int(step.total_seconds())}s")
         for series in result:
             key = json.dumps(series.get("metric", {}), sort_keys=True)
+            labels.setdefault(key, dict(series.get("metric", {})))
             values = by_labels.setdefault(key, {})
             for stamp, value in series.get("values", []):
                 values[float(stamp)] = float(value)
         cursor = stop + step
-    return list(by_labels.values())
+    return [(labels[key], values) for key, values in by_labels.items()]
+
+
+def _pod_totals(spec: Mapping[str, Any],
+                series: Sequence[tuple[dict[str, str], dict[float, float]]],
+                ) -> list[dict[float, float]]:
+    """Resource: each pod's usage summed over its containers; ContainerResource: the named
+    container's. Series are grouped by the pod label (`pod`, else the first non-container
+    label); a series without labels counts as one pod."""
+    if spec["type"] not in ("Resource", "ContainerResource"):
+        return [values for _, values in series]
+    container = (spec.get("containerResource") or {}).get("container")
+    pods: dict[str, dict[float, float]] = {}
+    for labels, values in series:
+        if container is not None and labels.get("container", container) != container:
+            continue
+        pod = labels.get("pod") or labels.get("pod_name") or json.dumps(
+            {k: v for k, v in labels.items() if k != "container"}, sort_keys=True)
+        totals = pods.setdefault(pod, {})
+        for stamp, value in values.items():
+            totals[stamp] = totals.get(stamp, 0.0) + value
+    return list(pods.values())
 
 
 def _observations(spec: Mapping[str, Any], series: Sequence[dict[float, float]],
@@ -200,7 +263,7 @@ def _observations(spec: Mapping[str, Any], series: Sequence[dict[float, float]],
         values = [s[stamp] for s in series if stamp in s]
         if not values:
             out.append(Observation(None))
-        elif spec["type"] == "Pods":
+        elif spec["type"] in PER_POD_TYPES:
             out.append(Observation(sum(values) / len(values), len(values)))
         else:
             out.append(Observation(values[0]))
@@ -232,48 +295,93 @@ def _step_row(step: Step) -> dict[str, Any]:
             "decidedReplicas": step.decided_replicas, "limitingRule": step.limiting_rule}
 
 
-def render(steps: Sequence[Step], summary: Summary, output: str) -> str:
+def render(steps: Sequence[Step], summary: Summary, output: str,
+           compare: tuple[Sequence[Step], Summary] | None = None) -> str:
     rows = [_step_row(step) for step in steps]
+    other = [_step_row(step) for step in compare[0]] if compare else None
     if output == "json":
-        return json.dumps({"steps": rows, "summary": asdict(summary)}, indent=2) + "\n"
+        document: dict[str, Any] = {"steps": rows, "summary": asdict(summary)}
+        if compare is not None:
+            document["compare"] = {"steps": other, "summary": asdict(compare[1])}
+        return json.dumps(document, indent=2) + "\n"
     if output == "csv":
         buffer = io.StringIO()
         writer = csv.writer(buffer, lineterminator="\n")
-        writer.writerow(["time", "values", "current", "ready", "proposed", "decided", "limit"])
-        for row in rows:
+        writer.writerow(["time", "values", "current", "ready", "proposed", "decided", "limit",
+                         *(["compareDecided"] if other else [])])
+        for i, row in enumerate(rows):
             writer.writerow([row["time"], ";".join("" if v is None else str(v)
                                                    for v in row["values"]),
                              row["currentReplicas"], row["readyPods"],
                              "" if row["proposedReplicas"] is None else row["proposedReplicas"],
-                             row["decidedReplicas"], row["limitingRule"] or ""])
+                             row["decidedReplicas"], row["limitingRule"] or "",
+                             *([other[i]["decidedReplicas"]] if other else [])])
         return buffer.getvalue()
-    lines = [f"{'TIME':<21} {'VALUES':<24} {'CUR':>4} {'PROP':>5} {'DEC':>4}  LIMIT"]
-    for row in rows:
+    extra = f" {'CMP':>4}" if other else ""
+    lines = [f"{'TIME':<21} {'VALUES':<24} {'CUR':>4} {'PROP':>5} {'DEC':>4}{extra}  LIMIT"]
+    for i, row in enumerate(rows):
         values = ",".join("-" if v is None else f"{v:g}" for v in row["values"])
         proposed = "-" if row["proposedReplicas"] is None else str(row["proposedReplicas"])
+        cmp = f" {other[i]['decidedReplicas']:>4}" if other else ""
         lines.append(f"{row['time']:<21} {values:<24} {row['currentReplicas']:>4} "
-                     f"{proposed:>5} {row['decidedReplicas']:>4}  {row['limitingRule'] or ''}")
+                     f"{proposed:>5} {row['decidedReplicas']:>4}{cmp}  "
+                     f"{row['limitingRule'] or ''}")
     lines.append("")
-    lines.extend(f"{key}: {value}" for key, value in asdict(summary).items())
+    if compare is None:
+        lines.extend(f"{key}: {value}" for key, value in asdict(summary).items())
+    else:
+        lines.append(f"{'':<22} {'AUTOSCALER':>12} {'COMPARE':>12}")
+        theirs = asdict(compare[1])
+        lines.extend(f"{key + ':':<22} {_cell(value):>12} {_cell(theirs[key]):>12}"
+                     for key, value in asdict(summary).items())
     return "\n".join(lines) + "\n"
 
 
-def replay(args: argparse.Namespace, client: Any) -> str:
+def _cell(value: Any) -> str:
+    return f"{value:.3f}" if isinstance(value, float) else str(value)
+
+
+def _load_autoscaler(path: str) -> dict[str, Any]:
     try:
-        with open(args.autoscaler, encoding="utf-8") as handle:
+        with open(path, encoding="utf-8") as handle:
             autoscaler = yaml.safe_load(handle)
     except (OSError, yaml.YAMLError) as err:
-        raise ReplayInputError(f"cannot read {args.autoscaler}: {err}") from None
+        raise ReplayInputError(f"cannot read {path}: {err}") from None
     if not isinstance(autoscaler, dict) or not isinstance(autoscaler.get("spec"), dict):
-        raise ReplayInputError(f"{args.autoscaler}: not an Autoscaler object (no spec)")
-    specs = autoscaler["spec"].get("metrics") or []
-    if not specs:
-        raise ReplayInputError(f"{args.autoscaler}: spec.metrics is empty")
+        raise ReplayInputError(f"{path}: not an Autoscaler object (no spec)")
+    if not autoscaler["spec"].get("metrics"):
+        raise ReplayInputError(f"{path}: spec.metrics is empty")
+    return autoscaler
+
+
+def _requests(items: Sequence[str]) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for item in items:
+        name, sep, quantity = item.partition("=")
+        if not sep or not name.strip() or not quantity.strip():
+            raise ReplayInputError(f"--request {item!r}: use RESOURCE=QUANTITY, e.g. cpu=500m")
+        out[name.strip()] = quantity.strip()
+    return out
+
+
+@dataclass(frozen=True)
+class Replayed:
+    """One replay's result, for rendering and plotting."""
+
+    steps: list[Step]
+    summary: Summary
+    compare: tuple[list[Step], Summary] | None
+    step: timedelta
+
+
+def replay_steps(args: argparse.Namespace, client: Any,
+                 autoscaler: dict[str, Any] | None = None) -> Replayed:
+    if autoscaler is None:
+        autoscaler = _load_autoscaler(args.autoscaler)
     start, end = _range(args)
     step = parse_duration(args.step)
     startup = parse_duration(args.pod_startup) if args.pod_startup != "0" else timedelta()
-    queries = _queries(args, len(specs))
-    namespace = autoscaler.get("metadata", {}).get("namespace", "default")
+    requests = _requests(getattr(args, "request", []))
     config_text: str | None = None
     if args.config:
         try:
@@ -283,25 +391,50 @@ def replay(args: argparse.Namespace, client: Any) -> str:
             raise ReplayInputError(f"--config: cannot read {args.config}: {err}") from None
     count = int((end - start) / step) + 1
     times = [start + step * i for i in range(count)]
-    per_metric: list[list[Observation]] = []
-    for index, spec in enumerate(specs):
-        promql = queries.get(index)
-        if promql is None:
-            if config_text is None:
-                raise ReplayInputError(f"spec.metrics[{index}]: give --config RULES.yaml or "
-                                       f"--query {index}=PROMQL")
-            promql = _rule_query(spec=spec, index=index, config_text=config_text,
-                                 namespace=namespace, pods_regex=args.pods, client=client,
-                                 start=start, end=end)
-        series = _range_values(client, promql, start=start, end=end, step=step)
-        if not series:
-            raise ReplayInputError(f"spec.metrics[{index}]: no data in the range for {promql}")
-        per_metric.append(_observations(spec, series, times))
+    cache: dict[str, list[dict[float, float]]] = {}
+
+    def observe(target: Mapping[str, Any], queries: Mapping[int, str]) -> list[Any]:
+        namespace = target.get("metadata", {}).get("namespace", "default")
+        per_metric: list[list[Observation]] = []
+        for index, spec in enumerate(target["spec"]["metrics"]):
+            promql = queries.get(index)
+            if promql is None:
+                if config_text is None:
+                    raise ReplayInputError(f"spec.metrics[{index}]: give --config RULES.yaml "
+                                           f"or --query {index}=PROMQL")
+                promql = _rule_query(spec=spec, index=index, config_text=config_text,
+                                     namespace=namespace, pods_regex=args.pods,
+                                     client=client, start=start, end=end)
+            key = json.dumps([spec.get("type"), spec.get("containerResource"), promql])
+            if key not in cache:
+                cache[key] = _pod_totals(spec, _range_series(client, promql, start=start,
+                                                             end=end, step=step))
+            if not cache[key]:
+                raise ReplayInputError(f"spec.metrics[{index}]: no data in the range for "
+                                       f"{promql}")
+            per_metric.append(_observations(spec, cache[key], times))
+        return [tuple(metric[i] for metric in per_metric) for i in range(count)]
+
+    specs = autoscaler["spec"]["metrics"]
+    observations = observe(autoscaler, _queries(args, len(specs)))
     initial = _initial_replicas(args, client, autoscaler, start)
-    observations = [tuple(metric[i] for metric in per_metric) for i in range(count)]
     steps = simulate(autoscaler=autoscaler, times=times, observations=observations,
-                     initial_replicas=initial, startup=startup)
-    return render(steps, summarize(steps, step=step), args.output)
+                     initial_replicas=initial, startup=startup, requests=requests)
+    compared: tuple[list[Step], Summary] | None = None
+    if getattr(args, "compare", None):
+        other = _load_autoscaler(args.compare)
+        # --query applies to the compared spec too when its metrics are the same.
+        same = other["spec"]["metrics"] == specs
+        other_steps = simulate(autoscaler=other, times=times,
+                               observations=observations if same else observe(other, {}),
+                               initial_replicas=initial, startup=startup, requests=requests)
+        compared = (other_steps, summarize(other_steps, step=step))
+    return Replayed(steps, summarize(steps, step=step), compared, step)
+
+
+def replay(args: argparse.Namespace, client: Any) -> str:
+    result = replay_steps(args, client)
+    return render(result.steps, result.summary, args.output, result.compare)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -24,7 +24,8 @@ from autoscaler.decision.snapshot import (
 
 REPLAY_LABELS = {"app.kubernetes.io/name": "replay"}
 REPLAY_SELECTOR = "app.kubernetes.io/name=replay"
-SUPPORTED_TYPES = ("Pods", "Object", "External")
+SUPPORTED_TYPES = ("Pods", "Object", "External", "Resource", "ContainerResource")
+PER_POD_TYPES = ("Pods", "Resource", "ContainerResource")
 
 
 class ReplayInputError(ValueError):
@@ -35,8 +36,9 @@ class ReplayInputError(ValueError):
 class Observation:
     """One metric at one step: the value the metrics API would have served.
 
-    Pods: `value` is the observed per-pod average and `pods` the observed pod count (their
-    product is the total load, redistributed over the simulated ready pods).
+    Pods, Resource, ContainerResource: `value` is the observed per-pod average (Resource: CPU
+    cores or memory bytes per pod) and `pods` the observed pod count (their product is the
+    total load, redistributed over the simulated ready pods).
     Object/External: `value` is used as observed. None: no sample at that step.
     """
 
@@ -91,30 +93,59 @@ def _quantity(value: float) -> str:
     return f"{round(value * 1000)}m"
 
 
+def container_names(autoscaler: Mapping[str, Any]) -> list[str]:
+    """The simulated pod's containers: those ContainerResource metrics name, else `main`."""
+    names = sorted({(spec.get("containerResource") or {}).get("container", "main")
+                    for spec in autoscaler.get("spec", {}).get("metrics") or []
+                    if spec.get("type") == "ContainerResource"})
+    return names or ["main"]
+
+
 def _pod_object(pod: _Pod, *, namespace: str, ready: bool, now: datetime,
-                startup: timedelta) -> dict[str, Any]:
+                startup: timedelta, containers: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     transition = pod.started + startup if ready else pod.started
     return {
         "apiVersion": "v1", "kind": "Pod",
         "metadata": {"name": pod.name, "namespace": namespace, "labels": dict(REPLAY_LABELS)},
-        "spec": {"containers": [{"name": "main"}]},
+        "spec": {"containers": list(containers)},
         "status": {"phase": "Running", "startTime": _time(pod.started),
                    "conditions": [{"type": "Ready", "status": "True" if ready else "False",
                                    "lastTransitionTime": _time(min(transition, now))}]},
     }
 
 
+def _usage_input(spec: Mapping[str, Any], per_pod: float, *, namespace: str,
+                 ready: Sequence[_Pod], stamp: str, containers: Sequence[str]) -> Any:
+    body = spec.get(spec["type"][0].lower() + spec["type"][1:]) or {}
+    resource = body.get("name", "cpu")
+    if spec["type"] == "ContainerResource":
+        usage = {name: per_pod if name == body.get("container") else 0.0
+                 for name in containers}
+    else:  # Resource: the pod's total, spread evenly over its containers
+        usage = {name: per_pod / len(containers) for name in containers}
+    items = [{"metadata": {"name": pod.name, "namespace": namespace}, "timestamp": stamp,
+              "window": "1m0s",
+              "containers": [{"name": name, "usage": {resource: _quantity(value)}}
+                             for name, value in usage.items()]} for pod in ready]
+    return {"kind": "PodMetricsList", "apiVersion": "metrics.k8s.io/v1beta1", "metadata": {},
+            "items": items}
+
+
 def _metric_input(spec: Mapping[str, Any], observation: Observation, *, namespace: str,
-                  ready: Sequence[_Pod], now: datetime) -> tuple[Any, float | None]:
+                  ready: Sequence[_Pod], now: datetime,
+                  containers: Sequence[str] = ("main",)) -> tuple[Any, float | None]:
     kind = spec["type"]
     if observation.value is None or not math.isfinite(observation.value):
         return {"error": "no sample at this step"}, None
     stamp = _time(now)
-    if kind == "Pods":
+    if kind in PER_POD_TYPES:
         if not ready:
             return {"error": "no ready pods"}, None
         observed_pods = observation.pods or 1
         per_pod = observation.value * observed_pods / len(ready)
+        if kind != "Pods":
+            return _usage_input(spec, per_pod, namespace=namespace, ready=ready, stamp=stamp,
+                                containers=containers), per_pod
         name = spec["pods"]["metric"]["name"]
         items = [{"describedObject": {"kind": "Pod", "namespace": namespace, "name": pod.name,
                                       "apiVersion": "/v1"},
@@ -139,9 +170,16 @@ def _metric_input(spec: Mapping[str, Any], observation: Observation, *, namespac
 
 def build_snapshot(*, autoscaler: Mapping[str, Any], now: datetime, state: _State,
                    observations: Sequence[Observation], settings: Mapping[str, Any],
-                   startup: timedelta) -> tuple[dict[str, Any], tuple[float | None, ...], int]:
-    """The DecisionSnapshot of one step (what `metricscale explain` would be given)."""
+                   startup: timedelta, requests: Mapping[str, str] | None = None,
+                   ) -> tuple[dict[str, Any], tuple[float | None, ...], int]:
+    """The DecisionSnapshot of one step (what `metricscale explain` would be given).
+
+    `requests` are each simulated container's resource requests (for Utilization targets).
+    """
     namespace = autoscaler.get("metadata", {}).get("namespace", "default")
+    names = container_names(autoscaler)
+    containers = [{"name": name, **({"resources": {"requests": dict(requests)}}
+                                    if requests else {})} for name in names]
     ready = [pod for pod in state.pods if pod.started + startup <= now]
     ready_names = {pod.name for pod in ready}
     specs = autoscaler["spec"]["metrics"]
@@ -149,7 +187,7 @@ def build_snapshot(*, autoscaler: Mapping[str, Any], now: datetime, state: _Stat
     seen: list[float | None] = []
     for spec, observation in zip(specs, observations, strict=True):
         data, value = _metric_input(spec, observation, namespace=namespace, ready=ready,
-                                    now=now)
+                                    now=now, containers=names)
         metrics.append(data)
         seen.append(value)
     target = dict(autoscaler)
@@ -166,7 +204,7 @@ def build_snapshot(*, autoscaler: Mapping[str, Any], now: datetime, state: _Stat
                   "spec": {"replicas": state.replicas},
                   "status": {"replicas": len(state.pods), "selector": REPLAY_SELECTOR}},
         "pods": [_pod_object(pod, namespace=namespace, ready=pod.name in ready_names, now=now,
-                             startup=startup) for pod in state.pods],
+                             startup=startup, containers=containers) for pod in state.pods],
         "metrics": metrics,
     }
     if state.history is not None:
@@ -189,7 +227,8 @@ def _above_target(decision: dict[str, Any]) -> bool:
 
 def simulate(*, autoscaler: Mapping[str, Any], times: Sequence[datetime],
              observations: Sequence[Sequence[Observation]], initial_replicas: int,
-             startup: timedelta, settings: Mapping[str, Any] | None = None) -> list[Step]:
+             startup: timedelta, settings: Mapping[str, Any] | None = None,
+             requests: Mapping[str, str] | None = None) -> list[Step]:
     """Decide at every time; `observations[i][j]` is metric j at times[i].
 
     The initial pods count as started long ago (ready at the first step).
@@ -209,7 +248,8 @@ def simulate(*, autoscaler: Mapping[str, Any], times: Sequence[datetime],
     for now, observed in zip(times, observations, strict=True):
         raw, seen, ready_count = build_snapshot(autoscaler=autoscaler, now=now, state=state,
                                                 observations=observed,
-                                                settings=settings or {}, startup=startup)
+                                                settings=settings or {}, startup=startup,
+                                                requests=requests)
         try:
             decision = decide_snapshot(parse_snapshot(raw))
         except SnapshotError as err:

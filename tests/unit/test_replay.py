@@ -72,13 +72,46 @@ def test_external_metric_is_used_as_observed_and_summary_counts_changes() -> Non
     assert "scale_ups: 1" in render(steps, summary, "table")
 
 
-def test_resource_metrics_are_refused_until_supported() -> None:
+def test_resource_utilization_redistributes_total_usage_over_ready_pods() -> None:
     spec = {**EXTERNAL, "spec": {**EXTERNAL["spec"], "metrics": [
         {"type": "Resource", "resource": {"name": "cpu", "target": {
             "type": "Utilization", "averageUtilization": 50}}}]}}
-    with pytest.raises(ReplayInputError, match="not supported"):
-        simulate(autoscaler=spec, times=[T0], initial_replicas=1,
-                 startup=timedelta(), observations=[(Observation(1.0),)])
+    times = [T0 + timedelta(seconds=15 * i) for i in range(3)]
+    # 2 observed pods at 0.5 cores each, request 500m, target 50%: 1 core total -> 4 pods.
+    steps = simulate(autoscaler=spec, times=times, initial_replicas=2, startup=timedelta(),
+                     requests={"cpu": "500m"},
+                     observations=[(Observation(0.5, 2),) for _ in times])
+    assert [s.decided_replicas for s in steps] == [4, 4, 4]
+    assert steps[1].values[0] == pytest.approx(0.25)
+
+
+def test_container_resource_counts_only_the_named_container() -> None:
+    spec = {**EXTERNAL, "spec": {**EXTERNAL["spec"], "metrics": [
+        {"type": "ContainerResource", "containerResource": {
+            "name": "cpu", "container": "app",
+            "target": {"type": "AverageValue", "averageValue": "250m"}}}]}}
+    steps = simulate(autoscaler=spec, times=[T0], initial_replicas=1, startup=timedelta(),
+                     observations=[(Observation(0.75, 1),)])
+    assert steps[0].decided_replicas == 3
+
+
+def test_compare_of_two_behaviors_differs_only_where_scale_down_is_stabilized() -> None:
+    times = [T0 + timedelta(seconds=15 * i) for i in range(6)]
+    depths = [10.0, 40.0, 40.0, 10.0, 10.0, 10.0]
+    eager = {**EXTERNAL, "spec": {**EXTERNAL["spec"], "behavior": {
+        "scaleDown": {"stabilizationWindowSeconds": 0}}}}
+    runs = [simulate(autoscaler=a, times=times, initial_replicas=1,
+                     startup=timedelta(seconds=30),
+                     observations=[(Observation(d),) for d in depths])
+            for a in (EXTERNAL, eager)]
+    default, other = ([s.decided_replicas for s in run] for run in runs)
+    assert default == [1, 4, 4, 4, 4, 4]
+    assert other == [1, 4, 4, 1, 1, 1]
+    table = render(runs[0], summarize(runs[0], step=timedelta(seconds=15)), "table",
+                   (runs[1], summarize(runs[1], step=timedelta(seconds=15))))
+    assert "CMP" in table and "COMPARE" in table
+    assert any(line.startswith("scale_downs:") and line.split()[1:] == ["0", "1"]
+               for line in table.splitlines())
 
 
 def test_an_invalid_autoscaler_is_an_input_error() -> None:
