@@ -120,6 +120,33 @@ def _names_of(certificate: x509.Certificate) -> tuple[set[str], set[str]]:
             {str(ip) for ip in sans.get_values_for_type(x509.IPAddress)})
 
 
+def earlier_sans(certificate: x509.Certificate) -> tuple[str, ...]:
+    """The extra names of an earlier serving certificate: its SANs but its own service host."""
+    common_names = certificate.subject.get_attributes_for_oid(x509.NameOID.COMMON_NAME)
+    service_host = str(common_names[0].value) if common_names else ""
+    dns, ips = _names_of(certificate)
+    extra = sorted(name for name in dns
+                   if name != service_host and not name.startswith(service_host + "."))
+    return (*extra, *sorted(ips))
+
+
+def kept_sans(*, earlier: Sequence[str], asked: Sequence[str],
+              dropped: Sequence[str]) -> tuple[str, ...]:
+    """The extra names of the next certificate: the earlier ones, unless dropped, then the asked.
+
+    A rerun without an earlier `--san` must not silently take that name away from clients.
+    """
+    drop = {name.strip().lower() for name in dropped}
+    drop_ips: set[str] = set()
+    for name in drop:
+        try:
+            drop_ips.add(str(ipaddress.ip_address(name)))
+        except ValueError:
+            pass
+    kept = [name for name in earlier if name.lower() not in drop and name not in drop_ips]
+    return tuple(dict.fromkeys((*kept, *asked)))
+
+
 def _signed_by(certificate: x509.Certificate, ca: x509.Certificate) -> bool:
     try:
         certificate.verify_directly_issued_by(ca)
@@ -210,6 +237,7 @@ class CertsOptions:
     namespace: str = "metricscale"
     cluster_domain: str = "cluster.local"
     sans: tuple[str, ...] = ()
+    drop_sans: tuple[str, ...] = ()
     renew_before: timedelta = timedelta(days=30)
     ca_validity: timedelta = timedelta(days=3650)
     validity: timedelta = timedelta(days=365)
@@ -254,11 +282,13 @@ def ensure_certificates(options: CertsOptions, *, now: datetime) -> list[str]:
     """Create or renew what is needed; return one human line per thing done or kept."""
     if options.renew_before >= options.validity:
         raise CertsError("--renew-before must be shorter than --validity, or every run renews")
-    names = serving_names(service=options.service, namespace=options.namespace,
-                          cluster_domain=options.cluster_domain, sans=options.sans)
     directory = options.directory
     ca = _load_pair(directory / CA_CERT, directory / CA_KEY)
     serving = _load_pair(directory / SERVING_CERT, directory / SERVING_KEY)
+    earlier = earlier_sans(serving.certificate) if serving is not None else ()
+    sans = kept_sans(earlier=earlier, asked=options.sans, dropped=options.drop_sans)
+    names = serving_names(service=options.service, namespace=options.namespace,
+                          cluster_domain=options.cluster_domain, sans=sans)
     plan = plan_certificates(
         ca=ca.certificate if ca else None, serving=serving.certificate if serving else None,
         names=names, now=now, renew_before=options.renew_before, force=options.force)
@@ -288,6 +318,10 @@ def ensure_certificates(options: CertsOptions, *, now: datetime) -> list[str]:
                      f"{', '.join((*names.dns_names, *names.ip_addresses))} "
                      f"(until {serving.certificate.not_valid_after_utc:%Y-%m-%d}; "
                      f"{', '.join(plan.reasons)})")
+        carried = [name for name in earlier if name in sans and name not in options.sans]
+        if carried:
+            lines.append(f"kept earlier SAN(s) {', '.join(carried)} "
+                         "(drop one with --drop-san NAME)")
     else:
         assert serving is not None
         lines.append(f"kept serving certificate {directory / SERVING_CERT} "
@@ -349,6 +383,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--san", action="append", default=[],
                         help="extra DNS name or IP address for the serving certificate "
                              "(repeatable)")
+    parser.add_argument("--drop-san", action="append", default=[], metavar="NAME",
+                        help="remove an extra DNS name or IP address an earlier run added "
+                             "(repeatable; without it every earlier --san is kept)")
     parser.add_argument("--renew-before", default="30d",
                         help="renew a certificate expiring within this (default: 30d)")
     parser.add_argument("--validity", default="365d",
@@ -367,6 +404,7 @@ def options_from_args(args: argparse.Namespace) -> CertsOptions:
         namespace=args.namespace,
         cluster_domain=args.cluster_domain,
         sans=tuple(args.san),
+        drop_sans=tuple(args.drop_san),
         renew_before=parse_duration(args.renew_before),
         ca_validity=parse_duration(args.ca_validity),
         validity=parse_duration(args.validity),

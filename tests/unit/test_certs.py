@@ -292,3 +292,42 @@ def test_plan_reissues_a_certificate_from_another_ca() -> None:
     plan = plan_certificates(ca=ca.certificate, serving=serving.certificate, names=names,
                              now=NOW, renew_before=timedelta(days=30))
     assert plan.new_serving and "not signed by the current CA" in plan.reasons[0]
+
+
+def _extra_names(path: Path) -> set[str]:
+    sans = load(path).extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    return ({*sans.get_values_for_type(x509.DNSName)}
+            | {str(ip) for ip in sans.get_values_for_type(x509.IPAddress)})
+
+
+def test_rerun_without_an_earlier_san_keeps_it(tmp_path: Path) -> None:
+    ensure_certificates(options(tmp_path, sans=("adapter.example.com", "10.0.0.5")), now=NOW)
+    lines = ensure_certificates(options(tmp_path, sans=("10.0.0.9",)), now=NOW)
+    names = _extra_names(tmp_path / "certs/serving.crt")
+    assert {"adapter.example.com", "10.0.0.5", "10.0.0.9"} <= names
+    assert any("kept earlier SAN(s) adapter.example.com, 10.0.0.5" in line for line in lines)
+
+
+def test_rerun_with_no_san_at_all_keeps_the_certificate(tmp_path: Path) -> None:
+    ensure_certificates(options(tmp_path, sans=("adapter.example.com",)), now=NOW)
+    before = snapshot(tmp_path / "certs")
+    lines = ensure_certificates(options(tmp_path), now=NOW)
+    assert snapshot(tmp_path / "certs") == before
+    assert lines[0].startswith("kept serving certificate")
+
+
+def test_drop_san_removes_only_the_named_earlier_names(tmp_path: Path) -> None:
+    ensure_certificates(options(tmp_path, sans=("adapter.example.com", "10.0.0.5")), now=NOW)
+    ensure_certificates(options(tmp_path, drop_sans=("ADAPTER.example.com", "10.0.0.5")),
+                        now=NOW)
+    names = _extra_names(tmp_path / "certs/serving.crt")
+    assert "adapter.example.com" not in names and "10.0.0.5" not in names
+    assert "metricscale-adapter.metricscale.svc" in names
+
+
+def test_cli_takes_drop_san(tmp_path: Path) -> None:
+    from cli.main import main
+    directory = str(tmp_path / "certs")
+    assert main(["certs", "--dir", directory, "--no-manifests", "--san", "a.example"]) == 0
+    assert main(["certs", "--dir", directory, "--no-manifests", "--drop-san", "a.example"]) == 0
+    assert "a.example" not in _extra_names(tmp_path / "certs/serving.crt")
