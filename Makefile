@@ -12,7 +12,7 @@ export PROMETHEUS
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[test,dev]'
+	$(BIN)/pip install --quiet -e '.[test,dev,plot]'
 	touch $@
 
 venv: $(VENV)/.installed
