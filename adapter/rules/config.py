@@ -16,6 +16,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 import yaml
+from yarl import URL
 
 from adapter.rules.naming import (
     NameMatcher,
@@ -41,7 +42,10 @@ from adapter.rules.templating import Template, TemplateSyntaxError, parse_templa
 from metricscale.core.selectors import quote_go_string
 
 __all__ = [
+    "DEFAULT_BACKEND",
     "AdapterConfig",
+    "BackendConfig",
+    "BackendHeader",
     "ConfigError",
     "ConfigIssue",
     "DiscoveryRule",
@@ -75,6 +79,52 @@ class ConfigError(ValueError):
         super().__init__("\n".join(str(issue) for issue in self.issues))
 
 
+DEFAULT_BACKEND = "default"
+
+
+@dataclass(frozen=True)
+class BackendHeader:
+    """One header of a backend; `value` may be a template over `.Namespace` (a tenant)."""
+
+    name: str
+    value: str
+    template: Template | None = None
+    default: str | None = None  # the value for cluster-scoped requests of a template header
+
+    @property
+    def per_namespace(self) -> bool:
+        return self.template is not None
+
+
+@dataclass(frozen=True)
+class BackendConfig:
+    """One entry of `backends:` (our extension): a Prometheus and how to reach it."""
+
+    name: str
+    url: str
+    index: int
+    headers: tuple[BackendHeader, ...] = ()
+    bearer_token_file: str | None = None
+    basic_auth_username: str | None = None
+    basic_auth_password_file: str | None = None
+    ca_file: str | None = None
+    client_cert_file: str | None = None
+    client_key_file: str | None = None
+    insecure_skip_verify: bool = False
+    timeout_seconds: float | None = None
+    verb: str | None = None
+    tenants: tuple[str, ...] = ()
+
+    @property
+    def path(self) -> str:
+        return f"backends[{self.index}]"
+
+    @property
+    def per_namespace(self) -> bool:
+        """Whether requests carry a tenant taken from their namespace."""
+        return any(header.per_namespace for header in self.headers)
+
+
 @dataclass(frozen=True)
 class ResourceMappingConfig:
     """`resources:` of a rule."""
@@ -103,6 +153,7 @@ class DiscoveryRule:
     name: NameMatcher
     metrics_query: str
     metrics_template: Template
+    backend: str = DEFAULT_BACKEND
 
     @property
     def path(self) -> str:
@@ -130,6 +181,7 @@ class ResourceRule:
     node_template: Template
     resources: ResourceMappingConfig
     container_label: str
+    backend: str = DEFAULT_BACKEND
 
 
 @dataclass(frozen=True)
@@ -146,10 +198,31 @@ class AdapterConfig:
     external_rules: tuple[DiscoveryRule, ...] = ()
     resource_rules: ResourceRules | None = None
     warnings: tuple[ConfigIssue, ...] = ()
+    backends: tuple[BackendConfig, ...] = ()
+
+    def backend_names(self) -> tuple[str, ...]:
+        """`default` (the --prometheus-* flags) then the file's backends, in file order."""
+        return (DEFAULT_BACKEND, *(backend.name for backend in self.backends))
+
+    def rules_by_backend(self) -> dict[str, tuple[str, ...]]:
+        """Backend name → field paths of the rules that read from it."""
+        used: dict[str, list[str]] = {name: [] for name in self.backend_names()}
+        for rule in (*self.rules, *self.external_rules):
+            used.setdefault(rule.backend, []).append(rule.path)
+        if self.resource_rules is not None:
+            used.setdefault(self.resource_rules.cpu.backend, []).append("resourceRules.cpu")
+            used.setdefault(self.resource_rules.memory.backend, []).append(
+                "resourceRules.memory")
+        return {name: tuple(paths) for name, paths in used.items()}
 
     def series_queries(self) -> tuple[str, ...]:
         """Distinct `seriesQuery` strings of all rules, in rule order: one series call each."""
         return tuple(dict.fromkeys(r.series_query for r in (*self.rules, *self.external_rules)))
+
+    def series_queries_for(self, backend: str) -> tuple[str, ...]:
+        """Like `series_queries`, for the rules bound to one backend."""
+        return tuple(dict.fromkeys(r.series_query for r in (*self.rules, *self.external_rules)
+                                   if r.backend == backend))
 
 
 # --- YAML nodes → checked values ---------------------------------------------------------------
@@ -171,6 +244,15 @@ def _child_path(path: str, key: str) -> str:
     if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", key):
         return f"{path}[{quote_go_string(key)}]"
     return f"{path}.{key}" if path else key
+
+
+def _mapping_value(node: yaml.Node, key: str) -> yaml.Node | None:
+    """The value of a plain key of a mapping node, without checks (for cross-references)."""
+    if isinstance(node, yaml.MappingNode):
+        for key_node, value_node in node.value:
+            if isinstance(key_node, yaml.ScalarNode) and key_node.value == key:
+                return value_node  # type: ignore[no-any-return]
+    return None
 
 
 def _is_null(node: yaml.Node | None) -> bool:
@@ -273,9 +355,15 @@ class _Decoder:
 
 # --- sections ----------------------------------------------------------------------------------
 
-_RULE_FIELDS = ("seriesQuery", "seriesFilters", "resources", "name", "metricsQuery")
+_RULE_FIELDS = ("seriesQuery", "seriesFilters", "resources", "name", "metricsQuery", "backend")
 _RESOURCE_FIELDS = ("template", "overrides", "namespaced")
-_RESOURCE_RULE_FIELDS = ("containerQuery", "nodeQuery", "resources", "containerLabel")
+_RESOURCE_RULE_FIELDS = ("containerQuery", "nodeQuery", "resources", "containerLabel",
+                         "backend")
+_BACKEND_FIELDS = ("name", "url", "headers", "bearerTokenFile", "basicAuth", "caFile",
+                   "clientCertFile", "clientKeyFile", "insecureSkipVerify", "timeout", "verb",
+                   "tenants")
+_BACKEND_NAME = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
+_HEADER_NAME = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
 _EQUALITY_WITH_REGEX = re.compile(r'__name__\s*!?=\s*"[^"]*[\^$*+?()\[\]|\\]')
 _DURATION = re.compile(r"(?:([0-9]+)y)?(?:([0-9]+)w)?(?:([0-9]+)d)?(?:([0-9]+)h)?"
                        r"(?:([0-9]+)m)?(?:([0-9]+)s)?(?:([0-9]+)ms)?")
@@ -299,6 +387,9 @@ class _ConfigBuilder:
     def __init__(self) -> None:
         self.decoder = _Decoder()
         self.warnings: list[ConfigIssue] = []
+        # (field path, backend name, node) of every rule's `backend:`, checked at the end.
+        self.backend_uses: list[tuple[str, str, yaml.Node]] = []
+        self.backend_names: set[str] = set()
 
     @property
     def issues(self) -> list[ConfigIssue]:
@@ -310,15 +401,176 @@ class _ConfigBuilder:
 
     def config(self, root: yaml.Node | None) -> AdapterConfig:
         top = self.decoder.mapping(root, "", "config.MetricsDiscoveryConfig",
-                                   ("rules", "externalRules", "resourceRules"))
+                                   ("rules", "externalRules", "resourceRules", "backends"))
         if top is None:
             return AdapterConfig()
+        backends = self.backends(top.get("backends"))
         rules = self.rules(top.get("rules"), "rules")
         external = self.rules(top.get("externalRules"), "externalRules")
         resource_rules = None
         if not _is_null(top.get("resourceRules")):
             resource_rules = self.resource_rules(top["resourceRules"])
-        return AdapterConfig(rules, external, resource_rules, tuple(self.warnings))
+        self.check_backend_uses(backends, top.get("backends"))
+        return AdapterConfig(rules, external, resource_rules, tuple(self.warnings),
+                             tuple(b for b in backends if b is not None))
+
+    def rule_backend(self, fields: dict[str, yaml.Node], path: str) -> str:
+        node = fields.get("backend")
+        name = self.decoder.string(node, f"{path}.backend")
+        if node is None or not name:
+            return DEFAULT_BACKEND
+        self.backend_uses.append((f"{path}.backend", name, node))
+        return name
+
+    def check_backend_uses(self, backends: Sequence[BackendConfig | None],
+                           node: yaml.Node | None) -> None:
+        # Names of backends that failed their own checks count too: one problem, one issue.
+        names = {DEFAULT_BACKEND, *self.backend_names}
+        for path, name, use in self.backend_uses:
+            if name not in names:
+                known = ", ".join(sorted(names))
+                self.decoder.issue(path, f"unknown backend {quote_go_string(name)} "
+                                   f"(known: {known})", use)
+
+    def backends(self, node: yaml.Node | None) -> list[BackendConfig | None]:
+        built: list[BackendConfig | None] = []
+        seen: dict[str, int] = {}
+        for index, item in enumerate(self.decoder.sequence(node, "backends", "[]Backend")):
+            built.append(self.backend(item, index))
+            name_node = _mapping_value(item, "name")
+            if not isinstance(name_node, yaml.ScalarNode) or not name_node.value:
+                continue
+            name = str(name_node.value)
+            self.backend_names.add(name)
+            if name in seen:
+                self.decoder.issue(f"backends[{index}].name", f"duplicate backend name "
+                                   f"{quote_go_string(name)} (also backends[{seen[name]}])",
+                                   name_node)
+            seen.setdefault(name, index)
+        return built
+
+    def backend(self, node: yaml.Node, index: int) -> BackendConfig | None:
+        path = f"backends[{index}]"
+        before = len(self.issues)
+        fields = self.decoder.mapping(node, path, "Backend", _BACKEND_FIELDS)
+        if fields is None:
+            return None
+        string = self.decoder.string
+        name = string(fields.get("name"), f"{path}.name")
+        if not name:
+            self.decoder.issue(f"{path}.name", "required: the name rules use in `backend:`",
+                               fields.get("name") or node)
+        elif name == DEFAULT_BACKEND:
+            self.decoder.issue(f"{path}.name", "\"default\" is the backend of --prometheus-url "
+                               "and its flags; choose another name", fields["name"])
+        elif not _BACKEND_NAME.fullmatch(name):
+            self.decoder.issue(f"{path}.name", "must be lowercase letters, digits and '-'",
+                               fields["name"])
+        url = string(fields.get("url"), f"{path}.url")
+        self.check_url(url, f"{path}.url", fields.get("url") or node)
+        headers = self.backend_headers(fields.get("headers"), f"{path}.headers")
+        basic = self.decoder.mapping(fields.get("basicAuth"), f"{path}.basicAuth", "BasicAuth",
+                                     ("username", "passwordFile")) or {}
+        username = string(basic.get("username"), f"{path}.basicAuth.username")
+        password_file = string(basic.get("passwordFile"), f"{path}.basicAuth.passwordFile")
+        if bool(username) != bool(password_file):
+            self.decoder.issue(f"{path}.basicAuth", "needs both username and passwordFile",
+                               fields.get("basicAuth"))
+        if username and ":" in username:
+            self.decoder.issue(f"{path}.basicAuth.username", "cannot contain ':'",
+                               basic.get("username"))
+        token_file = string(fields.get("bearerTokenFile"), f"{path}.bearerTokenFile")
+        if token_file and username:
+            self.decoder.issue(path, "use either bearerTokenFile or basicAuth, not both",
+                               fields.get("bearerTokenFile"))
+        cert = string(fields.get("clientCertFile"), f"{path}.clientCertFile")
+        key = string(fields.get("clientKeyFile"), f"{path}.clientKeyFile")
+        if bool(cert) != bool(key):
+            self.decoder.issue(path, "clientCertFile and clientKeyFile go together", node)
+        insecure = self.decoder.boolean(fields.get("insecureSkipVerify"),
+                                        f"{path}.insecureSkipVerify")
+        timeout: float | None = None
+        timeout_text = string(fields.get("timeout"), f"{path}.timeout")
+        if timeout_text:
+            try:
+                timeout = parse_prometheus_duration(timeout_text) / 1000
+            except ValueError as error:
+                self.decoder.issue(f"{path}.timeout", str(error), fields.get("timeout"))
+            else:
+                if timeout <= 0:
+                    self.decoder.issue(f"{path}.timeout", "must be a positive duration",
+                                       fields.get("timeout"))
+        verb = string(fields.get("verb"), f"{path}.verb").upper() or None
+        if verb not in (None, "GET", "POST"):
+            self.decoder.issue(f"{path}.verb", "must be GET or POST", fields.get("verb"))
+        tenants = tuple(string(item, f"{path}.tenants[{i}]") for i, item in enumerate(
+            self.decoder.sequence(fields.get("tenants"), f"{path}.tenants", "[]string")))
+        per_namespace = any(header.per_namespace for header in headers)
+        if tenants and not per_namespace:
+            self.decoder.issue(f"{path}.tenants", "needs a header whose value is a template "
+                               "over <<.Namespace>>", fields.get("tenants"))
+        if per_namespace and not tenants:
+            self.warn(f"{path}.tenants", "empty: discovery lists no tenant, so this backend "
+                      "serves no metric", fields.get("tenants") or node)
+        if len(self.issues) > before:
+            return None
+        return BackendConfig(
+            name=name, url=url, index=index, headers=headers,
+            bearer_token_file=token_file or None, basic_auth_username=username or None,
+            basic_auth_password_file=password_file or None,
+            ca_file=string(fields.get("caFile"), f"{path}.caFile") or None,
+            client_cert_file=cert or None, client_key_file=key or None,
+            insecure_skip_verify=bool(insecure), timeout_seconds=timeout, verb=verb,
+            tenants=tenants)
+
+    def check_url(self, url: str, path: str, node: yaml.Node) -> None:
+        if not url:
+            self.decoder.issue(path, "required: the Prometheus base URL", node)
+            return
+        try:
+            parsed = URL(url)
+        except ValueError as error:
+            # yarl's reason, not the URL: it may carry a password.
+            self.decoder.issue(path, f"not a valid URL: {error}", node)
+            return
+        if parsed.scheme not in ("http", "https") or not parsed.host:
+            self.decoder.issue(path, "must be an http:// or https:// URL", node)
+
+    def backend_headers(self, node: yaml.Node | None, path: str) -> tuple[BackendHeader, ...]:
+        headers: list[BackendHeader] = []
+        entries = self.decoder.mapping(node, path, "map[string]string", None) or {}
+        for name, value in entries.items():
+            item_path = _child_path(path, name)
+            if not _HEADER_NAME.fullmatch(name):
+                self.decoder.issue(item_path, f"{quote_go_string(name)} is not a header name",
+                                   value)
+                continue
+            default: str | None = None
+            if isinstance(value, yaml.MappingNode):
+                fields = self.decoder.mapping(value, item_path, "HeaderValue",
+                                              ("value", "default")) or {}
+                text = self.decoder.string(fields.get("value"), f"{item_path}.value")
+                default_node = fields.get("default")
+                if default_node is not None:
+                    default = self.decoder.string(default_node, f"{item_path}.default")
+            else:
+                text = self.decoder.string(value, item_path)
+            if any(c in text or c in (default or "") for c in "\r\n"):
+                self.decoder.issue(item_path, "the value has a line break", value)
+                continue
+            template: Template | None = None
+            if "<<" in text:
+                try:
+                    template = parse_template(text, name="header")
+                except TemplateSyntaxError as error:
+                    self.decoder.issue(item_path, f"unable to parse header template: {error}",
+                                       value)
+                    continue
+            elif default is not None:
+                self.decoder.issue(f"{item_path}.default", "only a templated value "
+                                   "(<<.Namespace>>) needs a default", value)
+            headers.append(BackendHeader(name, text, template, default))
+        return tuple(headers)
 
     def rules(self, node: yaml.Node | None, section: str) -> tuple[DiscoveryRule, ...]:
         built: list[DiscoveryRule] = []
@@ -352,6 +604,7 @@ class _ConfigBuilder:
         matches = string(name_fields.get("matches"), f"{path}.name.matches")
         as_ = string(name_fields.get("as"), f"{path}.name.as")
         metrics_query = string(fields.get("metricsQuery"), f"{path}.metricsQuery")
+        backend = self.rule_backend(fields, path)
         name = self.name_matcher(matches, as_, series_query, path, name_fields)
         template = self.metrics_template(metrics_query, f"{path}.metricsQuery",
                                          fields.get("metricsQuery") or node)
@@ -359,7 +612,7 @@ class _ConfigBuilder:
                 or len(self.issues) > before:
             return None
         rule = DiscoveryRule(section, index, series_query, filters, resources, matches, as_,
-                             name, metrics_query, template)
+                             name, metrics_query, template, backend)
         self.rule_warnings(rule, fields, node)
         return rule
 
@@ -496,6 +749,7 @@ class _ConfigBuilder:
         container_query = string(fields.get("containerQuery"), f"{path}.containerQuery")
         node_query = string(fields.get("nodeQuery"), f"{path}.nodeQuery")
         container_label = string(fields.get("containerLabel"), f"{path}.containerLabel")
+        backend = self.rule_backend(fields, path)
         resources = self.resources(fields.get("resources"), f"{path}.resources")
         container_template = self.metrics_template(
             container_query, f"{path}.containerQuery", fields.get("containerQuery") or parent)
@@ -531,7 +785,7 @@ class _ConfigBuilder:
                 or node_template is None:
             return None
         return ResourceRule(container_query, container_template, node_query, node_template,
-                            resources, container_label)
+                            resources, container_label, backend)
 
 
 def parse_config(text: str) -> AdapterConfig:
