@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 import aiohttp
+import yaml
 from aiohttp import web
 from prometheus_client import CollectorRegistry
 from yarl import URL
@@ -193,7 +194,8 @@ async def _serve(settings: AdapterSettings, config: AdapterConfig, *,
     try:
         if _self_managed(settings):
             http = await exits.enter_async_context(
-                connect(kubeconfig=settings.kubeconfig, user_agent=USER_AGENT))
+                connect(kubeconfig=settings.kubeconfig, context=settings.context,
+                           user_agent=USER_AGENT))
             certificates = SelfManagedCertificates(http, self_certs_config(settings))
             await certificates.reconcile_once(now=datetime.now(UTC))
             cert, key = certificates.files()
@@ -272,7 +274,8 @@ async def _catalog(settings: AdapterSettings, out: TextIO) -> ResourceCatalog:
     if not settings.kubeconfig:
         return builtin_catalog()
     try:
-        async with connect(kubeconfig=settings.kubeconfig, user_agent=USER_AGENT) as http:
+        async with connect(kubeconfig=settings.kubeconfig, context=settings.context,
+                           user_agent=USER_AGENT) as http:
             return (await ClusterCatalog(http).refresh()).catalog
     except KubeError as error:
         print(f"cannot discover the cluster's resources ({error}); using the built-in list",
@@ -311,6 +314,37 @@ def _sample_queries(registry: MetricRegistry, config: AdapterConfig) -> dict[str
     return lines
 
 
+def _empty_yaml(text: str) -> bool:
+    try:
+        return yaml.safe_load(text) is None
+    except yaml.YAMLError:
+        return False  # parse_config reports the syntax error with its position
+
+
+def _rules_text_of(text: str, *, path: str, out: TextIO) -> str | None:
+    """The rule file inside `text`: itself, or a ConfigMap's `data.config.yaml` (said so).
+
+    None (after printing why) for a ConfigMap without that key: people pass the manifest's
+    ConfigMap, and "field apiVersion not found" would not tell them what to do.
+    """
+    try:
+        document = yaml.safe_load(text)
+    except yaml.YAMLError:
+        return text
+    if not (isinstance(document, dict) and document.get("kind") == "ConfigMap"):
+        return text
+    name = (document.get("metadata") or {}).get("name", "")
+    data = document.get("data") or {}
+    rules = data.get("config.yaml") if isinstance(data, dict) else None
+    if not isinstance(rules, str):
+        print(f"{path}: error: this is a ConfigMap ({name}) without data.config.yaml: pass the "
+              "rule file itself, or a ConfigMap that holds it under data.config.yaml", file=out)
+        return None
+    print(f"{path}: ConfigMap {name}: checking its data.config.yaml (the file the adapter "
+          "reads from the mounted ConfigMap)", file=out)
+    return rules
+
+
 def check_config(settings: AdapterSettings, *, out: TextIO | None = None) -> int:
     """Validate the file of --check-config; with --prometheus-url also run one discovery pass.
 
@@ -319,9 +353,22 @@ def check_config(settings: AdapterSettings, *, out: TextIO | None = None) -> int
     out = out or sys.stdout
     path = settings.check_config or ""
     try:
-        config = _load_config(path)
+        raw = Path(path).read_bytes()
+        text = raw.decode("utf-8")
+        config_text = _rules_text_of(text, path=path, out=out)
+        if config_text is None:
+            return 1
+        if _empty_yaml(config_text):
+            print(f"{path}: warning: the file is empty: the adapter would serve no metrics",
+                  file=out)
+            return 0
+        config = parse_config(config_text)
     except OSError as error:
         print(f"{path}: cannot read: {error.strerror or error}", file=out)
+        return 1
+    except UnicodeDecodeError as error:
+        print(f"{path}: error: not UTF-8 text (byte {error.start})", file=out)
+        print(f"{path}: invalid (1 problem(s))", file=out)
         return 1
     except ConfigError as error:
         for issue in error.issues:

@@ -100,3 +100,31 @@ def test_an_unreachable_prometheus_exits_1(tmp_path: Path) -> None:
                           "http://127.0.0.1:9", "--prometheus-timeout", "2s")
     assert code == 1
     assert "discovery against http://127.0.0.1:9 failed" in out
+
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_the_manifests_configmap_is_checked_through_its_config_yaml() -> None:
+    out = io.StringIO()
+    path = REPO / "manifests/adapter/configmap.yaml"
+    code = check_config(parse_settings(["--check-config", str(path)]), out=out)
+    assert code == 0, out.getvalue()
+    assert "checking its data.config.yaml" in out.getvalue()
+    assert "apiVersion" not in out.getvalue()
+    assert ": valid: " in out.getvalue()
+
+
+def test_a_configmap_without_config_yaml_says_what_to_pass(tmp_path: Path) -> None:
+    code, out = run_check(tmp_path, "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: x}\n"
+                                    "data: {other.yaml: 'rules: []'}\n")
+    assert code == 1
+    assert "without data.config.yaml" in out
+
+
+@pytest.mark.parametrize("text", ["", "\n", "# only a comment\n"])
+def test_an_empty_file_is_a_warning_not_zero_valid_rules(tmp_path: Path, text: str) -> None:
+    code, out = run_check(tmp_path, text)
+    assert code == 0
+    assert "warning: the file is empty" in out
+    assert "valid: 0 rules" not in out
