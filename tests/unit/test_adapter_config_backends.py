@@ -131,3 +131,11 @@ def test_a_tenant_backend_without_tenants_is_a_warning() -> None:
     assert [str(w) for w in config.warnings] == [
         "backends[0].tenants: empty: discovery lists no tenant, so this backend serves no "
         "metric (line 2)"]
+
+
+def test_a_rule_on_a_named_backend_warns_that_it_is_not_served_yet() -> None:
+    config = parse_config(THANOS_AND_MIMIR + "rules:" + RULE.replace(
+        "metricsQuery", "backend: mimir\n  metricsQuery"))
+    assert [str(w) for w in config.warnings] == [
+        'rules[0].backend: backend "mimir" is parsed but not served yet: this rule\'s queries '
+        "go to the default backend (line 16)"]
