@@ -130,6 +130,13 @@ def earlier_sans(certificate: x509.Certificate) -> tuple[str, ...]:
     return (*extra, *sorted(ips))
 
 
+def _normal_ip(text: str) -> str | None:
+    try:
+        return str(ipaddress.ip_address(text))
+    except ValueError:
+        return None
+
+
 def kept_sans(*, earlier: Sequence[str], asked: Sequence[str],
               dropped: Sequence[str]) -> tuple[str, ...]:
     """The extra names of the next certificate: the earlier ones, unless dropped, then the asked.
@@ -137,12 +144,7 @@ def kept_sans(*, earlier: Sequence[str], asked: Sequence[str],
     A rerun without an earlier `--san` must not silently take that name away from clients.
     """
     drop = {name.strip().lower() for name in dropped}
-    drop_ips: set[str] = set()
-    for name in drop:
-        try:
-            drop_ips.add(str(ipaddress.ip_address(name)))
-        except ValueError:
-            pass
+    drop_ips = {_normal_ip(name) for name in drop} - {None}
     kept = [name for name in earlier if name.lower() not in drop and name not in drop_ips]
     return tuple(dict.fromkeys((*kept, *asked)))
 
