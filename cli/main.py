@@ -1,3 +1,4 @@
+# PYTHON_ARGCOMPLETE_OK
 """The `metricscale` command: one entry point, one subcommand per program or tool.
 
 Each subcommand lives in its own module, which exposes
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -58,7 +60,37 @@ def _top_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _completion_parser(comp_line: str) -> argparse.ArgumentParser:
+    """The top parser with one sub-parser per subcommand, for argcomplete.
+
+    Only the subcommand already typed on the line gets its options (importing its module), so
+    completing `metricscale ad<TAB>` imports no program.
+    """
+    parser = argparse.ArgumentParser(prog="metricscale",
+                                     description="Kubernetes metrics adapter and autoscaler.")
+    parser.add_argument("--version", action="version", version=f"metricscale {__version__}")
+    subparsers = parser.add_subparsers(dest="subcommand", metavar="SUBCOMMAND")
+    typed = comp_line.split()[1:2]
+    for subcommand in SUBCOMMANDS:
+        sub = subparsers.add_parser(subcommand.name, help=subcommand.summary)
+        if typed == [subcommand.name] and len(comp_line.split()) > 1 and \
+                (comp_line.endswith(" ") or len(comp_line.split()) > 2):
+            module = cast(SubcommandModule, importlib.import_module(subcommand.module))
+            module.add_arguments(sub)
+    return parser
+
+
+def _complete() -> None:
+    """Answer the shell's completion request and exit, when argcomplete's hook calls us."""
+    if "_ARGCOMPLETE" not in os.environ:
+        return
+    import argcomplete
+
+    argcomplete.autocomplete(_completion_parser(os.environ.get("COMP_LINE", "")))
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    _complete()
     arguments = list(sys.argv[1:] if argv is None else argv)
     by_name = {s.name: s for s in SUBCOMMANDS}
     if not arguments or arguments[0] not in by_name:
