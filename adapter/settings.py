@@ -18,6 +18,7 @@ from typing import Literal
 from yarl import URL
 
 from metricscale.core import durations
+from metricscale.kube.config import add_kubeconfig_arguments, resolve_kubeconfig
 
 __all__ = [
     "DEFAULT_CERT_DIR",
@@ -213,6 +214,7 @@ class AdapterSettings:
     prometheus: PrometheusSettings | None
     serving: ServingSettings = field(default_factory=ServingSettings)
     kubeconfig: str | None = None
+    context: str | None = None
     relist_interval: Decimal = Decimal(60)
     max_age: Decimal = Decimal(60)
     check_config: str | None = None
@@ -273,9 +275,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                             "%(default)s)")
 
     kube = parser.add_argument_group("kubernetes")
-    kube.add_argument("--kubeconfig",
-                      help="kubeconfig for listing objects and discovery (default: the "
-                           "in-cluster service account)")
+    add_kubeconfig_arguments(kube, purpose="for listing objects and discovery")
     kube.add_argument("--lister-kubeconfig",
                       help="prometheus-adapter's name for --kubeconfig (give one of them)")
 
@@ -415,7 +415,7 @@ def settings_from_args(args: argparse.Namespace) -> AdapterSettings:
     if args.kubeconfig and args.lister_kubeconfig and args.kubeconfig != args.lister_kubeconfig:
         raise SettingsError("--kubeconfig and --lister-kubeconfig name different files; "
                             "give one of them")
-    kubeconfig = args.kubeconfig or args.lister_kubeconfig or None
+    kubeconfig = resolve_kubeconfig(args.kubeconfig or args.lister_kubeconfig or None)
     if args.check_config is None:
         if not args.config:
             raise SettingsError("no metrics discovery configuration file specified "
@@ -457,7 +457,7 @@ def settings_from_args(args: argparse.Namespace) -> AdapterSettings:
     )
     return AdapterSettings(
         config_file=args.config, prometheus=prometheus, serving=serving,
-        kubeconfig=kubeconfig, relist_interval=relist, max_age=max_age,
+        kubeconfig=kubeconfig, context=args.context, relist_interval=relist, max_age=max_age,
         check_config=args.check_config, auth=auth, log_format=args.log_format,
         log_level=args.log_level)
 

@@ -19,6 +19,7 @@ from autoscaler.decision.snapshot import (
     parse_snapshot,
     render_decision,
 )
+from metricscale.kube.config import add_kubeconfig_arguments
 
 __all__ = ["add_arguments", "load_document", "run"]
 
@@ -49,9 +50,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                            "history the controller persisted, and explain it")
     live.add_argument("--hpa", action="store_true",
                       help="--live names a native autoscaling/v2 HorizontalPodAutoscaler")
-    live.add_argument("--kubeconfig", metavar="PATH",
-                      help="kubeconfig for --live (default: in-cluster configuration)")
-    live.add_argument("--context", help="kubeconfig context for --live")
+    add_kubeconfig_arguments(live, purpose="for --live")
     live.add_argument("--save-snapshot", metavar="FILE",
                       help="also write the captured snapshot to FILE, to replay it later")
 

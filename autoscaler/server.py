@@ -47,7 +47,12 @@ from autoscaler.decision.settings import Settings
 from autoscaler.kube.metrics_api import MetricsClient
 from autoscaler.kube.operations import USER_AGENT, KubeClient
 from autoscaler.model.objects import Autoscaler
-from metricscale.kube.config import Configuration, open_configuration
+from metricscale.kube.config import (
+    Configuration,
+    add_kubeconfig_arguments,
+    open_configuration,
+    resolve_kubeconfig,
+)
 from metricscale.kube.errors import KubeConfigError
 from metricscale.kube.http import open_kube_http
 from metricscale.kube.informer import InformerCollector, PathSource
@@ -94,9 +99,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                             "kube-controller-manager's HPA controller is switched off")
     group.add_argument("--namespace", default="", metavar="NAMESPACE",
                        help="watch only this namespace (default: all)")
-    group.add_argument("--kubeconfig", default=os.environ.get("KUBECONFIG", ""),
-                       metavar="PATH", help="kubeconfig file (default: in-cluster config)")
-    group.add_argument("--context", default=None, help="kubeconfig context to use")
+    add_kubeconfig_arguments(group)
     group.add_argument("--metrics-bind-address", default=":8080", metavar="HOST:PORT",
                        help="where /metrics, /healthz and /readyz are served (default :8080; "
                             "0 to switch off)")
@@ -452,7 +455,8 @@ async def _main(args: argparse.Namespace) -> int:
         stop.set()
 
     try:
-        async with open_configuration(kubeconfig=args.kubeconfig or None, context=args.context,
+        async with open_configuration(kubeconfig=resolve_kubeconfig(args.kubeconfig),
+                                      context=args.context,
                                       on_failure=credentials_failed) as configuration:
             server = AutoscalerServer(configuration, options)
             for signum in (signal.SIGTERM, signal.SIGINT):

@@ -21,7 +21,8 @@ from urllib.parse import quote
 import yaml
 
 from metricscale.core.quantity import format_quantity, parse_quantity
-from metricscale.kube.errors import AlreadyExists, KubeError, error_from_response
+from metricscale.kube.config import add_kubeconfig_arguments, read_kubeconfig, resolve_kubeconfig
+from metricscale.kube.errors import AlreadyExists, KubeConfigError, KubeError, error_from_response
 
 GROUP, VERSION, KIND, PLURAL = "metricscale.dev", "v1alpha1", "Autoscaler", "autoscalers"
 # kubectl autoscale without --cpu-percent leaves `metrics` empty and the API server defaults
@@ -156,15 +157,9 @@ def build_autoscaler(*, target: Target, name: str | None, namespace: str, min_re
 
 
 def kubeconfig_path(*, flag: str | None, environ: Mapping[str, str], home: Path) -> str | None:
-    """--kubeconfig, else the first existing file of $KUBECONFIG, else ~/.kube/config, else
-    None (the in-cluster service account)."""
-    if flag:
-        return flag
-    for entry in environ.get("KUBECONFIG", "").split(os.pathsep):
-        if entry and Path(entry).is_file():
-            return entry
-    default = home / ".kube" / "config"
-    return str(default) if default.is_file() else None
+    """The shared rule (`resolve_kubeconfig`): --kubeconfig, else $KUBECONFIG (a list, merged),
+    else ~/.kube/config, else None (the in-cluster service account)."""
+    return resolve_kubeconfig(flag, environ=environ, home=home)
 
 
 def context_namespace(kubeconfig: str | None, context: str | None) -> str:
@@ -175,10 +170,8 @@ def context_namespace(kubeconfig: str | None, context: str | None) -> str:
     if kubeconfig is None:
         return "default"
     try:
-        document = yaml.safe_load(Path(kubeconfig).read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, yaml.YAMLError, RecursionError):
-        return "default"
-    if not isinstance(document, dict):
+        document = read_kubeconfig(kubeconfig)
+    except KubeConfigError:
         return "default"
     wanted = context or document.get("current-context")
     for entry in document.get("contexts") or []:
@@ -226,9 +219,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "persisting nothing")
     parser.add_argument("-o", "--output", default=None, choices=("yaml", "json", "name"),
                         help="print the object (yaml, json) or its name")
-    parser.add_argument("--kubeconfig", default=None,
-                        help="kubeconfig file (default: $KUBECONFIG, else ~/.kube/config)")
-    parser.add_argument("--context", default=None, help="kubeconfig context to use")
+    add_kubeconfig_arguments(parser)
 
 
 def render(obj: Mapping[str, Any], *, output: str | None, dry_run: str) -> str:

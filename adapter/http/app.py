@@ -541,7 +541,8 @@ async def _api_not_found(request: web.Request) -> web.StreamResponse:
 async def _kube_context(app: web.Application) -> AsyncIterator[None]:
     settings = app[SETTINGS_KEY]
     on_fatal = app[FATAL_KEY]
-    async with connect(kubeconfig=settings.kubeconfig, user_agent=USER_AGENT,
+    async with connect(kubeconfig=settings.kubeconfig, context=settings.context,
+                       user_agent=USER_AGENT,
                        on_failure=on_fatal) as http:
         app[KUBE_HTTP_KEY] = http
         catalog = ClusterCatalog(http, refresh_interval=float(settings.relist_interval),

@@ -41,7 +41,7 @@ from autoscaler.model.objects import HPA_KIND, parse_autoscaler
 from autoscaler.model.pods import Scale
 from autoscaler.model.spec import MetricSpec
 from autoscaler.model.times import format_time_precise
-from metricscale.kube.config import open_configuration
+from metricscale.kube.config import open_configuration, resolve_kubeconfig
 from metricscale.kube.discovery import ResourceMapping
 from metricscale.kube.errors import ErrorContext, KubeConfigError, KubeError
 
@@ -156,7 +156,7 @@ async def _capture(args: argparse.Namespace) -> dict[str, Any]:
     try:
         async with contextlib.AsyncExitStack() as stack:
             configuration = await stack.enter_async_context(open_configuration(
-                kubeconfig=getattr(args, "kubeconfig", None) or None,
+                kubeconfig=resolve_kubeconfig(getattr(args, "kubeconfig", None)),
                 context=getattr(args, "context", None)))
             kube = await stack.enter_async_context(open_kube_client(
                 configuration, registry=CollectorRegistry(),

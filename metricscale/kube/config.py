@@ -9,9 +9,11 @@ refreshed by a guarded background task for as long as the connection is open.
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Callable
+import os
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -23,10 +25,77 @@ from kubernetes_asyncio.config.config_exception import ConfigException
 from metricscale.kube.errors import KubeConfigError
 from metricscale.tasks import start_guarded_task
 
-__all__ = ["Configuration", "open_configuration"]
+__all__ = ["Configuration", "add_kubeconfig_arguments", "kubeconfig_files", "merge_kubeconfigs",
+           "open_configuration", "read_kubeconfig", "resolve_kubeconfig"]
 
 
-def _check_file(kubeconfig: str, context: str | None) -> None:
+def add_kubeconfig_arguments(parser: argparse.ArgumentParser | argparse._ArgumentGroup, *,
+                             purpose: str = "") -> None:
+    """`--kubeconfig` and `--context`, the same for every command that talks to a cluster."""
+    suffix = f" {purpose}" if purpose else ""
+    parser.add_argument("--kubeconfig", default=None, metavar="PATH",
+                        help=f"kubeconfig file{suffix} (default: $KUBECONFIG, a "
+                             f"{os.pathsep}-separated list merged as kubectl does, else "
+                             "~/.kube/config, else the in-cluster service account)")
+    parser.add_argument("--context", default=None,
+                        help=f"kubeconfig context to use{suffix} (default: current-context)")
+
+
+def resolve_kubeconfig(flag: str | None, *, environ: Mapping[str, str] | None = None,
+                       home: Path | None = None) -> str | None:
+    """kubectl's order: --kubeconfig, then $KUBECONFIG (kept as its os.pathsep-separated
+    list), then ~/.kube/config if it exists; None means the in-cluster service account."""
+    if flag:
+        return flag
+    environ = os.environ if environ is None else environ
+    listed = environ.get("KUBECONFIG", "")
+    if any(listed.split(os.pathsep)):
+        return listed
+    default = (Path.home() if home is None else home) / ".kube" / "config"
+    return str(default) if default.is_file() else None
+
+
+def kubeconfig_files(kubeconfig: str) -> list[str]:
+    """The files of a resolved kubeconfig (a $KUBECONFIG-style list), empty entries dropped,
+    duplicates after the first dropped (as client-go)."""
+    files: list[str] = []
+    for entry in kubeconfig.split(os.pathsep):
+        if entry and entry not in files:
+            files.append(entry)
+    return files
+
+
+_NAMED = ("clusters", "contexts", "users")
+
+
+def merge_kubeconfigs(documents: Sequence[tuple[str, dict[str, Any]]]) -> dict[str, Any]:
+    """Merge kubeconfigs as kubectl does: the first file to set a key wins, clusters,
+    contexts and users are merged by name, current-context comes from the first that sets it."""
+    merged: dict[str, Any] = {}
+    for _, document in documents:
+        for key, value in document.items():
+            if key in _NAMED:
+                present = {entry.get("name") for entry in merged.setdefault(key, [])}
+                for entry in value or []:
+                    if isinstance(entry, dict) and entry.get("name") not in present:
+                        merged[key].append(entry)
+                        present.add(entry.get("name"))
+            elif key not in merged or merged[key] in (None, "", {}, []):
+                merged[key] = value
+    return merged
+
+
+
+def _one_line(error: yaml.YAMLError) -> str:
+    """PyYAML's messages span lines (with a caret picture); errors here are one line."""
+    if isinstance(error, yaml.MarkedYAMLError) and error.problem:
+        mark = error.problem_mark
+        where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark else ""
+        return f"{error.problem}{where}"
+    return " ".join(str(error).split())
+
+
+def _read_file(kubeconfig: str) -> dict[str, Any]:
     """Read the file first, so each way it can be unusable gets a message naming the file.
 
     kubernetes_asyncio reports a missing file as "Expected key current-context" and lets a
@@ -45,12 +114,30 @@ def _check_file(kubeconfig: str, context: str | None) -> None:
     try:
         document = yaml.safe_load(text)
     except yaml.YAMLError as error:
-        raise KubeConfigError(f"kubeconfig {kubeconfig}: not YAML: {error}") from None
+        raise KubeConfigError(f"kubeconfig {kubeconfig}: not YAML: {_one_line(error)}") \
+            from None
     except RecursionError:
         raise KubeConfigError(f"kubeconfig {kubeconfig}: not YAML: nested too deeply") from None
     if not isinstance(document, dict):
         raise KubeConfigError(f"kubeconfig {kubeconfig}: not a kubeconfig (want a mapping "
                               "with contexts, clusters and users)")
+    return document
+
+
+def read_kubeconfig(kubeconfig: str) -> dict[str, Any]:
+    """The kubeconfig document a resolved kubeconfig stands for (a list merged as kubectl does);
+    KubeConfigError names the file and the fault."""
+    files = kubeconfig_files(kubeconfig)
+    if len(files) == 1:
+        return _read_file(files[0])
+    # kubectl skips files of the list that do not exist; other faults are errors.
+    present = [path for path in files if Path(path).exists()]
+    if not present:
+        raise KubeConfigError(f"kubeconfig {kubeconfig}: none of these files exists")
+    return merge_kubeconfigs([(path, _read_file(path)) for path in present])
+
+
+def _check_context(document: dict[str, Any], kubeconfig: str, context: str | None) -> None:
     contexts = document.get("contexts") or []
     names = [str(entry.get("name")) for entry in contexts if isinstance(entry, dict)]
     wanted = context or document.get("current-context")
@@ -67,10 +154,16 @@ async def _load(kubeconfig: str | None, context: str | None,
     """Fill `configuration`; returns the kubeconfig loader (None in-cluster)."""
     try:
         if kubeconfig:
-            _check_file(kubeconfig, context)
-            return await kube_config.load_kube_config(
-                config_file=kubeconfig, context=context, client_configuration=configuration,
-                persist_config=False)
+            files = kubeconfig_files(kubeconfig)
+            if len(files) == 1:
+                _check_context(_read_file(files[0]), files[0], context)
+                return await kube_config.load_kube_config(
+                    config_file=files[0], context=context, client_configuration=configuration,
+                    persist_config=False)
+            merged = read_kubeconfig(kubeconfig)
+            _check_context(merged, kubeconfig, context)
+            return await kube_config.load_kube_config_from_dict(
+                merged, context=context, client_configuration=configuration)
         kube_config.load_incluster_config(  # type: ignore[no-untyped-call]
             client_configuration=configuration)
     except (ConfigException, OSError, ValueError) as exc:
@@ -89,7 +182,8 @@ def _needs_refresh(loader: Any) -> bool:
 async def open_configuration(*, kubeconfig: str | None, context: str | None = None,
                              on_failure: Callable[[BaseException], None] | None = None,
                              ) -> AsyncIterator[Configuration]:
-    """Connection settings from a kubeconfig file, else the in-cluster service account.
+    """Connection settings from a kubeconfig (a file, or a $KUBECONFIG-style list of files,
+    merged; see `resolve_kubeconfig`), else the in-cluster service account.
 
     Raises KubeConfigError when neither can be used. While the `async with` lasts, exec and
     gcp credentials are refreshed in the background (a failure of that task goes to
