@@ -67,6 +67,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "targets (e.g. cpu=500m, memory=256Mi)")
     parser.add_argument("--compare", metavar="OTHER.yaml",
                         help="a second Autoscaler replayed over the same data, side by side")
+    parser.add_argument("--plot", metavar="FILE.png",
+                        help="also draw the replay to a .png or .svg (needs metricscale[plot])")
     parser.add_argument("-o", "--output", choices=("table", "csv", "json"), default="table")
 
 
@@ -296,8 +298,12 @@ def _step_row(step: Step) -> dict[str, Any]:
 
 
 def render(steps: Sequence[Step], summary: Summary, output: str,
-           compare: tuple[Sequence[Step], Summary] | None = None) -> str:
+           compare: tuple[Sequence[Step], Summary] | None = None,
+           observed: Sequence[int | None] | None = None) -> str:
     rows = [_step_row(step) for step in steps]
+    if observed is not None:
+        for row, value in zip(rows, observed, strict=True):
+            row["observedReplicas"] = value
     other = [_step_row(step) for step in compare[0]] if compare else None
     if output == "json":
         document: dict[str, Any] = {"steps": rows, "summary": asdict(summary)}
@@ -308,21 +314,26 @@ def render(steps: Sequence[Step], summary: Summary, output: str,
         buffer = io.StringIO()
         writer = csv.writer(buffer, lineterminator="\n")
         writer.writerow(["time", "values", "current", "ready", "proposed", "decided", "limit",
-                         *(["compareDecided"] if other else [])])
+                         *(["compareDecided"] if other else []),
+                         *(["observed"] if observed is not None else [])])
         for i, row in enumerate(rows):
             writer.writerow([row["time"], ";".join("" if v is None else str(v)
                                                    for v in row["values"]),
                              row["currentReplicas"], row["readyPods"],
                              "" if row["proposedReplicas"] is None else row["proposedReplicas"],
                              row["decidedReplicas"], row["limitingRule"] or "",
-                             *([other[i]["decidedReplicas"]] if other else [])])
+                             *([other[i]["decidedReplicas"]] if other else []),
+                             *([_cell(row["observedReplicas"])] if observed is not None
+                               else [])])
         return buffer.getvalue()
-    extra = f" {'CMP':>4}" if other else ""
+    extra = (f" {'CMP':>4}" if other else "") + (f" {'OBS':>4}" if observed else "")
     lines = [f"{'TIME':<21} {'VALUES':<24} {'CUR':>4} {'PROP':>5} {'DEC':>4}{extra}  LIMIT"]
     for i, row in enumerate(rows):
         values = ",".join("-" if v is None else f"{v:g}" for v in row["values"])
         proposed = "-" if row["proposedReplicas"] is None else str(row["proposedReplicas"])
         cmp = f" {other[i]['decidedReplicas']:>4}" if other else ""
+        if observed:
+            cmp += f" {_cell(row['observedReplicas']):>4}"
         lines.append(f"{row['time']:<21} {values:<24} {row['currentReplicas']:>4} "
                      f"{proposed:>5} {row['decidedReplicas']:>4}{cmp}  "
                      f"{row['limitingRule'] or ''}")
@@ -338,7 +349,31 @@ def render(steps: Sequence[Step], summary: Summary, output: str,
 
 
 def _cell(value: Any) -> str:
+    if value is None:
+        return "-"
     return f"{value:.3f}" if isinstance(value, float) else str(value)
+
+
+def observed_replicas(client: Any, autoscaler: Mapping[str, Any], *, start: datetime,
+                      end: datetime, step: timedelta, times: Sequence[datetime],
+                      ) -> list[int | None] | None:
+    """The target's replicas as kube-state-metrics recorded them (None: not scraped)."""
+    target = autoscaler["spec"]["scaleTargetRef"]
+    namespace = json.dumps(autoscaler.get("metadata", {}).get("namespace", "default"))
+    name = json.dumps(target.get("name", ""))
+    if target.get("kind") == "StatefulSet":
+        promql = f"kube_statefulset_replicas{{namespace={namespace},statefulset={name}}}"
+    else:
+        promql = f"kube_deployment_spec_replicas{{namespace={namespace},deployment={name}}}"
+    series = _range_values(client, promql, start=start, end=end, step=step)
+    if not series:
+        return None
+    values = series[0]
+    out: list[int | None] = []
+    for moment in times:
+        value = values.get(moment.timestamp())
+        out.append(None if value is None else int(value))
+    return out
 
 
 def _load_autoscaler(path: str) -> dict[str, Any]:
@@ -372,6 +407,9 @@ class Replayed:
     summary: Summary
     compare: tuple[list[Step], Summary] | None
     step: timedelta
+    observed: list[int | None] | None
+    requests: dict[str, str]
+    autoscaler: dict[str, Any]
 
 
 def replay_steps(args: argparse.Namespace, client: Any,
@@ -429,12 +467,38 @@ def replay_steps(args: argparse.Namespace, client: Any,
                                observations=observations if same else observe(other, {}),
                                initial_replicas=initial, startup=startup, requests=requests)
         compared = (other_steps, summarize(other_steps, step=step))
-    return Replayed(steps, summarize(steps, step=step), compared, step)
+    observed = observed_replicas(client, autoscaler, start=start, end=end, step=step,
+                                 times=times)
+    return Replayed(steps, summarize(steps, step=step), compared, step, observed, requests,
+                    autoscaler)
 
 
 def replay(args: argparse.Namespace, client: Any) -> str:
+    if getattr(args, "plot", None):
+        _check_plot(args.plot)
     result = replay_steps(args, client)
-    return render(result.steps, result.summary, args.output, result.compare)
+    if getattr(args, "plot", None):
+        from cli.replay_plot import plot_replay
+
+        name = result.autoscaler.get("metadata", {}).get("name", "")
+        plot_replay(args.plot, autoscaler=result.autoscaler, steps=result.steps,
+                    compare=result.compare[0] if result.compare else None,
+                    observed=result.observed, requests=result.requests,
+                    title=f"metricscale replay: {name}")
+    return render(result.steps, result.summary, args.output, result.compare,
+                  result.observed)
+
+
+def _check_plot(path: str) -> None:
+    """Refuse --plot before any query when it cannot be drawn."""
+    import importlib.util
+
+    from cli.replay_plot import INSTALL_HINT
+
+    if not path.lower().endswith((".png", ".svg")):
+        raise ReplayInputError(f"--plot {path!r}: the file must end in .png or .svg")
+    if importlib.util.find_spec("matplotlib") is None:
+        raise ReplayInputError(INSTALL_HINT)
 
 
 def run(args: argparse.Namespace) -> int:

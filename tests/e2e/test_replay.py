@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import json
 import math
+import struct
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
+from xml.etree import ElementTree
 
 import pytest
 import yaml
@@ -51,11 +53,52 @@ def per_pod_rate(stamp: float) -> float:
     return round(10 + 8 * math.sin(2 * math.pi * (stamp % DAY) / DAY), 3)
 
 
+# cAdvisor-style CPU counters: each pod's `app` container uses 0.3 cores, `sidecar` 0.05.
+CPU_CORES = {"app": 0.3, "sidecar": 0.05}
+RESOURCE_RULES = """
+resourceRules:
+  cpu:
+    containerQuery: |
+      sum by (<<.GroupBy>>) (
+        rate(container_cpu_usage_seconds_total{<<.LabelMatchers>>,container!=""}[3m])
+      )
+    nodeQuery: 'sum by (<<.GroupBy>>) (rate(node_cpu_seconds_total{<<.LabelMatchers>>}[3m]))'
+    resources:
+      overrides:
+        namespace: {resource: namespace}
+        pod: {resource: pod}
+        node: {resource: node}
+    containerLabel: container
+  memory:
+    containerQuery: 'sum by (<<.GroupBy>>) (container_memory_working_set_bytes{<<.LabelMatchers>>})'
+    nodeQuery: 'sum by (<<.GroupBy>>) (node_memory_working_set_bytes{<<.LabelMatchers>>})'
+    resources:
+      overrides:
+        namespace: {resource: namespace}
+        pod: {resource: pod}
+        node: {resource: node}
+    containerLabel: container
+  window: 3m
+"""
+
+
 def history() -> list[MetricFamily]:
     stamps = range(int(START.timestamp()) - 600, int(END.timestamp()) + 1, 60)
-    return [MetricFamily("http_requests_per_second", "gauge", [
-        SeriesSamples({"namespace": "shop", "pod": pod},
-                      [(float(ts), per_pod_rate(ts)) for ts in stamps]) for pod in PODS])]
+    first = int(START.timestamp()) - 600
+    return [
+        MetricFamily("http_requests_per_second", "gauge", [
+            SeriesSamples({"namespace": "shop", "pod": pod},
+                          [(float(ts), per_pod_rate(ts)) for ts in stamps]) for pod in PODS]),
+        MetricFamily("container_cpu_usage_seconds_total", "counter", [
+            SeriesSamples({"namespace": "shop", "pod": pod, "container": container},
+                          [(float(ts), round(cores * (ts - first), 3)) for ts in stamps])
+            for pod in PODS for container, cores in CPU_CORES.items()]),
+        # kube-state-metrics: the live Deployment went 2 -> 3 replicas after the first day.
+        MetricFamily("kube_deployment_spec_replicas", "gauge", [
+            SeriesSamples({"namespace": "shop", "deployment": "api"},
+                          [(float(ts), 2 if ts < START.timestamp() + DAY else 3)
+                           for ts in stamps])]),
+    ]
 
 
 @pytest.fixture(scope="module")
@@ -146,3 +189,116 @@ def test_range_without_data_exits_2(backfilled: PrometheusServer, files: tuple[P
                  str(rules), "--from", _time(early), "--to", _time(early + timedelta(hours=1)),
                  "--initial-replicas", "1"]) == 2
     assert "metricscale replay:" in capsys.readouterr().err
+
+
+def _cpu_autoscaler(tmp_path: Path, metric: dict[str, Any], name: str) -> Path:
+    spec = json.loads(json.dumps(AUTOSCALER))
+    spec["spec"]["metrics"] = [metric]
+    path = tmp_path / name
+    path.write_text(yaml.safe_dump(spec))
+    return path
+
+
+@pytest.mark.parametrize(("metric", "replicas"), [
+    # 0.7 cores over 2 pods, request 250m, target 50% (125m a pod): 0.7 / 0.125 -> 6 pods.
+    ({"type": "Resource", "resource": {"name": "cpu", "target": {
+        "type": "Utilization", "averageUtilization": 50}}}, 6),
+    # Only `app`: 0.6 cores / 0.125 -> 5 pods.
+    ({"type": "ContainerResource", "containerResource": {"name": "cpu", "container": "app",
+                                                         "target": {
+        "type": "Utilization", "averageUtilization": 50}}}, 5),
+])
+def test_resource_metrics_replay_over_cadvisor_counters(
+        backfilled: PrometheusServer, tmp_path: Path, metric: dict[str, Any], replicas: int,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    autoscaler = _cpu_autoscaler(tmp_path, metric, "cpu.yaml")
+    rules = tmp_path / "resource-rules.yaml"
+    rules.write_text(RESOURCE_RULES)
+    status = main(["replay", str(autoscaler), "--prometheus-url", backfilled.url,
+                   "--config", str(rules), "--from", _time(START),
+                   "--to", _time(START + timedelta(hours=1)), "--step", "1m",
+                   "--initial-replicas", "2", "--request", "cpu=250m", "-o", "json"])
+    captured = capsys.readouterr()
+    assert status == 0, captured.err
+    steps = json.loads(captured.out)["steps"]
+    total = sum(CPU_CORES.values()) if metric["type"] == "Resource" else CPU_CORES["app"]
+    assert steps[0]["values"][0] == pytest.approx(total, rel=1e-3)  # 2 pods' total / 2
+    # The default scale-up policy allows at most 4 pods (or double) per 15 s.
+    assert steps[0]["decidedReplicas"] == 4 and steps[0]["limitingRule"] is not None
+    assert steps[-1]["decidedReplicas"] == replicas
+    # After the new pods are ready the same total load is spread over them.
+    assert steps[-1]["values"][0] == pytest.approx(total * 2 / replicas, rel=1e-3)
+
+
+def test_compare_and_observed_replicas_side_by_side(
+        backfilled: PrometheusServer, files: tuple[Path, Path], tmp_path: Path,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    autoscaler, rules = files
+    eager = json.loads(json.dumps(AUTOSCALER))
+    eager["spec"]["behavior"] = {"scaleDown": {"stabilizationWindowSeconds": 0}}
+    other = tmp_path / "eager.yaml"
+    other.write_text(yaml.safe_dump(eager))
+    status = main(["replay", str(autoscaler), "--prometheus-url", backfilled.url,
+                   "--config", str(rules), "--from", _time(START), "--to", _time(END),
+                   "--step", "5m", "--initial-replicas", "2", "--compare", str(other),
+                   "-o", "json"])
+    captured = capsys.readouterr()
+    assert status == 0, captured.err
+    document = json.loads(captured.out)
+    mine = [row["decidedReplicas"] for row in document["steps"]]
+    theirs = [row["decidedReplicas"] for row in document["compare"]["steps"]]
+    # Scale-up is identical; without the 5-minute window the eager spec scales down sooner.
+    assert mine != theirs
+    assert all(b <= a for a, b in zip(mine, theirs, strict=True))
+    assert document["compare"]["summary"]["replica_hours"] < \
+        document["summary"]["replica_hours"]
+    observed = [row["observedReplicas"] for row in document["steps"]]
+    assert observed[0] == 2 and observed[-1] == 3
+    assert main(["replay", str(autoscaler), "--prometheus-url", backfilled.url, "--config",
+                 str(rules), "--from", _time(START), "--to", _time(START + timedelta(hours=1)),
+                 "--initial-replicas", "2", "--compare", str(other)]) == 0
+    table = capsys.readouterr().out
+    assert table.splitlines()[0].split() == ["TIME", "VALUES", "CUR", "PROP", "DEC", "CMP",
+                                             "OBS", "LIMIT"]
+    assert "AUTOSCALER" in table and "COMPARE" in table
+
+
+@pytest.mark.parametrize("suffix", ["png", "svg"])
+def test_plot_is_a_valid_image_with_every_series(
+        backfilled: PrometheusServer, files: tuple[Path, Path], tmp_path: Path,
+        suffix: str, capsys: pytest.CaptureFixture[str]) -> None:
+    pytest.importorskip("matplotlib")
+    autoscaler, rules = files
+    eager = json.loads(json.dumps(AUTOSCALER))
+    eager["spec"]["behavior"] = {"scaleDown": {"stabilizationWindowSeconds": 0}}
+    other = tmp_path / "eager.yaml"
+    other.write_text(yaml.safe_dump(eager))
+    image = tmp_path / f"replay.{suffix}"
+    assert main(["replay", str(autoscaler), "--prometheus-url", backfilled.url, "--config",
+                 str(rules), "--from", _time(START), "--to", _time(END), "--step", "5m",
+                 "--initial-replicas", "2", "--compare", str(other),
+                 "--plot", str(image)]) == 0, capsys.readouterr().err
+    data = image.read_bytes()
+    if suffix == "png":
+        assert data[:8] == b"\x89PNG\r\n\x1a\n"
+        width, height = struct.unpack(">II", data[16:24])
+        assert (width, height) == (1100, 650)
+        return
+    root = ElementTree.fromstring(data)
+    ns = "{http://www.w3.org/2000/svg}"
+    lines = sorted(g.get("id", "") for g in root.iter(f"{ns}g")
+                   if g.get("id", "").startswith("replay-")
+                   and len(g.findall(f"{ns}path")) == 1)
+    # The metric and its target on top; simulated, compared and observed replicas below.
+    assert lines == ["replay-metric-0", "replay-replicas-compared", "replay-replicas-observed",
+                     "replay-replicas-simulated", "replay-target-0"]
+
+
+def test_plot_to_an_unknown_format_exits_2(
+        backfilled: PrometheusServer, files: tuple[Path, Path], tmp_path: Path,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    autoscaler, rules = files
+    assert main(["replay", str(autoscaler), "--prometheus-url", backfilled.url, "--config",
+                 str(rules), "--last", "1h", "--initial-replicas", "1",
+                 "--plot", str(tmp_path / "x.gif")]) == 2
+    assert ".png or .svg" in capsys.readouterr().err
