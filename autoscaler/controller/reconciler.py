@@ -63,6 +63,7 @@ from autoscaler.model.objects import HPA_KIND, Autoscaler
 from autoscaler.model.pods import Pod, Scale, ScaleError
 from autoscaler.model.spec import MetricSpec
 from autoscaler.model.status import AutoscalerStatus, render_status
+from autoscaler.model.times import format_time
 from metricscale.core.selectors import LabelSelector
 from metricscale.kube.discovery import ResourceMapping
 from metricscale.kube.errors import KubeError, KubeUnavailable
@@ -203,6 +204,38 @@ class _Memory:
 
     history: History
     persisted: History | None  # the history the autoscaler carries (last written or read)
+
+
+def invalid_spec_status(current: Mapping[str, Any], *, error: str, generation: int | None,
+                        now: datetime) -> dict[str, Any] | None:
+    """The status of an autoscaler whose spec cannot be used, or None when it already says so.
+
+    ScalingActive turns False with reason InvalidSpec and the parser's words (which name the
+    field); every other field and condition is kept as the last good reconcile left it.
+    """
+    message = f"the autoscaler cannot be used: {error}"
+    raw_conditions = current.get("conditions")
+    conditions = [c for c in raw_conditions if isinstance(c, Mapping)] \
+        if isinstance(raw_conditions, list) else []
+    previous = next((c for c in conditions if c.get("type") == "ScalingActive"), None)
+    if (previous is not None and previous.get("status") == "False"
+            and previous.get("reason") == "InvalidSpec" and previous.get("message") == message
+            and (generation is None or current.get("observedGeneration") == generation)):
+        return None
+    transition = (previous.get("lastTransitionTime")
+                  if previous is not None and previous.get("status") == "False"
+                  and previous.get("lastTransitionTime") else format_time(now))
+    condition = {"type": "ScalingActive", "status": "False", "lastTransitionTime": transition,
+                 "reason": "InvalidSpec", "message": message}
+    status = dict(current)
+    status["conditions"] = [dict(c) if c is not previous else condition for c in conditions]
+    if previous is None:
+        status["conditions"].append(condition)
+    # Required by the schema; a never-reconciled HPA reads 0 there too (Go's zero value).
+    status.setdefault("desiredReplicas", 0)
+    if generation is not None:
+        status["observedGeneration"] = generation
+    return status
 
 
 def _status_core(status: AutoscalerStatus) -> AutoscalerStatus:
@@ -456,4 +489,22 @@ class Reconciler:
                                           event_type="Warning", reason="InvalidSpec",
                                           note=f"the autoscaler cannot be used: {entry.error}",
                                           now=now)
+        if entry.key.kind != HPA_KIND:  # a native HPA's spec is the API server's to refuse
+            await self._write_invalid_status(entry, now=now)
         return ReconcileResult("invalid")
+
+    async def _write_invalid_status(self, entry: AutoscalerEntry, *, now: datetime) -> None:
+        """Say why in the status too: `kubectl describe` shows conditions, events expire."""
+        status = invalid_spec_status(entry.status, error=entry.error or "unreadable spec",
+                                     generation=entry.generation, now=now)
+        if status is None:
+            return
+        try:
+            self._leader.ensure()
+            await self._kube.write_autoscaler_status(namespace=entry.key.namespace,
+                                                     name=entry.key.name, status=status,
+                                                     previous=entry.status)
+        except KubeError as err:
+            logger.warning("failed to update status for %s: %s", entry.key.name, err)
+            if self._stats is not None:
+                self._stats.errors.labels("FailedUpdateStatus").inc()

@@ -271,6 +271,29 @@ async def test_objects_the_api_should_have_refused_are_reported_and_others_carry
     assert condition(fake_kube, "backwards", "AbleToScale")[:2] == ("False", "FailedGetScale")
 
 
+async def test_an_unreadable_spec_gets_a_scaling_active_false_condition_naming_the_field(
+        fake_kube: FakeKubeAPI, tmp_path: Path) -> None:
+    install_crd(fake_kube)
+    async with metrics_backend(fake_kube, tmp_path / "metrics") as backend, \
+            Workload(fake_kube, "web", replicas=2, total=Decimal(40),
+                     publish=backend.publisher("http_requests")):
+        broken = autoscaler("broken", target="web", metrics=[pods_metric("http_requests", "10")])
+        broken["spec"]["maxReplicas"] = "plenty"
+        # Written straight to storage, as objects made before a schema change would be; the
+        # status write is validated (the unchanged invalid spec is ratcheted).
+        fake_kube.store.create(GROUP, VERSION, PLURAL, broken)
+        async with controller(fake_kube):
+            await until(lambda: condition(fake_kube, "broken", "ScalingActive") is not None,
+                        within=10, what="the unreadable spec's condition")
+            assert any(e["reason"] == "InvalidSpec" for e in events_of(fake_kube, "broken"))
+    found = condition(fake_kube, "broken", "ScalingActive")
+    assert found is not None
+    status, reason, message = found
+    assert (status, reason) == ("False", "InvalidSpec")
+    assert "maxReplicas" in message
+    assert replicas_of(fake_kube, "web") == 2
+
+
 async def test_metrics_health_and_readiness_endpoints(fake_kube: FakeKubeAPI,
                                                      tmp_path: Path) -> None:
     install_crd(fake_kube)
