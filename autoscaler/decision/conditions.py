@@ -9,6 +9,7 @@ from autoscaler.model.status import Condition
 
 __all__ = [
     "ABLE_TO_SCALE",
+    "FALLBACK",
     "PAUSED",
     "SCALED_TO_ZERO",
     "SCALING_ACTIVE",
@@ -24,6 +25,7 @@ SCALING_ACTIVE = "ScalingActive"
 SCALING_LIMITED = "ScalingLimited"
 SCALED_TO_ZERO = "ScaledToZero"
 PAUSED = "Paused"  # ours: set only while a pause annotation is present
+FALLBACK = "Fallback"  # ours: set only while a metric proposes its fallback
 
 TRUE = "True"
 FALSE = "False"

@@ -17,6 +17,7 @@ from datetime import datetime
 from autoscaler.decision import behavior as rules
 from autoscaler.decision.conditions import (
     ABLE_TO_SCALE,
+    FALLBACK,
     FALSE,
     PAUSED,
     SCALED_TO_ZERO,
@@ -45,11 +46,17 @@ from autoscaler.decision.replicas import (
 )
 from autoscaler.decision.settings import Settings
 from autoscaler.model.fields import Quantity
-from autoscaler.model.history import History
+from autoscaler.model.history import History, MetricFailure
 from autoscaler.model.metrics import MetricInput
 from autoscaler.model.objects import Autoscaler
 from autoscaler.model.pods import Pod, Scale, ScaleError, pods_matching
-from autoscaler.model.spec import Behavior, MetricIdentifier, MetricSpec, MetricTarget
+from autoscaler.model.spec import (
+    Behavior,
+    MetricFallback,
+    MetricIdentifier,
+    MetricSpec,
+    MetricTarget,
+)
 from autoscaler.model.status import (
     AutoscalerStatus,
     Condition,
@@ -539,6 +546,8 @@ class _MetricsResult:
     notes: tuple[CalculationNote, ...]
     blocked_scale_down: int | None  # the valid proposal a failing metric refused
     index: int = -1  # the metric whose proposal won
+    failures: tuple[MetricFailure, ...] = ()  # metrics with a fallback whose reads fail
+    fallbacks: tuple[tuple[int, int, int], ...] = ()  # (metric, proposal, failures) in use
 
 
 def _selector_problem(autoscaler: Autoscaler, scale: Scale, pods: Sequence[Pod],
@@ -570,10 +579,30 @@ def _selector_problem(autoscaler: Autoscaler, scale: Scale, pods: Sequence[Pod],
     return selector, None, listed
 
 
+def _falls_back(fallback: MetricFallback, failure: MetricFailure, now: datetime) -> bool:
+    """KEP-5679: after failureThreshold failed reads in a row (or failureDurationSeconds)."""
+    if failure.failures >= fallback.failure_threshold:
+        return True
+    seconds = fallback.failure_duration_seconds
+    return seconds is not None and (now - failure.since).total_seconds() >= seconds
+
+
+def _fallback_replicas(fallback: MetricFallback, *, current: int) -> int:
+    """KEDA's fallback behaviors."""
+    if fallback.behavior == "currentReplicas":
+        return current
+    if fallback.behavior == "currentReplicasIfHigher":
+        return max(current, fallback.replicas)
+    if fallback.behavior == "currentReplicasIfLower":
+        return min(current, fallback.replicas)
+    return fallback.replicas
+
+
 def _compute_replicas_for_metrics(*, autoscaler: Autoscaler, scale: Scale, pods: Sequence[Pod],
                                   metrics: Sequence[MetricInput], conditions: tuple[Condition, ...],
                                   settings: Settings, now: datetime,
-                                  other_selectors: Mapping[str, str]) -> _MetricsResult:
+                                  other_selectors: Mapping[str, str],
+                                  failures: Sequence[MetricFailure] = ()) -> _MetricsResult:
     selector, problem, listed = _selector_problem(autoscaler, scale, pods, other_selectors)
     if problem is not None or selector is None:
         assert problem is not None
@@ -583,7 +612,7 @@ def _compute_replicas_for_metrics(*, autoscaler: Autoscaler, scale: Scale, pods:
         return _MetricsResult(replicas=-1, name="", statuses=(), error=event_text,
                               conditions=conditions,
                               events=(Event("Warning", event_reason, event_text),), details=(),
-                              notes=(), blocked_scale_down=None)
+                              notes=(), blocked_scale_down=None, failures=tuple(failures))
 
     specs = autoscaler.spec.metrics
     ctx = _MetricContext(
@@ -603,11 +632,29 @@ def _compute_replicas_for_metrics(*, autoscaler: Autoscaler, scale: Scale, pods:
     name = ""
     notes: tuple[CalculationNote, ...] = ()
     winner = -1
+    previous = {failure.metric: failure for failure in failures}
+    failing: list[MetricFailure] = []
+    fallbacks: list[tuple[int, int, int]] = []
     for index, metric in enumerate(specs):
         data = metrics[index] if index < len(metrics) else None
         outcome = _compute_replicas_for_metric(index, metric, data, ctx)
         events.extend(outcome.events)
         details.append(outcome.detail)
+        if outcome.error is not None and metric.fallback is not None:
+            before = previous.get(index)
+            failure = MetricFailure(metric=index,
+                                    failures=(before.failures if before else 0) + 1,
+                                    since=before.since if before else now)
+            failing.append(failure)
+            if _falls_back(metric.fallback, failure, now):
+                proposal = _fallback_replicas(metric.fallback, current=scale.spec_replicas)
+                fallbacks.append((index, proposal, failure.failures))
+                detail = outcome.detail
+                details[-1] = replace(detail, proposed_replicas=proposal, reason="Fallback")
+                if replicas == 0 or proposal > replicas:
+                    label = detail.description or f"{metric.type} metric {detail.name}".strip()
+                    replicas, name, notes, winner = proposal, f"{label} (fallback)", (), index
+                continue
         if outcome.error is not None:
             if invalid <= 0:
                 first_error, first_condition = outcome.error, outcome.condition
@@ -630,13 +677,15 @@ def _compute_replicas_for_metrics(*, autoscaler: Autoscaler, scale: Scale, pods:
         return _MetricsResult(
             replicas=-1, name="", statuses=tuple(statuses), error=error, conditions=conditions,
             events=tuple(events), details=tuple(details), notes=(),
-            blocked_scale_down=replicas if invalid < len(specs) else None)
+            blocked_scale_down=replicas if invalid < len(specs) else None,
+            failures=tuple(failing), fallbacks=tuple(fallbacks))
     conditions = set_condition(conditions, type=SCALING_ACTIVE, status=TRUE,
                                reason="ValidMetricFound",
                                message=Messages.VALID_METRIC_FOUND.format(name), now=now)
     return _MetricsResult(replicas=replicas, name=name, statuses=tuple(statuses), error=error,
                           conditions=conditions, events=tuple(events), details=tuple(details),
-                          notes=notes, blocked_scale_down=None, index=winner)
+                          notes=notes, blocked_scale_down=None, index=winner,
+                          failures=tuple(failing), fallbacks=tuple(fallbacks))
 
 
 # --------------------------------------------------------------------------------------------
@@ -725,7 +774,11 @@ def decide(*, autoscaler: Autoscaler, scale: Scale | ScaleError, pods: Sequence[
         result = _compute_replicas_for_metrics(
             autoscaler=autoscaler, scale=scale, pods=pods, metrics=metrics,
             conditions=draft.conditions, settings=settings, now=now,
-            other_selectors=other_selectors or {})
+            other_selectors=other_selectors or {}, failures=draft.history.metric_failures)
+        draft.history = replace(draft.history, metric_failures=result.failures)
+        draft.conditions = result.conditions
+        _report_fallback(draft, result, autoscaler=autoscaler, now=now)
+        result = replace(result, conditions=draft.conditions)
         failed = _take_metrics(draft, result)
         pinned = pause is not None and pause.mode == "replicas"
         if failed is not None and not pinned:
@@ -764,6 +817,32 @@ def decide(*, autoscaler: Autoscaler, scale: Scale | ScaleError, pods: Sequence[
     return draft.keep(desired_replicas=draft.current,
                       status=draft.status(desired_replicas=shown), reason=reason,
                       error=draft.error)
+
+
+def _report_fallback(draft: _Draft, result: _MetricsResult, *, autoscaler: Autoscaler,
+                     now: datetime) -> None:
+    """The Fallback condition while a metric proposes its fallback (events on entering and
+    leaving it); never present for an autoscaler without fallbacks."""
+    was = next((c for c in draft.conditions if c.type == FALLBACK and c.status == TRUE), None)
+    if not result.fallbacks:
+        if was is not None:
+            draft.conditions = remove_condition(draft.conditions, FALLBACK)
+            draft.events.append(Event("Normal", "FallbackEnded", "every metric reads again: "
+                                      "the fallback no longer applies"))
+            draft.explanation.append("The metrics read again: no fallback applies.")
+        return
+    parts = []
+    for index, proposal, failures in result.fallbacks:
+        fallback = autoscaler.spec.metrics[index].fallback
+        assert fallback is not None
+        parts.append(f"metric {index} failed {failures} reads in a row and proposes "
+                     f"{proposal} replicas (fallback {fallback.behavior})")
+    message = "; ".join(parts)
+    draft.conditions = set_condition(draft.conditions, type=FALLBACK, status=TRUE,
+                                     reason="FallbackActive", message=message, now=now)
+    draft.explanation.append(f"Fallback: {message}.")
+    if was is None:
+        draft.events.append(Event("Warning", "FallbackActive", message))
 
 
 def _report_pause(draft: _Draft, pause: Pause | None, *, now: datetime) -> None:

@@ -108,7 +108,8 @@ def needs_persisting(persisted: History | None, current: History, *, now: dateti
     if persisted is None or not persisted.recommendations:
         return True
     if (persisted.scale_up_events != current.scale_up_events
-            or persisted.scale_down_events != current.scale_down_events):
+            or persisted.scale_down_events != current.scale_down_events
+            or persisted.metric_failures != current.metric_failures):
         return True
     last = _latest(persisted.recommendations).replicas
     if all(rec.replicas == last for rec in current.recommendations):

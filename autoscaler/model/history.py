@@ -21,6 +21,7 @@ from autoscaler.model.times import (
 
 __all__ = [
     "History",
+    "MetricFailure",
     "Recommendation",
     "ScaleEvent",
     "parse_history",
@@ -42,12 +43,22 @@ class ScaleEvent:
 
 
 @dataclass(frozen=True)
+class MetricFailure:
+    """A metric with a fallback whose reads fail: how many in a row, since when (ours)."""
+
+    metric: int  # its index in spec.metrics
+    failures: int
+    since: datetime
+
+
+@dataclass(frozen=True)
 class History:
     """Recommendations and scale events; `recommendations is None` means a first sync."""
 
     recommendations: tuple[Recommendation, ...] | None = None
     scale_up_events: tuple[ScaleEvent, ...] = ()
     scale_down_events: tuple[ScaleEvent, ...] = ()
+    metric_failures: tuple[MetricFailure, ...] = ()
 
 
 def _parse_events(raw: Mapping[str, Any], key: str, path: str) -> tuple[ScaleEvent, ...]:
@@ -84,10 +95,22 @@ def parse_history(raw: Any, path: str = "history") -> History:
                 timestamp=parse_time(timestamp, f"{where}.timestamp"),
                 replicas=read_int(rec, "replicas", where, required=True) or 0))
         recommendations = tuple(recs)
+    failures = []
+    for i, item in enumerate(read_list(obj, "metricFailures", path) or []):
+        where = f"{path}.metricFailures[{i}]"
+        entry = read_object(item, where)
+        since = entry.get("since")
+        if since is None:
+            raise ModelError(f"{where}.since", "is required")
+        failures.append(MetricFailure(
+            metric=read_int(entry, "metric", where, required=True) or 0,
+            failures=read_int(entry, "failures", where, required=True) or 0,
+            since=parse_time(since, f"{where}.since")))
     return History(
         recommendations=recommendations,
         scale_up_events=_parse_events(obj, "scaleUpEvents", path),
         scale_down_events=_parse_events(obj, "scaleDownEvents", path),
+        metric_failures=tuple(failures),
     )
 
 
@@ -99,6 +122,10 @@ def render_history(history: History) -> dict[str, Any]:
             for r in history.recommendations]
     out["scaleUpEvents"] = [_render_event(e) for e in history.scale_up_events]
     out["scaleDownEvents"] = [_render_event(e) for e in history.scale_down_events]
+    if history.metric_failures:  # only with a fallback failing: upstream's shape otherwise
+        out["metricFailures"] = [{"metric": f.metric, "failures": f.failures,
+                                  "since": format_time_precise(f.since)}
+                                 for f in history.metric_failures]
     return out
 
 

@@ -3,7 +3,8 @@ with the API server's defaults applied, and its rendering."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
 from typing import Any
 
 from autoscaler.model.fields import (
@@ -24,12 +25,14 @@ from metricscale.core.selectors import (
 )
 
 __all__ = [
+    "FALLBACK_BEHAVIORS",
     "METRIC_SOURCE_KEYS",
     "AutoscalerSpec",
     "Behavior",
     "ContainerResourceMetricSource",
     "CrossVersionObjectReference",
     "ExternalMetricSource",
+    "MetricFallback",
     "MetricIdentifier",
     "MetricSpec",
     "MetricTarget",
@@ -100,6 +103,20 @@ class ExternalMetricSource:
     target: MetricTarget
 
 
+FALLBACK_BEHAVIORS = ("static", "currentReplicas", "currentReplicasIfHigher",
+                      "currentReplicasIfLower")
+
+
+@dataclass(frozen=True)
+class MetricFallback:
+    """`<source>.fallback` (ours, on every metric type): KEP-5679's fields, KEDA's behaviors."""
+
+    replicas: int
+    failure_threshold: int = 3
+    failure_duration_seconds: int | None = None
+    behavior: str = "static"
+
+
 @dataclass(frozen=True)
 class MetricSpec:
     """One entry of spec.metrics; `type` may be anything (unknown types are decided upon)."""
@@ -110,6 +127,7 @@ class MetricSpec:
     pods: PodsMetricSource | None = None
     object: ObjectMetricSource | None = None
     external: ExternalMetricSource | None = None
+    fallback: MetricFallback | None = None
 
 
 @dataclass(frozen=True)
@@ -181,6 +199,27 @@ METRIC_SOURCE_KEYS = {
 }
 
 
+def _parse_fallback(raw: Any, path: str) -> MetricFallback | None:
+    if raw is None:
+        return None
+    obj = read_object(raw, path)
+    replicas = read_int(obj, "replicas", path, required=True)
+    assert replicas is not None
+    if replicas < 0:
+        raise ModelError(f"{path}.replicas", "must be 0 or more")
+    threshold = read_int(obj, "failureThreshold", path)
+    if threshold is not None and threshold < 1:
+        raise ModelError(f"{path}.failureThreshold", "must be 1 or more")
+    duration = read_int(obj, "failureDurationSeconds", path)
+    if duration is not None and duration < 1:
+        raise ModelError(f"{path}.failureDurationSeconds", "must be 1 or more")
+    behavior = read_str(obj, "behavior", path) or "static"
+    if behavior not in FALLBACK_BEHAVIORS:
+        raise ModelError(f"{path}.behavior", f"must be one of {', '.join(FALLBACK_BEHAVIORS)}")
+    return MetricFallback(replicas=replicas, failure_threshold=threshold or 3,
+                          failure_duration_seconds=duration, behavior=behavior)
+
+
 def _parse_metric_spec(raw: Any, path: str) -> MetricSpec:
     obj = read_object(raw, path)
     kind = read_str(obj, "type", path)
@@ -192,6 +231,12 @@ def _parse_metric_spec(raw: Any, path: str) -> MetricSpec:
     if source is None:
         raise ModelError(where, f"is required for a metric of type {kind}")
     src = read_object(source, where)
+    spec = _parse_metric_source(kind, src, where)
+    fallback = _parse_fallback(src.get("fallback"), f"{where}.fallback")
+    return spec if fallback is None else replace(spec, fallback=fallback)
+
+
+def _parse_metric_source(kind: str, src: Mapping[str, Any], where: str) -> MetricSpec:
     target = _parse_target(src.get("target") if src.get("target") is not None else {},
                            f"{where}.target")
     if kind == "Resource":
@@ -347,6 +392,15 @@ def _render_metric_spec(metric: MetricSpec) -> dict[str, Any]:
     if metric.external is not None:
         out["external"] = {"metric": render_identifier(metric.external.metric),
                            "target": _render_target(metric.external.target)}
+    if metric.fallback is not None:
+        key = METRIC_SOURCE_KEYS.get(metric.type)
+        if key is not None and key in out:
+            fallback: dict[str, Any] = {"replicas": metric.fallback.replicas,
+                                        "failureThreshold": metric.fallback.failure_threshold,
+                                        "behavior": metric.fallback.behavior}
+            if metric.fallback.failure_duration_seconds is not None:
+                fallback["failureDurationSeconds"] = metric.fallback.failure_duration_seconds
+            out[key]["fallback"] = fallback
     return out
 
 
