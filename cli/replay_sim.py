@@ -9,18 +9,24 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any
 
 from autoscaler.decision.snapshot import (
     SNAPSHOT_API_VERSION,
     SNAPSHOT_KIND,
+    Snapshot,
     SnapshotError,
     decide_snapshot,
     parse_snapshot,
     render_decision,
 )
+from autoscaler.model.fields import ModelError
+from autoscaler.model.history import History
+from autoscaler.model.metrics import parse_metric_input
+from autoscaler.model.pods import Pod, parse_pod, parse_scale
+from autoscaler.model.status import AutoscalerStatus
 
 REPLAY_LABELS = {"app.kubernetes.io/name": "replay"}
 REPLAY_SELECTOR = "app.kubernetes.io/name=replay"
@@ -221,17 +227,48 @@ def _resize(state: _State, *, replicas: int, now: datetime, started: datetime) -
     state.replicas = replicas
 
 
-def _above_target(decision: dict[str, Any]) -> bool:
-    return any(m.get("ratio") is not None and m["ratio"] > 1.0 for m in decision["metrics"])
+class _Models:
+    """The model values a step's snapshot parses to, built without re-parsing what does not
+    change: the autoscaler (status swapped in), settings, and each pod (a pod's object only
+    changes when it turns ready). The first step is parsed from its whole snapshot."""
+
+    def __init__(self, first: Snapshot) -> None:
+        self.autoscaler = first.autoscaler
+        self.settings = first.settings
+        self.pods: dict[tuple[str, bool], Pod] = {}
+
+    def snapshot(self, raw: Mapping[str, Any], *, now: datetime, history: History,
+                 status: AutoscalerStatus) -> Snapshot:
+        pods = []
+        for index, pod in enumerate(raw["pods"]):
+            key = (pod["metadata"]["name"],
+                   pod["status"]["conditions"][0]["status"] == "True")
+            parsed = self.pods.get(key)
+            if parsed is None:
+                parsed = self.pods[key] = parse_pod(pod, f"pods[{index}]")
+            pods.append(parsed)
+        specs = self.autoscaler.spec.metrics
+        return Snapshot(
+            now=now, settings=self.settings,
+            autoscaler=replace(self.autoscaler, status=status),
+            scale=parse_scale(raw["scale"]), pods=tuple(pods),
+            metrics=tuple(parse_metric_input(item, f"metrics[{i}]", metric_type=spec.type)
+                          for i, (spec, item) in enumerate(zip(specs, raw["metrics"],
+                                                              strict=True))),
+            history=history)
 
 
 def simulate(*, autoscaler: Mapping[str, Any], times: Sequence[datetime],
              observations: Sequence[Sequence[Observation]], initial_replicas: int,
              startup: timedelta, settings: Mapping[str, Any] | None = None,
-             requests: Mapping[str, str] | None = None) -> list[Step]:
+             requests: Mapping[str, str] | None = None,
+             reparse: bool = False) -> list[Step]:
     """Decide at every time; `observations[i][j]` is metric j at times[i].
 
-    The initial pods count as started long ago (ready at the first step).
+    The initial pods count as started long ago (ready at the first step). The decision's
+    history and status are carried to the next step as values; `reparse=True` instead
+    renders them and parses every step's whole snapshot as `metricscale explain` would (the
+    tests pin that both give the same snapshots).
     """
     specs = autoscaler.get("spec", {}).get("metrics") or []
     for index, spec in enumerate(specs):
@@ -245,16 +282,23 @@ def simulate(*, autoscaler: Mapping[str, Any], times: Sequence[datetime],
     _resize(state, replicas=initial_replicas, now=times[0],
             started=times[0] - startup - timedelta(hours=1))
     steps: list[Step] = []
+    models: _Models | None = None
+    history: History | None = None
+    status: AutoscalerStatus | None = None
     for now, observed in zip(times, observations, strict=True):
         raw, seen, ready_count = build_snapshot(autoscaler=autoscaler, now=now, state=state,
                                                 observations=observed,
                                                 settings=settings or {}, startup=startup,
                                                 requests=requests)
         try:
-            decision = decide_snapshot(parse_snapshot(raw))
-        except SnapshotError as err:
+            if models is None or history is None or status is None or reparse:
+                snapshot = parse_snapshot(raw)
+                models = _Models(snapshot)
+            else:
+                snapshot = models.snapshot(raw, now=now, history=history, status=status)
+            decision = decide_snapshot(snapshot)
+        except (SnapshotError, ModelError) as err:
             raise ReplayInputError(f"the autoscaler cannot be decided on: {err}") from None
-        rendered = render_decision(decision)
         proposals = [d.proposed_replicas for d in decision.metrics
                      if d.proposed_replicas is not None]
         current = state.replicas
@@ -263,9 +307,12 @@ def simulate(*, autoscaler: Mapping[str, Any], times: Sequence[datetime],
             proposed_replicas=max(proposals) if proposals else None,
             decided_replicas=decision.desired_replicas,
             limiting_rule=decision.limits[-1].rule if decision.limits else None,
-            above_target=_above_target(rendered)))
-        state.history = rendered["history"]
-        state.status = rendered["status"]
+            above_target=any(d.ratio is not None and math.isfinite(d.ratio) and d.ratio > 1.0
+                             for d in decision.metrics)))
+        history, status = decision.history, decision.status
+        if reparse:
+            rendered = render_decision(decision)
+            state.history, state.status = rendered["history"], rendered["status"]
         if decision.desired_replicas != current:
             _resize(state, replicas=decision.desired_replicas, now=now, started=now)
     return steps

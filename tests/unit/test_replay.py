@@ -118,3 +118,24 @@ def test_an_invalid_autoscaler_is_an_input_error() -> None:
     with pytest.raises(ReplayInputError, match=r"autoscaler\.apiVersion"):
         simulate(autoscaler={**EXTERNAL, "apiVersion": None}, times=[T0], initial_replicas=1,
                  startup=timedelta(), observations=[(Observation(1.0),)])
+
+
+def test_carrying_models_decides_exactly_as_reparsing_every_snapshot() -> None:
+    both = {**EXTERNAL, "spec": {**EXTERNAL["spec"], "maxReplicas": 12, "metrics": [
+        {"type": "Pods", "pods": {"metric": {"name": "rps"}, "target": {
+            "type": "AverageValue", "averageValue": "10"}}},
+        {"type": "Resource", "resource": {"name": "cpu", "target": {
+            "type": "Utilization", "averageUtilization": 60}}},
+        *EXTERNAL["spec"]["metrics"]],
+        "behavior": {"scaleDown": {"stabilizationWindowSeconds": 60, "policies": [
+            {"type": "Pods", "value": 1, "periodSeconds": 30}]}}}}
+    times = [T0 + timedelta(seconds=15 * i) for i in range(240)]
+    observations = [(Observation(None if i % 37 == 5 else 5 + (i % 80), 3),
+                     Observation(0.1 + (i % 50) / 100, 3), Observation(float(i % 90)))
+                    for i in range(len(times))]
+    runs = [simulate(autoscaler=both, times=times, observations=observations,
+                     initial_replicas=3, startup=timedelta(seconds=45),
+                     requests={"cpu": "250m"}, reparse=reparse) for reparse in (False, True)]
+    assert runs[0] == runs[1]
+    decided = [s.decided_replicas for s in runs[0]]
+    assert len(set(decided)) > 3 and {s.limiting_rule for s in runs[0]} - {None}
