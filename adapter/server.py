@@ -329,8 +329,8 @@ def _rules_text_of(text: str, *, path: str, out: TextIO) -> str | None:
     """
     try:
         document = yaml.safe_load(text)
-    except yaml.YAMLError:
-        return text
+    except (yaml.YAMLError, RecursionError):
+        return text  # parse_config reports what is wrong with it, field and line
     if not (isinstance(document, dict) and document.get("kind") == "ConfigMap"):
         return text
     name = (document.get("metadata") or {}).get("name", "")
