@@ -11,6 +11,7 @@ from typing import Any, TextIO
 
 import yaml
 
+from autoscaler.decision import settings as settings_flags
 from autoscaler.decision.explanation import render_text
 from autoscaler.decision.snapshot import (
     Snapshot,
@@ -24,6 +25,8 @@ from metricscale.kube.config import add_kubeconfig_arguments
 __all__ = ["add_arguments", "load_document", "run"]
 
 logger = logging.getLogger(__name__)
+
+NO_SETTINGS_NOTE = "no settings published by the controller; upstream defaults are assumed"
 
 EXIT_OK = 0
 EXIT_INVALID = 2
@@ -53,6 +56,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_kubeconfig_arguments(live, purpose="for --live")
     live.add_argument("--save-snapshot", metavar="FILE",
                       help="also write the captured snapshot to FILE, to replay it later")
+    live.add_argument("--lease-namespace", metavar="NAMESPACE",
+                      help="namespace of the controller's Lease, where the leader publishes its "
+                           "settings (default: this pod's namespace, else metricscale)")
+    live.add_argument("--lease-name", metavar="NAME",
+                      help="name of that Lease (default: metricscale-autoscaler)")
+    # Given flags override the settings the controller published (--live only).
+    settings_flags.add_arguments(parser, with_defaults=False)
 
 
 def load_document(text: str) -> Any:
@@ -112,10 +122,18 @@ def run(args: argparse.Namespace) -> int:
         print("metricscale explain: invalid snapshot: now: times this close to year 1 or 9999 "
               "cannot be computed with", file=sys.stderr)
         return EXIT_INVALID
+    source = getattr(args, "settings_source", None)
     if args.output == "text":
         output = render_text(snapshot, decision)
+        if source == "defaults":
+            output += NO_SETTINGS_NOTE + "\n"
+        elif source is not None:
+            output += f"settings: from the {source}\n"
     else:
-        output = json.dumps(render_decision(decision), indent=2) + "\n"
+        rendered = render_decision(decision)
+        if source is not None:
+            rendered = {**rendered, "settingsSource": source}
+        output = json.dumps(rendered, indent=2) + "\n"
     try:
         sys.stdout.write(output)
         sys.stdout.flush()

@@ -310,7 +310,8 @@ class AutoscalerServer:
             self.elector = LeaderElector(
                 self.kube, config=election, identity=options.identity or default_identity(),
                 namespace=options.lease_namespace or default_lease_namespace(),
-                clock=self.clock, on_change=self._leadership_changed)
+                clock=self.clock, on_change=self._leadership_changed,
+                settings=options.settings)
             self.guard = self.elector.guard
         else:
             self.guard = LeaderGuard.always_leader(clock=self.clock)

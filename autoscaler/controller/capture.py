@@ -19,13 +19,22 @@ from typing import Any, Protocol
 
 from prometheus_client import CollectorRegistry
 
+from autoscaler.controller.leader import LeaderElectionConfig, default_lease_namespace
 from autoscaler.controller.reconciler import MetricsAPI, fetch_metric, needs_metrics
 from autoscaler.decision.persistence import (
     history_from_annotations,
     history_from_status,
     restore_history,
 )
-from autoscaler.decision.settings import Settings, render_settings
+from autoscaler.decision.settings import (
+    SETTINGS_ANNOTATION,
+    Settings,
+    SettingsError,
+    given_settings,
+    override_settings,
+    parse_settings_annotation,
+    render_settings,
+)
 from autoscaler.decision.snapshot import SNAPSHOT_API_VERSION, SNAPSHOT_KIND, SnapshotError
 from autoscaler.kube.metrics_api import MetricsClient, MetricsError
 from autoscaler.kube.operations import (
@@ -161,12 +170,44 @@ async def _capture(args: argparse.Namespace) -> dict[str, Any]:
             kube = await stack.enter_async_context(open_kube_client(
                 configuration, registry=CollectorRegistry(),
                 reporting_instance="metricscale-explain"))
+            settings = await _controller_settings(kube, args)
             return await capture_snapshot(
                 kube, MetricsClient(kube), namespace=namespace, name=name,
                 hpa=bool(getattr(args, "hpa", False)), now=datetime.now(UTC),
-                settings=Settings())
+                settings=settings)
     except KubeConfigError as err:
         raise SnapshotError("live", f"no cluster configuration: {err}") from None
+
+
+async def _controller_settings(kube: Any, args: argparse.Namespace) -> Settings:
+    """The leader's published settings (the Lease annotation), with explain's own settings
+    flags in their place where given; records where they came from in `args.settings_source`."""
+    try:
+        given = given_settings(args)
+    except SettingsError as err:
+        raise SnapshotError("settings", str(err)) from None
+    lease_namespace = (getattr(args, "lease_namespace", None)
+                       or default_lease_namespace(fallback="metricscale"))
+    lease_name = getattr(args, "lease_name", None) or LeaderElectionConfig().resource_name
+    published: Settings | None = None
+    try:
+        lease = await kube.read_lease(namespace=lease_namespace, name=lease_name)
+    except KubeError:
+        lease = None  # e.g. not allowed to read it: the same as nothing published
+    text = lease.annotations.get(SETTINGS_ANNOTATION) if lease is not None else None
+    if text is not None:
+        try:
+            published = parse_settings_annotation(text)
+        except SettingsError:
+            published = None
+    if published is not None:
+        source = "controller" + (" and flags" if given else "")
+    elif given:
+        source = "flags"
+    else:
+        source = "defaults"
+    args.settings_source = source
+    return override_settings(published or Settings(), given)
 
 
 def capture_document(args: argparse.Namespace) -> dict[str, Any]:

@@ -16,7 +16,7 @@ import os
 import random
 import socket
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Protocol
@@ -32,6 +32,11 @@ from autoscaler.decision.leadership import (
     decide,
     decide_release,
     observe,
+)
+from autoscaler.decision.settings import (
+    SETTINGS_ANNOTATION,
+    Settings,
+    render_settings_annotation,
 )
 from autoscaler.model.times import parse_duration
 from metricscale.core import durations
@@ -223,9 +228,11 @@ class LeaseStore(Protocol):
 
     async def read_lease(self, *, namespace: str, name: str) -> Lease | None: ...
 
-    async def create_lease(self, *, namespace: str, name: str, spec: LeaseSpec) -> Lease: ...
+    async def create_lease(self, *, namespace: str, name: str, spec: LeaseSpec,
+                           annotations: Mapping[str, str] | None = None) -> Lease: ...
 
-    async def replace_lease(self, lease: Lease, *, spec: LeaseSpec) -> Lease: ...
+    async def replace_lease(self, lease: Lease, *, spec: LeaseSpec,
+                            annotations: Mapping[str, str] | None = None) -> Lease: ...
 
 
 class LeaderElector:
@@ -242,6 +249,7 @@ class LeaderElector:
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
         jitter: Callable[[], float] = random.random,
         on_change: Callable[[bool], None] | None = None,
+        settings: Settings | None = None,
     ) -> None:
         self._store = store
         self._config = config
@@ -251,6 +259,10 @@ class LeaderElector:
         self._sleep = sleep
         self._jitter = jitter
         self._on_change = on_change
+        # Published on every write, so `explain --live` decides with the leader's settings.
+        self._annotations: Mapping[str, str] | None = (
+            None if settings is None
+            else {SETTINGS_ANNOTATION: render_settings_annotation(settings)})
         self._observed: ObservedLease | None = None
         self._was_leader = False
         self.guard = LeaderGuard(clock=clock, renew_deadline=config.renew_deadline)
@@ -322,13 +334,15 @@ class LeaderElector:
             case Create(spec=spec):
                 try:
                     written = await self._store.create_lease(
-                        namespace=self._namespace, name=self._config.resource_name, spec=spec)
+                        namespace=self._namespace, name=self._config.resource_name, spec=spec,
+                        annotations=self._annotations)
                 except AlreadyExists:
                     logger.info("lease %s: another replica created it first", self.description)
                     return False
             case Acquire(lease=current, spec=spec) | Renew(lease=current, spec=spec):
                 try:
-                    written = await self._store.replace_lease(current, spec=spec)
+                    written = await self._store.replace_lease(
+                        current, spec=spec, annotations=self._annotations)
                 except Conflict:
                     logger.info("lease %s: changed since read (409), retrying next period",
                                 self.description)

@@ -46,11 +46,13 @@ class LeaseSpec:
 
 @dataclass(frozen=True)
 class Lease:
-    """A Lease as the API server returned it: the spec, its resourceVersion, the raw object."""
+    """A Lease as the API server returned it: the spec, its resourceVersion, its
+    `metadata.annotations` (where the leader publishes its decision settings), the raw object."""
 
     spec: LeaseSpec
     resource_version: str
     raw: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)
+    annotations: Mapping[str, str] = field(default_factory=dict, compare=False)
 
 
 @dataclass(frozen=True)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, fields, replace
@@ -14,14 +15,19 @@ from metricscale.core import durations
 
 __all__ = [
     "FLAGS",
+    "SETTINGS_ANNOTATION",
     "Settings",
     "SettingsError",
     "add_arguments",
     "duration_argument",
     "format_duration",
+    "given_settings",
+    "override_settings",
     "parse_duration",
     "parse_settings",
+    "parse_settings_annotation",
     "render_settings",
+    "render_settings_annotation",
     "settings_from_arguments",
 ]
 
@@ -92,9 +98,12 @@ def duration_argument(text: str) -> timedelta:
         raise argparse.ArgumentTypeError(durations.flag_message(text)) from None
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """The controller's flags, with upstream's names and defaults (for `metricscale autoscaler`)."""
-    defaults = Settings()
+def add_arguments(parser: argparse.ArgumentParser, *, with_defaults: bool = True) -> None:
+    """The controller's flags, with upstream's names and defaults (for `metricscale autoscaler`).
+
+    Without defaults (for `explain --live`) a flag not given stays None, so that what was given
+    can override what the controller published."""
+    defaults: Any = Settings() if with_defaults else _NoDefaults()
     group = parser.add_argument_group("HPA decision (upstream kube-controller-manager flags)")
     group.add_argument(FLAGS["sync_period"], dest="sync_period", type=duration_argument,
                        default=defaults.sync_period, metavar="DURATION",
@@ -126,6 +135,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                        default=defaults.scale_to_zero,
                        help="upstream's HPAScaleToZero behaviour: minReplicas 0 with Object or "
                             "External metrics (off by default, as upstream)")
+
+
+class _NoDefaults:
+    """Every setting's default is None (flags not given are told apart from given ones)."""
+
+    def __getattr__(self, name: str) -> None:
+        return None
 
 
 # Setting -> (the smallest value that works, whether that value itself is allowed).
@@ -160,6 +176,21 @@ def settings_from_arguments(args: argparse.Namespace) -> Settings:
         if name in _LOWER_BOUNDS:
             _check_range(name, value)
     return Settings(**values)
+
+
+def given_settings(args: argparse.Namespace) -> dict[str, Any]:
+    """The settings flags that were given (flags added with `with_defaults=False`)."""
+    given = {f.name: getattr(args, f.name) for f in fields(Settings)
+             if getattr(args, f.name, None) is not None}
+    for name, value in given.items():
+        if name in _LOWER_BOUNDS:
+            _check_range(name, value)
+    return given
+
+
+def override_settings(base: Settings, given: Mapping[str, Any]) -> Settings:
+    """`base` with the given settings (from `given_settings`) in place of its own."""
+    return replace(base, **given)
 
 
 def _number(raw: Any, path: str) -> float:
@@ -214,3 +245,22 @@ def render_settings(settings: Settings) -> dict[str, Any]:
         else:
             out[key] = value
     return out
+
+
+# The Lease annotation in which the leading controller publishes its effective settings (the
+# snapshot form, as compact JSON), so that `explain --live` decides as the controller does.
+SETTINGS_ANNOTATION = "metricscale.dev/decision-settings"
+
+
+def render_settings_annotation(settings: Settings) -> str:
+    """The value of SETTINGS_ANNOTATION for these settings."""
+    return json.dumps(render_settings(settings), separators=(",", ":"))
+
+
+def parse_settings_annotation(text: str) -> Settings:
+    """Settings from a SETTINGS_ANNOTATION value; SettingsError says what is wrong with it."""
+    try:
+        raw = json.loads(text)
+    except ValueError:
+        raise SettingsError(SETTINGS_ANNOTATION, "is not JSON") from None
+    return parse_settings(raw, SETTINGS_ANNOTATION)

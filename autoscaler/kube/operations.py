@@ -284,6 +284,8 @@ def parse_lease(obj: Mapping[str, Any]) -> Lease:
         ),
         resource_version=str(metadata.get("resourceVersion") or ""),
         raw=obj,
+        annotations={str(key): str(value)
+                     for key, value in _mapping(metadata.get("annotations")).items()},
     )
 
 
@@ -327,9 +329,11 @@ class KubeAPI(KubeWrites, Protocol):
 
     async def read_lease(self, *, namespace: str, name: str) -> Lease | None: ...
 
-    async def create_lease(self, *, namespace: str, name: str, spec: LeaseSpec) -> Lease: ...
+    async def create_lease(self, *, namespace: str, name: str, spec: LeaseSpec,
+                           annotations: Mapping[str, str] | None = None) -> Lease: ...
 
-    async def replace_lease(self, lease: Lease, *, spec: LeaseSpec) -> Lease: ...
+    async def replace_lease(self, lease: Lease, *, spec: LeaseSpec,
+                            annotations: Mapping[str, str] | None = None) -> Lease: ...
 
     async def get_json(self, path: str, *, query: Sequence[tuple[str, str]] = (),
                        operation: str, resource: str,
@@ -619,23 +623,31 @@ class KubeClient:
             return None
         return parse_lease(_object(data, "Lease"))
 
-    async def create_lease(self, *, namespace: str, name: str, spec: LeaseSpec) -> Lease:
-        """Create the Lease; AlreadyExists (a Conflict) when another replica was first."""
+    async def create_lease(self, *, namespace: str, name: str, spec: LeaseSpec,
+                           annotations: Mapping[str, str] | None = None) -> Lease:
+        """Create the Lease (with these annotations); AlreadyExists (a Conflict) when another
+        replica was first."""
+        metadata: dict[str, Any] = {"name": name, "namespace": namespace}
+        if annotations:
+            metadata["annotations"] = dict(annotations)
         body = {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
-                "metadata": {"name": name, "namespace": namespace},
-                "spec": render_lease_spec(spec)}
+                "metadata": metadata, "spec": render_lease_spec(spec)}
         data = await self._request(
             "POST", self._lease_path(namespace), operation="create_lease",
             resource="leases.coordination.k8s.io", body=body,
             context=ErrorContext("coordination.k8s.io", "leases", name))
         return parse_lease(_object(data, "Lease"))
 
-    async def replace_lease(self, lease: Lease, *, spec: LeaseSpec) -> Lease:
+    async def replace_lease(self, lease: Lease, *, spec: LeaseSpec,
+                            annotations: Mapping[str, str] | None = None) -> Lease:
         """PUT the lease back with a new spec and the resourceVersion it was read with
-        (Conflict on 409); the rest of the object (labels, annotations) is kept."""
+        (Conflict on 409); the rest of the object (labels, annotations) is kept, and the given
+        annotations are set."""
         body = copy.deepcopy(dict(lease.raw))
         metadata = body.setdefault("metadata", {})
         metadata["resourceVersion"] = lease.resource_version
+        if annotations:
+            metadata["annotations"] = {**(metadata.get("annotations") or {}), **annotations}
         body.setdefault("apiVersion", "coordination.k8s.io/v1")
         body.setdefault("kind", "Lease")
         body["spec"] = render_lease_spec(spec)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -47,11 +48,13 @@ class MemoryLeases:
         if self.fail is not None:
             raise self.fail
 
-    def _store(self, namespace: str, name: str, spec: LeaseSpec) -> Lease:
+    def _store(self, namespace: str, name: str, spec: LeaseSpec,
+               annotations: Mapping[str, str] | None) -> Lease:
         self.version += 1
         self.writes += 1
         lease = Lease(spec=spec, resource_version=str(self.version),
-                      raw={"metadata": {"namespace": namespace, "name": name}})
+                      raw={"metadata": {"namespace": namespace, "name": name}},
+                      annotations=dict(annotations or {}))
         self.leases[(namespace, name)] = lease
         return lease
 
@@ -59,19 +62,21 @@ class MemoryLeases:
         self._check()
         return self.leases.get((namespace, name))
 
-    async def create_lease(self, *, namespace: str, name: str, spec: LeaseSpec) -> Lease:
+    async def create_lease(self, *, namespace: str, name: str, spec: LeaseSpec,
+                           annotations: Mapping[str, str] | None = None) -> Lease:
         self._check()
         if (namespace, name) in self.leases:
             raise AlreadyExists("leases.coordination.k8s.io \"autoscaler\" already exists",
                                 status=409, reason="AlreadyExists")
-        return self._store(namespace, name, spec)
+        return self._store(namespace, name, spec, annotations)
 
-    async def replace_lease(self, lease: Lease, *, spec: LeaseSpec) -> Lease:
+    async def replace_lease(self, lease: Lease, *, spec: LeaseSpec,
+                            annotations: Mapping[str, str] | None = None) -> Lease:
         self._check()
         key = (lease.raw["metadata"]["namespace"], lease.raw["metadata"]["name"])
         if self.leases[key].resource_version != lease.resource_version:
             raise Conflict("the object has been modified", status=409, reason="Conflict")
-        return self._store(*key, spec)
+        return self._store(*key, spec, {**lease.annotations, **(annotations or {})})
 
 
 def elector(store: MemoryLeases, clock: Clock, identity: str) -> LeaderElector:
@@ -168,7 +173,8 @@ async def test_conflict_on_renewal_is_not_leadership_gained() -> None:
 
     real_replace = store.replace_lease
 
-    async def b_sneaks_in(lease: Lease, *, spec: LeaseSpec) -> Lease:
+    async def b_sneaks_in(lease: Lease, *, spec: LeaseSpec,
+                          annotations: Mapping[str, str] | None = None) -> Lease:
         # Between a's read and a's write, b renews: a's write carries a stale resourceVersion.
         current = store.leases[("ops", "autoscaler")]
         await real_replace(current, spec=LeaseSpec(

@@ -73,3 +73,19 @@ async def test_explain_live_names_what_it_could_not_read(
     assert 'cannot read Autoscaler shop/missing: autoscalers.metricscale.dev "missing" not ' \
            'found' in capsys.readouterr().err
     assert await asyncio.to_thread(main, ["explain", "--live", "no-slash"]) == 2
+
+
+async def test_explain_live_without_published_settings_says_defaults_are_assumed(
+        fake_kube: FakeKubeAPI, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    install_crd(fake_kube)
+    kubeconfig = fake_kube.write_kubeconfig(tmp_path / "kubeconfig")
+    fake_kube.create(GROUP, VERSION, PLURAL, autoscaler(
+        "web", target="web", metrics=[pods_metric("http_requests", "10")], max_replicas=6))
+    await asyncio.to_thread(main, ["explain", "--live", "shop/web", "--kubeconfig",
+                                   str(kubeconfig), "-o", "text"])
+    assert "no settings published by the controller; upstream defaults are assumed" in \
+        capsys.readouterr().out
+    await asyncio.to_thread(main, ["explain", "--live", "shop/web", "--kubeconfig",
+                                   str(kubeconfig),
+                                   "--horizontal-pod-autoscaler-downscale-stabilization", "20s"])
+    assert json.loads(capsys.readouterr().out)["settingsSource"] == "flags"
