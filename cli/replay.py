@@ -45,8 +45,16 @@ _DURATION = re.compile(r"^(?:(\d+)d)?(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?$")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("autoscaler", metavar="AUTOSCALER.yaml",
+    parser.add_argument("autoscaler", metavar="AUTOSCALER.yaml", nargs="?",
                         help="an Autoscaler or autoscaling/v2 HorizontalPodAutoscaler object")
+    live = parser.add_argument_group("the Autoscaler read from a cluster (instead of a file)")
+    live.add_argument("--live", metavar="NAMESPACE/NAME",
+                      help="read the Autoscaler NAMESPACE/NAME from the cluster")
+    live.add_argument("--hpa", action="store_true",
+                      help="--live names a native autoscaling/v2 HorizontalPodAutoscaler")
+    from metricscale.kube.config import add_kubeconfig_arguments
+
+    add_kubeconfig_arguments(live, purpose="for --live")
     parser.add_argument("--prometheus-url", required=True)
     parser.add_argument("--config", metavar="RULES.yaml",
                         help="the adapter's rules, to build each metric's PromQL")
@@ -389,6 +397,22 @@ def _load_autoscaler(path: str) -> dict[str, Any]:
     return autoscaler
 
 
+def _source_autoscaler(args: argparse.Namespace) -> dict[str, Any]:
+    live = getattr(args, "live", None)
+    if bool(live) == bool(args.autoscaler):
+        raise ReplayInputError("give either AUTOSCALER.yaml or --live NAMESPACE/NAME")
+    if not live:
+        return _load_autoscaler(args.autoscaler)
+    from cli.replay_live import read_live_autoscaler
+
+    autoscaler = read_live_autoscaler(live, hpa=args.hpa, kubeconfig=args.kubeconfig,
+                                      context=args.context)
+    if not isinstance(autoscaler.get("spec"), dict) or not autoscaler["spec"].get("metrics"):
+        raise ReplayInputError(f"--live {live}: spec.metrics is empty")
+    autoscaler.pop("status", None)  # replay starts from no history
+    return autoscaler
+
+
 def _requests(items: Sequence[str]) -> dict[str, str]:
     out: dict[str, str] = {}
     for item in items:
@@ -415,7 +439,7 @@ class Replayed:
 def replay_steps(args: argparse.Namespace, client: Any,
                  autoscaler: dict[str, Any] | None = None) -> Replayed:
     if autoscaler is None:
-        autoscaler = _load_autoscaler(args.autoscaler)
+        autoscaler = _source_autoscaler(args)
     start, end = _range(args)
     step = parse_duration(args.step)
     startup = parse_duration(args.pod_startup) if args.pod_startup != "0" else timedelta()

@@ -139,3 +139,20 @@ def test_carrying_models_decides_exactly_as_reparsing_every_snapshot() -> None:
     assert runs[0] == runs[1]
     decided = [s.decided_replicas for s in runs[0]]
     assert len(set(decided)) > 3 and {s.limiting_rule for s in runs[0]} - {None}
+
+
+@pytest.mark.parametrize("text", ["web", "/web", "shop/", "a/b/c"])
+def test_live_names_are_namespace_slash_name(text: str) -> None:
+    from cli.replay_live import parse_live_name
+
+    with pytest.raises(ReplayInputError, match="NAMESPACE/NAME"):
+        parse_live_name(text)
+
+
+def test_a_file_and_live_together_are_refused(tmp_path: Any,
+                                              capsys: pytest.CaptureFixture[str]) -> None:
+    from cli.main import main
+
+    assert main(["replay", "x.yaml", "--live", "shop/web", "--prometheus-url",
+                 "http://127.0.0.1:9", "--last", "1h"]) == 2
+    assert "either AUTOSCALER.yaml or --live" in capsys.readouterr().err
