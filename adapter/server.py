@@ -317,8 +317,8 @@ def _sample_queries(registry: MetricRegistry, config: AdapterConfig) -> dict[str
 def _empty_yaml(text: str) -> bool:
     try:
         return yaml.safe_load(text) is None
-    except yaml.YAMLError:
-        return False  # parse_config reports the syntax error with its position
+    except (yaml.YAMLError, RecursionError):
+        return False  # parse_config reports the problem with its position
 
 
 def _rules_text_of(text: str, *, path: str, out: TextIO) -> str | None:
