@@ -82,6 +82,7 @@ def timed(function: Callable[..., Any], totals: list[float]) -> Callable[..., An
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--days", type=int, default=7)
+    parser.add_argument("--plot", metavar="FILE.png", help="also draw the replay (untimed)")
     options = parser.parse_args()
     prometheus = find_prometheus()
     promtool = find_promtool(prometheus)
@@ -125,6 +126,11 @@ def main() -> int:
                 original_decide, original_parse
             replay_module.simulate = original_simulate  # type: ignore[assignment]
             server.close()
+    if options.plot:
+        from cli.replay_plot import plot_replay
+
+        plot_replay(options.plot, autoscaler=AUTOSCALER, steps=result.steps,
+                    title=f"metricscale replay: api, {options.days} days at 15 s")
     steps = len(result.steps)
     reading = total - simulation[0]
     print(f"decisions: {steps:,} ({options.days} days at 15 s, 2 metrics)")

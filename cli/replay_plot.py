@@ -112,6 +112,9 @@ def plot_replay(path: str, *, autoscaler: Mapping[str, Any], steps: Sequence[Ste
         if downs:
             bottom.scatter([s.time for s in downs], [s.decided_replicas for s in downs],
                            marker="v", color="tab:green", zorder=3, label="scale down")
+        from matplotlib.ticker import MaxNLocator
+
+        bottom.yaxis.set_major_locator(MaxNLocator(integer=True))
         bottom.set_ylabel("replicas")
         bottom.set_xlabel("time (UTC)")
         bottom.legend(loc="upper left", fontsize="small")
