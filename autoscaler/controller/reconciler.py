@@ -90,6 +90,7 @@ class ReconcileResult:
     outcome: str
     failed: bool = False
     retry_after: float | None = None
+    sync_period: float | None = None  # spec.behavior.syncPeriodSeconds (KEP-6003), if set
 
 
 class MetricsAPI(Protocol):
@@ -361,7 +362,10 @@ class Reconciler:
             failed = True
         if self._stats is not None:
             self._stats.decisions.labels(outcome).inc()
-        return ReconcileResult(outcome, failed=failed, retry_after=retry_after)
+        behavior = autoscaler.spec.behavior
+        period = behavior.sync_period_seconds if behavior is not None else None
+        return ReconcileResult(outcome, failed=failed, retry_after=retry_after,
+                               sync_period=float(period) if period is not None else None)
 
     async def _fetch_metrics(self, autoscaler: Autoscaler, *, entry: AutoscalerEntry,
                              selector: str) -> list[MetricInput]:

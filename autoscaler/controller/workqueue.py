@@ -257,13 +257,18 @@ class Controller:
         if not self._exists(key):
             self.forget(key)
             return
+        # An autoscaler's own period (KEP-6003's behavior.syncPeriodSeconds) replaces the
+        # global one for it alone; the schedule costs the others nothing either way.
+        period = self._sync_period
+        if result is not None and result.sync_period is not None:
+            period = result.sync_period
         if result is not None and not result.failed:
             self._failures.pop(key, None)
-            delay = self._sync_period
+            delay = period
         else:
             failures = self._failures.get(key, 0) + 1
             self._failures[key] = failures
-            delay = min(self._max_backoff, self._sync_period * 2 ** (failures - 1))
+            delay = min(self._max_backoff, period * 2 ** (failures - 1))
             if result is not None and result.retry_after is not None:
                 delay = max(delay, result.retry_after)
         self.schedule.at(key, started + delay)

@@ -152,6 +152,7 @@ class ScalingRules:
 class Behavior:
     scale_up: ScalingRules | None = None
     scale_down: ScalingRules | None = None
+    sync_period_seconds: int | None = None  # KEP-6003 (ours until upstream has it)
 
 
 @dataclass(frozen=True)
@@ -331,12 +332,17 @@ def parse_spec(raw: Any, path: str) -> AutoscalerSpec:
     behavior_raw = read_optional_object(obj, "behavior", path)
     behavior = None
     if behavior_raw is not None:
+        sync_period = read_int(behavior_raw, "syncPeriodSeconds", f"{path}.behavior")
+        if sync_period is not None and not 1 <= sync_period <= 3600:
+            raise ModelError(f"{path}.behavior.syncPeriodSeconds",
+                             "must be between 1 and 3600")
         behavior = Behavior(
             scale_up=_default_rules(_parse_rules(behavior_raw.get("scaleUp"),
                                                  f"{path}.behavior.scaleUp"), _DEFAULT_SCALE_UP),
             scale_down=_default_rules(_parse_rules(behavior_raw.get("scaleDown"),
                                                    f"{path}.behavior.scaleDown"),
                                       _DEFAULT_SCALE_DOWN),
+            sync_period_seconds=sync_period,
         )
     min_replicas = read_int(obj, "minReplicas", path)
     return AutoscalerSpec(
@@ -431,5 +437,7 @@ def render_spec(spec: AutoscalerSpec) -> dict[str, Any]:
             behavior["scaleUp"] = _render_rules(spec.behavior.scale_up)
         if spec.behavior.scale_down is not None:
             behavior["scaleDown"] = _render_rules(spec.behavior.scale_down)
+        if spec.behavior.sync_period_seconds is not None:
+            behavior["syncPeriodSeconds"] = spec.behavior.sync_period_seconds
         out["behavior"] = behavior
     return out

@@ -220,6 +220,23 @@ async def test_every_autoscaler_is_resynced_one_sync_period_after_its_last_start
     assert len(controller.queue) == 1
 
 
+async def test_an_autoscalers_own_sync_period_schedules_it_alone(
+        reconciler: FakeReconciler) -> None:
+    # KEP-6003's behavior.syncPeriodSeconds: the reconcile reports it, the schedule uses it
+    # for that key; the others keep the global period.
+    reconciler.behaviour["fast"] = lambda: ReconcileResult("no_change", sync_period=2.0)
+    reconciler.behaviour["slow"] = lambda: ReconcileResult("failed", failed=True,
+                                                           sync_period=60.0)
+    clock = Clock()
+    controller = Controller(reconciler, sync_period=SYNC, monotonic=clock)
+    for name in ("fast", "slow", "default"):
+        await controller.process_one(key(name))
+    assert controller.release_due(1002) == 1  # fast, after its own 2 s
+    assert controller.release_due(1015) == 1  # default, after the global 15 s
+    assert controller.release_due(1059.9) == 0
+    assert controller.release_due(1060) == 1  # slow: its period is the backoff's base
+
+
 @pytest.mark.parametrize(("failures", "delay"), [(1, 15), (2, 30), (3, 60), (4, 120),
                                                  (5, 240), (6, 300), (9, 300)])
 async def test_failures_back_off_from_the_sync_period_to_five_minutes(

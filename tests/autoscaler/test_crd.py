@@ -188,7 +188,7 @@ def test_every_autoscaling_v2_field_is_in_the_crd_with_its_type_and_required_fie
 
 
 # Our extensions of the autoscaling/v2 spec (each documented in the README), by field path.
-EXTENSIONS = ("fallback",)
+EXTENSIONS = ("fallback", "syncPeriodSeconds")
 
 
 def test_the_crd_spec_has_no_field_autoscaling_v2_lacks_but_our_extensions() -> None:
@@ -209,7 +209,8 @@ def test_the_crd_spec_has_no_field_autoscaling_v2_lacks_but_our_extensions() -> 
     sources = ("object", "pods", "resource", "containerResource", "external")
     assert extended == {f"spec.metrics[].{source}.fallback{leaf}" for source in sources
                         for leaf in ("", ".replicas", ".failureThreshold",
-                                     ".failureDurationSeconds", ".behavior")}
+                                     ".failureDurationSeconds", ".behavior")} | {
+        "spec.behavior.syncPeriodSeconds"}
 
 
 # -------------------------------------- the schema as a validator (plus its CEL rules, real CEL)
