@@ -25,7 +25,7 @@ from autoscaler.decision.snapshot import (
 from autoscaler.model.fields import ModelError
 from autoscaler.model.history import History
 from autoscaler.model.metrics import parse_metric_input
-from autoscaler.model.pods import Pod, parse_pod, parse_scale
+from autoscaler.model.pods import Pod, Scale, ScaleError, parse_pod, parse_scale
 from autoscaler.model.status import AutoscalerStatus
 
 REPLAY_LABELS = {"app.kubernetes.io/name": "replay"}
@@ -236,26 +236,51 @@ class _Models:
         self.autoscaler = first.autoscaler
         self.settings = first.settings
         self.pods: dict[tuple[str, bool], Pod] = {}
+        self.scales: dict[tuple[int, int], Scale | ScaleError] = {}
 
-    def snapshot(self, raw: Mapping[str, Any], *, now: datetime, history: History,
-                 status: AutoscalerStatus) -> Snapshot:
+    def snapshot(self, *, autoscaler: Mapping[str, Any], state: _State, now: datetime,
+                 observations: Sequence[Observation], startup: timedelta,
+                 requests: Mapping[str, str] | None, history: History,
+                 status: AutoscalerStatus) -> tuple[Snapshot, tuple[float | None, ...], int]:
+        """What parse_snapshot(build_snapshot(...)) gives, building only what changed."""
+        namespace = autoscaler.get("metadata", {}).get("namespace", "default")
+        ready = [pod for pod in state.pods if pod.started + startup <= now]
         pods = []
-        for index, pod in enumerate(raw["pods"]):
-            key = (pod["metadata"]["name"],
-                   pod["status"]["conditions"][0]["status"] == "True")
+        for index, pod in enumerate(state.pods):
+            key = (pod.name, pod.started + startup <= now)
             parsed = self.pods.get(key)
             if parsed is None:
-                parsed = self.pods[key] = parse_pod(pod, f"pods[{index}]")
+                containers = [{"name": name, **({"resources": {"requests": dict(requests)}}
+                                                if requests else {})}
+                              for name in container_names(autoscaler)]
+                parsed = self.pods[key] = parse_pod(
+                    _pod_object(pod, namespace=namespace, ready=key[1], now=now,
+                                startup=startup, containers=containers), f"pods[{index}]")
             pods.append(parsed)
-        specs = self.autoscaler.spec.metrics
-        return Snapshot(
-            now=now, settings=self.settings,
-            autoscaler=replace(self.autoscaler, status=status),
-            scale=parse_scale(raw["scale"]), pods=tuple(pods),
-            metrics=tuple(parse_metric_input(item, f"metrics[{i}]", metric_type=spec.type)
-                          for i, (spec, item) in enumerate(zip(specs, raw["metrics"],
-                                                              strict=True))),
-            history=history)
+        scale_key = (state.replicas, len(state.pods))
+        scale = self.scales.get(scale_key)
+        if scale is None:
+            scale = self.scales[scale_key] = parse_scale({
+                "apiVersion": "autoscaling/v1", "kind": "Scale",
+                "metadata": {"name": autoscaler["spec"]["scaleTargetRef"]["name"],
+                             "namespace": namespace},
+                "spec": {"replicas": state.replicas},
+                "status": {"replicas": len(state.pods), "selector": REPLAY_SELECTOR}})
+        names = container_names(autoscaler)
+        metrics = []
+        seen: list[float | None] = []
+        for index, (spec, raw_spec, observation) in enumerate(zip(
+                self.autoscaler.spec.metrics, autoscaler["spec"]["metrics"], observations,
+                strict=True)):
+            data, value = _metric_input(raw_spec, observation, namespace=namespace,
+                                        ready=ready, now=now, containers=names)
+            metrics.append(parse_metric_input(data, f"metrics[{index}]",
+                                              metric_type=spec.type))
+            seen.append(value)
+        return Snapshot(now=now, settings=self.settings,
+                        autoscaler=replace(self.autoscaler, status=status),
+                        scale=scale, pods=tuple(pods), metrics=tuple(metrics),
+                        history=history), tuple(seen), len(ready)
 
 
 def simulate(*, autoscaler: Mapping[str, Any], times: Sequence[datetime],
@@ -286,16 +311,17 @@ def simulate(*, autoscaler: Mapping[str, Any], times: Sequence[datetime],
     history: History | None = None
     status: AutoscalerStatus | None = None
     for now, observed in zip(times, observations, strict=True):
-        raw, seen, ready_count = build_snapshot(autoscaler=autoscaler, now=now, state=state,
-                                                observations=observed,
-                                                settings=settings or {}, startup=startup,
-                                                requests=requests)
         try:
             if models is None or history is None or status is None or reparse:
+                raw, seen, ready_count = build_snapshot(
+                    autoscaler=autoscaler, now=now, state=state, observations=observed,
+                    settings=settings or {}, startup=startup, requests=requests)
                 snapshot = parse_snapshot(raw)
                 models = _Models(snapshot)
             else:
-                snapshot = models.snapshot(raw, now=now, history=history, status=status)
+                snapshot, seen, ready_count = models.snapshot(
+                    autoscaler=autoscaler, state=state, now=now, observations=observed,
+                    startup=startup, requests=requests, history=history, status=status)
             decision = decide_snapshot(snapshot)
         except (SnapshotError, ModelError) as err:
             raise ReplayInputError(f"the autoscaler cannot be decided on: {err}") from None
