@@ -29,6 +29,11 @@ class ControllerMetrics:
             "metricscale_autoscaler_errors_total",
             "Errors, by reason (the Warning event reason, or what failed in the controller).",
             ["reason"], registry=registry)
+        self.external_scale_changes = Counter(
+            "metricscale_autoscaler_external_scale_changes_total",
+            "Changes of a target's replicas between two syncs that this controller did not "
+            "write (kubectl apply, another autoscaler, a GitOps tool).",
+            ["namespace", "autoscaler"], registry=registry)
         self.queue_depth = Gauge(
             "metricscale_autoscaler_queue_depth", "Autoscalers waiting for a worker.",
             registry=registry)
