@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
+from autoscaler.decision.pod_selection import ReplicaSetOwner, parse_replica_set
 from autoscaler.model.fields import ModelError
 from autoscaler.model.objects import (
     AUTOSCALER_API_VERSION,
@@ -125,6 +126,19 @@ def project_pod(raw: Mapping[str, Any]) -> Pod:
                    namespace=str(metadata.get("namespace") or ""),
                    labels={str(k): str(v) for k, v in labels.items()}
                    if isinstance(labels, Mapping) else {})
+
+
+def project_replica_set(raw: Mapping[str, Any]) -> ReplicaSetOwner:
+    """A ReplicaSet's owner and revision; never raises (an odd one owns no pods we count)."""
+    try:
+        return parse_replica_set(raw)
+    except ModelError as err:
+        metadata = raw.get("metadata") if isinstance(raw.get("metadata"), Mapping) else {}
+        assert isinstance(metadata, Mapping)
+        logger.warning("replicaset %s/%s cannot be read: %s", metadata.get("namespace"),
+                       metadata.get("name"), err)
+        return ReplicaSetOwner(name=str(metadata.get("name") or ""),
+                               namespace=str(metadata.get("namespace") or ""))
 
 
 def _project_hpa(raw: Mapping[str, Any]) -> AutoscalerEntry:
@@ -354,10 +368,16 @@ class Watching:
             sources(collection_path(group="", version="v1", plural="pods", namespace=namespace)),
             project=project_pod, name="pods", **options)
         self.pod_informer.subscribe(self.pods.on_event)
+        # KEP-5325's OwnerReferences strategy: which Deployment owns a pod's ReplicaSet.
+        self.replica_set_informer: Informer[ReplicaSetOwner] = Informer(
+            sources(collection_path(group="apps", version="v1", plural="replicasets",
+                                    namespace=namespace)),
+            project=project_replica_set, name="replicasets", **options)
 
     @property
     def informers(self) -> list[Informer[Any]]:
-        found: list[Informer[Any]] = [self.autoscalers, self.pod_informer]
+        found: list[Informer[Any]] = [self.autoscalers, self.pod_informer,
+                                      self.replica_set_informer]
         if self.hpas is not None:
             found.insert(1, self.hpas)
         return found
@@ -397,6 +417,10 @@ class Watching:
     @property
     def synced(self) -> bool:
         return all(informer.has_synced for informer in self.informers)
+
+    def replica_sets(self, namespace: str) -> dict[str, ReplicaSetOwner]:
+        """The cached ReplicaSets of a namespace, by name."""
+        return {rs.name: rs for rs in self.replica_set_informer.values(namespace)}
 
     def select_pods(self, namespace: str, selector: str) -> list[Pod]:
         """The cached pods a selector string picks; [] for an unusable selector."""

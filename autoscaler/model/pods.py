@@ -29,10 +29,12 @@ from metricscale.core.selectors import (
 
 __all__ = [
     "Container",
+    "ControllerRef",
     "Pod",
     "PodReadyCondition",
     "Scale",
     "ScaleError",
+    "parse_controller_ref",
     "parse_pod",
     "parse_pods",
     "parse_scale",
@@ -93,6 +95,26 @@ class PodReadyCondition:
 
 
 @dataclass(frozen=True)
+class ControllerRef:
+    """The ownerReference with `controller: true` (metav1.GetControllerOf)."""
+
+    kind: str
+    name: str
+    uid: str = ""
+
+
+def parse_controller_ref(meta: Mapping[str, Any], path: str) -> ControllerRef | None:
+    for i, item in enumerate(read_list(meta, "ownerReferences", path) or []):
+        where = f"{path}.ownerReferences[{i}]"
+        ref = read_object(item, where)
+        if ref.get("controller") is True:
+            return ControllerRef(kind=read_str(ref, "kind", where),
+                                 name=read_str(ref, "name", where),
+                                 uid=read_str(ref, "uid", where))
+    return None
+
+
+@dataclass(frozen=True)
 class Pod:
     """A v1 Pod, reduced to what the HPA looks at (requests summed once, at parse time)."""
 
@@ -107,6 +129,7 @@ class Pod:
     init_containers: tuple[Container, ...] = ()
     pod_requests: Mapping[str, Quantity] | None = None  # spec.resources.requests
     overhead: Mapping[str, Quantity] | None = None
+    controller: ControllerRef | None = None  # KEP-5325's OwnerReferences strategy reads it
     # Derived: sum of MilliValue() over containers and sidecars per resource, and for a
     # resource some of those containers lack, the first container that lacks it.
     request_totals: Mapping[str, int] = field(init=False, compare=False, repr=False)
@@ -184,6 +207,7 @@ def parse_pod(raw: Any, path: str) -> Pod:
             for i, c in enumerate(read_list(spec, "initContainers", f"{path}.spec") or [])),
         pod_requests=pod_requests,
         overhead=overhead,
+        controller=parse_controller_ref(meta, f"{path}.metadata"),
     )
 
 

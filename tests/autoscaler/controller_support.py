@@ -17,6 +17,7 @@ from autoscaler.controller.watching import (
     SelectorRegistry,
     project_autoscaler,
 )
+from autoscaler.decision.pod_selection import ReplicaSetOwner
 from autoscaler.kube.metrics_api import MetricsError
 from autoscaler.kube.operations import (
     EventType,
@@ -67,6 +68,7 @@ class MemoryCaches:
         self.pods = PodIndex()
         self.selectors = SelectorCache()
         self.registry = SelectorRegistry(self.pods, self.selectors)
+        self.replica_set_list: list[ReplicaSetOwner] = []
 
     def put(self, raw: Mapping[str, Any]) -> AutoscalerEntry:
         entry = project_autoscaler(raw)
@@ -81,6 +83,9 @@ class MemoryCaches:
 
     def select_pods(self, namespace: str, selector: str) -> list[Pod]:
         return self.pods.select(namespace, self.selectors.parse(selector))
+
+    def replica_sets(self, namespace: str) -> dict[str, ReplicaSetOwner]:
+        return {rs.name: rs for rs in self.replica_set_list if rs.namespace == namespace}
 
 
 @dataclass
