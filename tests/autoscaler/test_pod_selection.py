@@ -1,0 +1,142 @@
+"""KEP-5325's pod selection strategies, as a pure function over pods and ReplicaSets."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from autoscaler.decision.pod_selection import (
+    LABEL_SELECTOR,
+    OWNER_REFERENCES,
+    ReplicaSetOwner,
+    parse_pod_selection_strategy,
+    parse_replica_set,
+    select_pods,
+)
+from autoscaler.model.fields import ModelError
+from autoscaler.model.pods import ControllerRef, Pod, PodReadyCondition, parse_pod
+
+T0 = datetime(2026, 1, 1, tzinfo=UTC)
+READY = PodReadyCondition(status="True", last_transition_time=T0)
+NOT_READY = PodReadyCondition(status="False", last_transition_time=T0)
+
+REPLICA_SETS = {
+    "web-1": ReplicaSetOwner(name="web-1", controller=ControllerRef("Deployment", "web"),
+                             revision=1),
+    "web-2": ReplicaSetOwner(name="web-2", controller=ControllerRef("Deployment", "web"),
+                             revision=2),
+    "canary-1": ReplicaSetOwner(name="canary-1",
+                                controller=ControllerRef("Deployment", "web-canary"),
+                                revision=1),
+    "orphan": ReplicaSetOwner(name="orphan"),
+}
+
+
+def pod(name: str, owner: tuple[str, str] | None, *, ready: bool = True,
+        phase: str = "Running") -> Pod:
+    return Pod(name=name, labels={"app": "web"}, phase=phase,
+               ready=READY if ready else NOT_READY,
+               controller=ControllerRef(*owner) if owner is not None else None)
+
+
+CASES = {
+    "label selector counts every pod the selector matched": (
+        LABEL_SELECTOR, "Deployment",
+        [pod("a", ("ReplicaSet", "web-1")), pod("c", ("ReplicaSet", "canary-1")),
+         pod("j", ("Job", "migrate")), pod("n", None)],
+        ["a", "c", "j", "n"], 0, 0),
+    "a deployment's pods through its replica set count, a canary's and a job's do not": (
+        OWNER_REFERENCES, "Deployment",
+        [pod("a", ("ReplicaSet", "web-1")), pod("c", ("ReplicaSet", "canary-1")),
+         pod("j", ("Job", "migrate")), pod("n", None)],
+        ["a"], 3, 0),
+    "a pod of an unknown or ownerless replica set is not the target's": (
+        OWNER_REFERENCES, "Deployment",
+        [pod("a", ("ReplicaSet", "web-1")), pod("u", ("ReplicaSet", "gone")),
+         pod("o", ("ReplicaSet", "orphan"))],
+        ["a"], 2, 0),
+    "a statefulset owns its pods directly": (
+        OWNER_REFERENCES, "StatefulSet",
+        [pod("s", ("StatefulSet", "web")), pod("x", ("StatefulSet", "other")),
+         pod("r", ("ReplicaSet", "web-1"))],
+        ["s"], 2, 0),
+    "during a rollout the newest replica set's not-ready pods are left out": (
+        OWNER_REFERENCES, "Deployment",
+        [pod("old-a", ("ReplicaSet", "web-1")), pod("old-b", ("ReplicaSet", "web-1")),
+         pod("new-a", ("ReplicaSet", "web-2")),
+         pod("surge", ("ReplicaSet", "web-2"), ready=False),
+         pod("pending", ("ReplicaSet", "web-2"), ready=False, phase="Pending")],
+        ["old-a", "old-b", "new-a"], 0, 2),
+    "during a rollout the old replica set's not-ready pods still count (upstream's rules)": (
+        OWNER_REFERENCES, "Deployment",
+        [pod("old", ("ReplicaSet", "web-1"), ready=False), pod("new", ("ReplicaSet", "web-2"))],
+        ["old", "new"], 0, 0),
+    "outside a rollout not-ready pods count (upstream's unready rules apply)": (
+        OWNER_REFERENCES, "Deployment",
+        [pod("a", ("ReplicaSet", "web-2")), pod("b", ("ReplicaSet", "web-2"), ready=False)],
+        ["a", "b"], 0, 0),
+}
+
+
+@pytest.mark.parametrize(("strategy", "kind", "pods", "kept", "not_owned", "rollout"),
+                         list(CASES.values()), ids=list(CASES))
+def test_pod_selection(strategy: str, kind: str, pods: list[Pod], kept: list[str],
+                       not_owned: int, rollout: int) -> None:
+    selection = select_pods(strategy=strategy, target_kind=kind, target_name="web", pods=pods,
+                            replica_sets=REPLICA_SETS)
+    assert [p.name for p in selection.pods] == kept
+    assert (selection.not_owned, selection.rollout_unready) == (not_owned, rollout)
+    assert selection.ignored == not_owned + rollout
+
+
+owners = st.one_of(st.none(), st.tuples(
+    st.sampled_from(["ReplicaSet", "StatefulSet", "Job", "Deployment"]),
+    st.sampled_from(["web", "web-1", "web-2", "canary-1", "orphan", "other"])))
+pods_strategy = st.lists(st.builds(
+    pod, name=st.text(min_size=1, max_size=5), owner=owners, ready=st.booleans(),
+    phase=st.sampled_from(["Running", "Pending", "Succeeded"])), max_size=12)
+
+
+@given(pods=pods_strategy, kind=st.sampled_from(["Deployment", "StatefulSet", "ReplicaSet"]))
+def test_label_selector_hands_decide_upstreams_input_unchanged(pods: list[Pod],
+                                                                kind: str) -> None:
+    selection = select_pods(strategy=LABEL_SELECTOR, target_kind=kind, target_name="web",
+                            pods=pods, replica_sets=REPLICA_SETS)
+    assert selection.pods == tuple(pods)
+    assert selection.ignored == 0
+
+
+@given(pods=pods_strategy, kind=st.sampled_from(["Deployment", "StatefulSet", "ReplicaSet"]))
+def test_owner_references_keeps_a_subsequence_and_counts_the_rest(pods: list[Pod],
+                                                                   kind: str) -> None:
+    selection = select_pods(strategy=OWNER_REFERENCES, target_kind=kind, target_name="web",
+                            pods=pods, replica_sets=REPLICA_SETS)
+    assert len(selection.pods) + selection.ignored == len(pods)
+    remaining = iter(pods)
+    assert all(any(kept is p for p in remaining) for kept in selection.pods)
+
+
+def test_the_strategy_defaults_to_label_selector_and_refuses_others() -> None:
+    assert parse_pod_selection_strategy({}) == LABEL_SELECTOR
+    assert parse_pod_selection_strategy({"podSelectionStrategy": OWNER_REFERENCES}) \
+        == OWNER_REFERENCES
+    with pytest.raises(ModelError, match=r"spec\.podSelectionStrategy"):
+        parse_pod_selection_strategy({"podSelectionStrategy": "Owners"})
+
+
+def test_pods_and_replica_sets_keep_their_controller_owner_and_revision() -> None:
+    owner = [{"kind": "Deployment", "name": "other", "uid": "u0"},
+             {"kind": "Deployment", "name": "web", "uid": "u1", "controller": True}]
+    rs = parse_replica_set({"metadata": {
+        "name": "web-1", "namespace": "default", "ownerReferences": owner,
+        "annotations": {"deployment.kubernetes.io/revision": "3"}}})
+    assert rs == ReplicaSetOwner(name="web-1", namespace="default",
+                                 controller=ControllerRef("Deployment", "web", "u1"),
+                                 revision=3)
+    parsed = parse_pod({"metadata": {"name": "p", "ownerReferences": [
+        {"kind": "ReplicaSet", "name": "web-1", "uid": "u2", "controller": True}]}}, "pod")
+    assert parsed.controller == ControllerRef("ReplicaSet", "web-1", "u2")
+    assert parse_pod({"metadata": {"name": "p"}}, "pod").controller is None
