@@ -17,6 +17,8 @@ from typing import Literal
 
 from yarl import URL
 
+from adapter.rules.config import BackendConfig
+from adapter.rules.tenants import tenant_headers
 from metricscale.core import durations
 from metricscale.kube.config import add_kubeconfig_arguments, resolve_kubeconfig
 
@@ -31,6 +33,7 @@ __all__ = [
     "ServingSettings",
     "SettingsError",
     "add_arguments",
+    "backend_prometheus_settings",
     "format_duration",
     "parse_duration",
     "parse_header",
@@ -467,3 +470,30 @@ def parse_settings(argv: Sequence[str]) -> AdapterSettings:
     parser = argparse.ArgumentParser(prog="metricscale adapter")
     add_arguments(parser)
     return settings_from_args(parser.parse_args(list(argv)))
+
+
+def backend_prometheus_settings(backend: BackendConfig, *, flags: PrometheusSettings,
+                                tenant: str | None = None) -> PrometheusSettings:
+    """The client settings of a `backends:` entry (of one of its tenants, if it has them).
+
+    What the entry does not set comes from the `--prometheus-*` flags (`timeout`, `verb`) or is
+    not the file's to set (coalescing, connection limit, cache); credentials are never inherited
+    from the flags, which belong to the `default` backend.
+    """
+    method: Method = "GET" if (backend.verb or flags.method).upper() == "GET" else "POST"
+    return PrometheusSettings(
+        url=backend.url,
+        headers=tenant_headers(backend, tenant),
+        bearer_token_file=backend.bearer_token_file,
+        basic_auth_username=backend.basic_auth_username,
+        basic_auth_password_file=backend.basic_auth_password_file,
+        client_cert_file=backend.client_cert_file,
+        client_key_file=backend.client_key_file,
+        ca_file=backend.ca_file,
+        insecure_skip_verify=backend.insecure_skip_verify,
+        timeout=backend.timeout_seconds if backend.timeout_seconds is not None else flags.timeout,
+        method=method,
+        coalesce_window=flags.coalesce_window,
+        max_connections=flags.max_connections,
+        cache_ttl=flags.cache_ttl,
+    )

@@ -88,9 +88,10 @@ from adapter.http.handlers import Answer, ApiError, MetricsService
 from adapter.http.usage import ResourceMetricsService
 from adapter.kube.catalog import ClusterCatalog
 from adapter.kube.objects import USER_AGENT, ObjectCaches
+from adapter.prometheus.backends import BackendClients
 from adapter.prometheus.client import PrometheusClient
-from adapter.prometheus.relisting import Relister, RelistMetrics
-from adapter.rules.config import AdapterConfig
+from adapter.prometheus.relisting import Discovery, Relister, RelistMetrics
+from adapter.rules.config import DEFAULT_BACKEND, AdapterConfig
 from adapter.security.tls import peer_certificate_der
 from adapter.settings import AdapterSettings
 from metricscale import __version__
@@ -100,6 +101,7 @@ from metricscale.kube.informer import Informer, InformerCollector
 from metricscale.tasks import start_guarded_task
 
 __all__ = [
+    "BACKENDS_KEY",
     "CLOCK_KEY",
     "CLUSTER_CATALOG_KEY",
     "CONFIG_KEY",
@@ -189,7 +191,8 @@ KUBE_HTTP_KEY = web.AppKey("kube_http", KubeHTTP)
 CLUSTER_CATALOG_KEY = web.AppKey("cluster_catalog", ClusterCatalog)
 OBJECT_CACHES_KEY = web.AppKey("object_caches", ObjectCaches)
 PROMETHEUS_KEY = web.AppKey("prometheus", PrometheusClient)
-RELISTER_KEY = web.AppKey("relister", Relister)
+BACKENDS_KEY = web.AppKey("backends", BackendClients)
+RELISTER_KEY = web.AppKey("relister", Discovery)
 SERVICE_KEY = web.AppKey("service", MetricsService)
 USAGE_KEY = web.AppKey("usage", ResourceMetricsService)  # only with resourceRules
 GROUPS_KEY: web.AppKey[Mapping[str, tuple[str, ...]]] = web.AppKey("groups")
@@ -568,28 +571,38 @@ async def _prometheus_context(app: web.Application) -> AsyncIterator[None]:
     settings = app[SETTINGS_KEY]
     if settings.prometheus is None:
         raise ValueError("the adapter needs --prometheus-url")
-    async with PrometheusClient(settings.prometheus,
-                                registry=app[METRICS_REGISTRY_KEY]) as client:
-        app[PROMETHEUS_KEY] = client
+    async with BackendClients(config=app[CONFIG_KEY], flags=settings.prometheus,
+                              registry=app[METRICS_REGISTRY_KEY]) as backends:
+        app[BACKENDS_KEY] = backends
+        app[PROMETHEUS_KEY] = backends.default
         yield
 
 
 async def _discovery_context(app: web.Application) -> AsyncIterator[None]:
     settings = app[SETTINGS_KEY]
+    config = app[CONFIG_KEY]
     cluster_catalog = app[CLUSTER_CATALOG_KEY]
-    discovery = Relister(
-        config=app[CONFIG_KEY], lister=app[PROMETHEUS_KEY],
-        catalog=lambda: cluster_catalog.catalog, interval=settings.relist_interval,
-        max_age=settings.max_age, metrics=RelistMetrics.register(app[METRICS_REGISTRY_KEY]),
-        clock=app[CLOCK_KEY])
+    metrics = RelistMetrics.register(app[METRICS_REGISTRY_KEY])
+    discovery = Discovery(config=config, catalog=lambda: cluster_catalog.catalog,
+                          metrics=metrics, clock=app[CLOCK_KEY])
+    for target in app[BACKENDS_KEY].discovery_targets():
+        # A backend no rule reads needs no discovery (`default` with every rule elsewhere).
+        if target.backend != DEFAULT_BACKEND and not config.rules_by_backend().get(
+                target.backend):
+            continue
+        discovery.add(Relister(
+            config=config, lister=target.client, catalog=lambda: cluster_catalog.catalog,
+            interval=settings.relist_interval, max_age=settings.max_age, metrics=metrics,
+            clock=app[CLOCK_KEY], backend=target.backend, tenant=target.tenant,
+            on_swap=discovery.merge))
     app[RELISTER_KEY] = discovery
     app[SERVICE_KEY] = MetricsService(registry=lambda: discovery.registry,
                                       objects=app[OBJECT_CACHES_KEY],
-                                      backend=app[PROMETHEUS_KEY], clock=app[CLOCK_KEY])
-    resource_rules = app[CONFIG_KEY].resource_rules
+                                      backends=app[BACKENDS_KEY], clock=app[CLOCK_KEY])
+    resource_rules = config.resource_rules
     if resource_rules is not None:
         app[USAGE_KEY] = ResourceMetricsService(
-            rules=resource_rules, objects=app[OBJECT_CACHES_KEY], backend=app[PROMETHEUS_KEY],
+            rules=resource_rules, objects=app[OBJECT_CACHES_KEY], backends=app[BACKENDS_KEY],
             clock=app[CLOCK_KEY])
     task = start_guarded_task(discovery.run(), name="metric discovery",
                               on_failure=app[FATAL_KEY])

@@ -65,6 +65,7 @@ from metricscale.kube.errors import KubeUnavailable, UnknownResource
 __all__ = [
     "Answer",
     "ApiError",
+    "BackendRouter",
     "MetricsService",
     "ObjectSelector",
     "QueryBackend",
@@ -109,6 +110,13 @@ class QueryBackend(Protocol):
     """Instant queries (adapter.prometheus.client.PrometheusClient has this shape)."""
 
     async def query(self, promql: str, *, at: float | Decimal) -> QueryResult: ...
+
+
+class BackendRouter(Protocol):
+    """The client of a rule's backend for a request (adapter.prometheus.backends has it)."""
+
+    def client_for(self, backend: str, *, namespace: str | None,
+                   tenants: frozenset[str] | None) -> QueryBackend | None: ...
 
 
 # --------------------------------------------------------------------------------------------
@@ -157,10 +165,10 @@ class MetricsService:
     """Answers custom and external metric requests from the snapshot in use."""
 
     def __init__(self, *, registry: Callable[[], MetricRegistry], objects: ObjectSelector,
-                 backend: QueryBackend, clock: Callable[[], float]) -> None:
+                 backends: BackendRouter, clock: Callable[[], float]) -> None:
         self._registry = registry
         self._objects = objects
-        self._backend = backend
+        self._backends = backends
         self._clock = clock
 
     def _snapshot(self) -> MetricRegistry:
@@ -188,6 +196,13 @@ class MetricsService:
                 metric=route.metric, resource=written, object_name=object_name,
                 selector=_selector_text(route.metric_selector), why=why))
         entry, info, namespace = resolved.entry, resolved.info, resolved.namespace
+        backend = self._backends.client_for(entry.rule.backend, namespace=route.namespace,
+                                            tenants=entry.tenants)
+        if backend is None:
+            raise ApiError(metric_not_found(
+                metric=route.metric, resource=written, object_name=object_name,
+                selector=_selector_text(route.metric_selector),
+                why=_no_tenant_reason(entry.rule, route.namespace)))
         if object_name is not None:
             names = [object_name]
         else:
@@ -205,7 +220,7 @@ class MetricsService:
                 namespace=query_namespace, names=names, metric_selector=route.metric_selector)
         except QueryError as error:
             raise _query_error(error, entry.rule) from None
-        result = await self._query(built.promql, rule=entry.rule)
+        result = await self._query(backend, built.promql, rule=entry.rule)
         if not isinstance(result, Vector):
             logger.warning("%s: the query returned a scalar, a custom metric needs a vector "
                            "with the label %r: %s", entry.rule.path, built.resource_label,
@@ -285,13 +300,18 @@ class MetricsService:
         entry = registry.resolve_external(route.metric)
         if entry is None:
             raise ApiError(not_found(f"the server could not find the metric {route.metric}"))
+        backend = self._backends.client_for(entry.rule.backend, namespace=route.namespace,
+                                            tenants=entry.tenants)
+        if backend is None:
+            raise ApiError(not_found(f"the server could not find the metric {route.metric}: "
+                                     f"{_no_tenant_reason(entry.rule, route.namespace)}"))
         try:
             promql = build_external_query(rule=entry.rule, mapper=entry.mapper,
                                           series=entry.series, namespace=route.namespace,
                                           metric_selector=route.selector)
         except QueryError as error:
             raise _query_error(error, entry.rule) from None
-        result = await self._query(promql, rule=entry.rule)
+        result = await self._query(backend, promql, rule=entry.rule)
         items: list[ExternalMetricValue] = []
         non_finite = 0
         samples: Sequence[tuple[Mapping[str, str], Decimal, str]]
@@ -322,9 +342,10 @@ class MetricsService:
 
     # -- Prometheus ----------------------------------------------------------------------
 
-    async def _query(self, promql: str, *, rule: DiscoveryRule) -> QueryResult:
+    async def _query(self, backend: QueryBackend, promql: str, *,
+                     rule: DiscoveryRule) -> QueryResult:
         try:
-            return await self._backend.query(promql, at=self._clock())
+            return await backend.query(promql, at=self._clock())
         except PrometheusUnavailable as error:
             logger.warning("%s: Prometheus unavailable: %s (%s)", rule.path, error, error.detail)
             raise ApiError(service_unavailable(
@@ -337,6 +358,12 @@ class MetricsService:
             logger.warning("%s: the query failed: %s (%s); query: %s", rule.path, error,
                            error.detail, promql)
             raise ApiError(internal_error("unable to fetch metrics")) from None
+
+
+def _no_tenant_reason(rule: DiscoveryRule, namespace: str | None) -> str:
+    where = f"namespace {namespace}" if namespace else "cluster-scoped requests"
+    return (f"the tenant of {where} on backend {rule.backend!r} ({rule.path}) has no such "
+            "metric")
 
 
 def _query_error(error: QueryError, rule: DiscoveryRule) -> ApiError:

@@ -35,7 +35,7 @@ from adapter.api.usage import (
     usage_not_found,
 )
 from adapter.api.wire import internal_error, service_unavailable
-from adapter.http.handlers import Answer, ApiError, QueryBackend
+from adapter.http.handlers import Answer, ApiError, BackendRouter
 from adapter.kube.objects import KubeCacheFailed, PodMeta
 from adapter.prometheus.client import (
     PrometheusError,
@@ -92,13 +92,13 @@ def _pod_fields(pod: PodMeta) -> dict[str, str]:
 class ResourceMetricsService:
     """Answers metrics.k8s.io requests from `resourceRules`."""
 
-    def __init__(self, *, rules: ResourceRules, objects: UsageObjects, backend: QueryBackend,
+    def __init__(self, *, rules: ResourceRules, objects: UsageObjects, backends: BackendRouter,
                  clock: Callable[[], float]) -> None:
         self._rules = rules
         self._cpu = usage_labels(rules.cpu)
         self._memory = usage_labels(rules.memory)
         self._objects = objects
-        self._backend = backend
+        self._backends = backends
         self._clock = clock
         self._window = go_duration(rules.window_milliseconds)
 
@@ -135,11 +135,13 @@ class ResourceMetricsService:
                 cpu, memory = await asyncio.gather(
                     self._query(build_pod_usage_query(rule=self._rules.cpu, labels=self._cpu,
                                                       namespace=namespace, pods=names),
-                                at=at, what="resourceRules.cpu.containerQuery"),
+                                at=at, what="resourceRules.cpu.containerQuery",
+                                rule=self._rules.cpu, namespace=route.namespace),
                     self._query(build_pod_usage_query(rule=self._rules.memory,
                                                       labels=self._memory,
                                                       namespace=namespace, pods=names),
-                                at=at, what="resourceRules.memory.containerQuery"))
+                                at=at, what="resourceRules.memory.containerQuery",
+                                rule=self._rules.memory, namespace=route.namespace))
             usages, missing = assemble_pod_usage(
                 refs, cpu=cpu, memory=memory, pod_label=self._cpu.pod,
                 container_label=self._cpu.container)
@@ -191,10 +193,12 @@ class ResourceMetricsService:
         cpu, memory = await asyncio.gather(
             self._query(build_node_usage_query(rule=self._rules.cpu, labels=self._cpu,
                                                nodes=names),
-                        at=at, what="resourceRules.cpu.nodeQuery"),
+                        at=at, what="resourceRules.cpu.nodeQuery",
+                        rule=self._rules.cpu, namespace=None),
             self._query(build_node_usage_query(rule=self._rules.memory, labels=self._memory,
                                                nodes=names),
-                        at=at, what="resourceRules.memory.nodeQuery"))
+                        at=at, what="resourceRules.memory.nodeQuery",
+                        rule=self._rules.memory, namespace=None))
         usages, missing = assemble_node_usage(refs, cpu=cpu, memory=memory,
                                               node_label=self._cpu.node)
         cpu_nodes = {labels.get(self._cpu.node) for labels, _, _ in cpu}
@@ -230,9 +234,15 @@ class ResourceMetricsService:
             logger.error("cannot read the object caches: %s", error)
             raise ApiError(internal_error("unable to list objects")) from None
 
-    async def _query(self, promql: str, *, at: float, what: str) -> list[Sample]:
+    async def _query(self, promql: str, *, at: float, what: str, rule: ResourceRule,
+                     namespace: str | None) -> list[Sample]:
+        backend = self._backends.client_for(rule.backend, namespace=namespace, tenants=None)
+        if backend is None:
+            where = f"namespace {namespace}" if namespace else "cluster-scoped requests"
+            raise ApiError(internal_error(f"unable to fetch metrics: backend {rule.backend!r} "
+                                          f"of {what} has no tenant for {where}"))
         try:
-            result = await self._backend.query(promql, at=at)
+            result = await backend.query(promql, at=at)
         except PrometheusUnavailable as error:
             logger.warning("%s: Prometheus unavailable: %s (%s)", what, error, error.detail)
             raise ApiError(service_unavailable(

@@ -67,6 +67,7 @@ from metricscale.tasks import Flight, SingleFlight
 __all__ = [
     "PrometheusClient",
     "PrometheusError",
+    "PrometheusMetrics",
     "PrometheusQueryError",
     "PrometheusUnavailable",
     "QueryResult",
@@ -344,32 +345,34 @@ class _SecretFile:
 
 
 @dataclass(frozen=True)
-class _Metrics:
+class PrometheusMetrics:
+    """The `metricscale_prometheus_*` series, shared by every backend's client (`backend` label)."""
+
     duration: Histogram
     errors: Counter
     shared: Counter
     cached: Counter
 
     @classmethod
-    def register(cls, registry: CollectorRegistry) -> _Metrics:
+    def register(cls, registry: CollectorRegistry) -> PrometheusMetrics:
         return cls(
             duration=Histogram(
                 "metricscale_prometheus_request_duration_seconds",
                 "Time of requests to Prometheus (failures included), by API endpoint.",
-                ["endpoint"], registry=registry,
+                ["backend", "endpoint"], registry=registry,
                 buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)),
             errors=Counter(
                 "metricscale_prometheus_request_errors_total",
                 "Failed requests to Prometheus, by API endpoint and reason.",
-                ["endpoint", "reason"], registry=registry),
+                ["backend", "endpoint", "reason"], registry=registry),
             shared=Counter(
                 "metricscale_prometheus_requests_shared_total",
                 "Queries answered by joining an identical request already in flight.",
-                ["endpoint"], registry=registry),
+                ["backend", "endpoint"], registry=registry),
             cached=Counter(
                 "metricscale_prometheus_cache_hits_total",
                 "Queries answered from the result cache (--prometheus-cache-ttl).",
-                ["endpoint"], registry=registry),
+                ["backend", "endpoint"], registry=registry),
         )
 
 
@@ -390,12 +393,16 @@ class PrometheusClient:
     """One aiohttp session to one Prometheus-compatible backend.
 
     Use `async with PrometheusClient(settings, registry=r) as client:` (or `start()`/`close()`)
-    inside the running loop. One client per registry: it registers its metrics there.
+    inside the running loop. A client registers its metrics on `registry`; several clients (one
+    per backend and tenant) share one `PrometheusMetrics` instead, told apart by `backend`.
     """
 
     def __init__(self, settings: PrometheusSettings, *,
-                 registry: CollectorRegistry | None = None) -> None:
+                 registry: CollectorRegistry | None = None,
+                 metrics: PrometheusMetrics | None = None,
+                 backend: str = "default") -> None:
         self.settings = settings
+        self.backend = backend
         self._base = URL(settings.url)
         self._prefix = self._base.path.rstrip("/")
         self._urls = {endpoint: self._base.with_path(f"{self._prefix}/api/v1/{endpoint}")
@@ -406,7 +413,9 @@ class PrometheusClient:
                        if settings.bearer_token_file else None)
         self._password = (_SecretFile(settings.basic_auth_password_file, "basic auth password")
                           if settings.basic_auth_password_file else None)
-        self._metrics = _Metrics.register(registry or CollectorRegistry(auto_describe=True))
+        if metrics is None:
+            metrics = PrometheusMetrics.register(registry or CollectorRegistry(auto_describe=True))
+        self._metrics = metrics
         self._session: aiohttp.ClientSession | None = None
         # Identical queries in the air, by PromQL, tagged with their evaluation time.
         self._flights: SingleFlight[str, QueryResult] = SingleFlight(landed=self._landed)
@@ -490,14 +499,14 @@ class PrometheusClient:
         if self._cache_ttl:
             cached = self._cache.get(promql)
             if cached is not None and abs(when - cached.at) <= self._cache_ttl:
-                self._metrics.cached.labels("query").inc()
+                self._metrics.cached.labels(self.backend, "query").inc()
                 return cached.result
         window = self._window
         flight, joined = self._flights.join(
             promql, lambda: self._query_now(promql, str(when)), tag=when,
             joins=lambda at: bool(abs(at - when) <= window))
         if joined:
-            self._metrics.shared.labels("query").inc()
+            self._metrics.shared.labels(self.backend, "query").inc()
         # shield: one caller giving up must not cancel the request the others wait for.
         return await asyncio.shield(flight.task)
 
@@ -561,7 +570,7 @@ class PrometheusClient:
     # -- transport ---------------------------------------------------------------------------
 
     def _count(self, exc: PrometheusError, endpoint: str) -> PrometheusError:
-        self._metrics.errors.labels(endpoint, exc.reason).inc()
+        self._metrics.errors.labels(self.backend, endpoint, exc.reason).inc()
         return exc
 
     def _request_headers(self) -> CIMultiDict[str]:
@@ -610,7 +619,7 @@ class PrometheusClient:
             logger.warning("Prometheus %s request failed: %s", endpoint, error.detail)
             raise self._count(error, endpoint) from None
         finally:
-            self._metrics.duration.labels(endpoint).observe(loop.time() - started)
+            self._metrics.duration.labels(self.backend, endpoint).observe(loop.time() - started)
 
     async def _read(self, response: aiohttp.ClientResponse, endpoint: str) -> bytes:
         try:

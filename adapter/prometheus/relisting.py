@@ -23,10 +23,17 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from adapter.prometheus.client import PrometheusError
 from adapter.rules.config import AdapterConfig
-from adapter.rules.registry import MetricRegistry, SeriesShape, build_registry, empty_registry
+from adapter.rules.registry import (
+    MetricRegistry,
+    SeriesShape,
+    build_registry,
+    empty_registry,
+    merge_registries,
+)
 from adapter.rules.resources import ResourceCatalog
 
 __all__ = [
+    "Discovery",
     "RelistFailed",
     "RelistMetrics",
     "Relister",
@@ -77,10 +84,15 @@ async def collect_shapes(lister: SeriesLister, series_query: str, *, start: Deci
 
 async def relist_once(now: datetime, *, config: AdapterConfig, lister: SeriesLister,
                       catalog: ResourceCatalog, max_age: Decimal,
-                      request_timeout: float | None = None) -> MetricRegistry:
-    """One relisting pass; raises RelistFailed if any series call fails."""
+                      request_timeout: float | None = None, backend: str | None = None,
+                      tenant: str | None = None) -> MetricRegistry:
+    """One relisting pass; raises RelistFailed if any series call fails.
+
+    With `backend`, only the rules bound to it (`lister` is that backend's client, of `tenant`
+    if it has tenants); without, every rule.
+    """
     start = Decimal(str(now.timestamp())) - max_age
-    queries = config.series_queries()
+    queries = config.series_queries() if backend is None else config.series_queries_for(backend)
     interned: dict[frozenset[str], frozenset[str]] = {}
     try:
         async with asyncio.TaskGroup() as group:
@@ -92,7 +104,8 @@ async def relist_once(now: datetime, *, config: AdapterConfig, lister: SeriesLis
         first = failures.exceptions[0]
         raise RelistFailed(f"a series request failed: {first}") from first
     shapes = {query: task.result() for query, task in tasks.items()}
-    return build_registry(config=config, series=shapes, catalog=catalog, now=now)
+    return build_registry(config=config, series=shapes, catalog=catalog, now=now,
+                          backend=backend, tenant=tenant)
 
 
 @dataclass(frozen=True)
@@ -140,17 +153,19 @@ class RelistMetrics:
 
 
 class Relister:
-    """Holds the snapshot in use and runs the relist loop.
+    """Holds one backend's (or one tenant's) snapshot and runs its relist loop.
 
     Drive it with `step()` in tests (the clock and the sleep are injected), or `run()` as a
-    guarded background task.
+    guarded background task. `Discovery` merges the snapshots of every backend.
     """
 
     def __init__(self, *, config: AdapterConfig, lister: SeriesLister,
                  catalog: Callable[[], ResourceCatalog], interval: Decimal, max_age: Decimal,
                  metrics: RelistMetrics, timeout: float | None = None,
                  clock: Callable[[], float],
-                 sleep: Callable[[float], Awaitable[None]] = asyncio.sleep) -> None:
+                 sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+                 backend: str | None = None, tenant: str | None = None,
+                 on_swap: Callable[[], None] = lambda: None) -> None:
         self._config = config
         self._lister = lister
         self._catalog = catalog
@@ -161,16 +176,21 @@ class Relister:
         self._metrics = metrics
         self._clock = clock
         self._sleep = sleep
+        self._on_swap = on_swap
+        self.backend = backend
+        self.tenant = tenant
         self._registry = empty_registry(catalog())
         self._failures = 0
         self.last_error: str | None = None
         self.passes = 0
-        metrics.age.set_function(self._age)
-        metrics.rules.labels("rules").set(len(config.rules))
-        metrics.rules.labels("externalRules").set(len(config.external_rules))
-        metrics.rules.labels("resourceRules").set(0 if config.resource_rules is None else 1)
-        for api in ("custom", "external"):
-            metrics.metrics.labels(api).set(0)
+
+    @property
+    def name(self) -> str:
+        """For logs: `backend "x"` (`tenant "t"`), or nothing for the single backend."""
+        if self.backend is None:
+            return "discovery"
+        text = f"discovery of backend {self.backend!r}"
+        return text if self.tenant is None else f"{text} (tenant {self.tenant!r})"
 
     @property
     def registry(self) -> MetricRegistry:
@@ -182,12 +202,6 @@ class Relister:
         """Whether a pass has ever completed (readiness waits for it)."""
         return self._registry.built_at is not None
 
-    def _age(self) -> float:
-        built = self._registry.built_at
-        if built is None:
-            return math.nan
-        return max(0.0, self._clock() - built.timestamp())
-
     async def step(self) -> bool:
         """One pass: swap in the new snapshot on success, keep the old one on failure."""
         started = self._clock()
@@ -196,7 +210,8 @@ class Relister:
         try:
             registry = await relist_once(now, config=self._config, lister=self._lister,
                                          catalog=self._catalog(), max_age=self._max_age,
-                                         request_timeout=self._timeout)
+                                         request_timeout=self._timeout, backend=self.backend,
+                                         tenant=self.tenant)
         except RelistFailed as error:
             self._failures += 1
             self.last_error = str(error)
@@ -204,14 +219,15 @@ class Relister:
             self._metrics.duration.observe(max(0.0, self._clock() - started))
             cause = error.__cause__
             detail = getattr(cause, "detail", "") or ""
-            logger.warning("discovery pass failed (%d in a row), keeping the snapshot of %s: "
-                           "%s %s", self._failures, self._built_at_text(), error, detail)
+            logger.warning("%s: pass failed (%d in a row), keeping the snapshot of %s: %s %s",
+                           self.name, self._failures, self._built_at_text(), error, detail)
             return False
         self._registry = registry
         self._failures = 0
         self.last_error = None
         elapsed = max(0.0, self._clock() - started)
         self._record(registry, elapsed)
+        self._on_swap()
         return True
 
     def _built_at_text(self) -> str:
@@ -223,18 +239,13 @@ class Relister:
         metrics = self._metrics
         metrics.passes.labels("success").inc()
         metrics.duration.observe(elapsed)
-        if registry.built_at is not None:
-            metrics.last_success.set(registry.built_at.timestamp())
-        metrics.metrics.labels("custom").set(stats.custom_metrics)
-        metrics.metrics.labels("external").set(stats.external_metrics)
-        metrics.shapes.set(stats.series_shapes)
         for rule in stats.rules:
             metrics.rule_metrics.labels(rule.rule).set(rule.metrics)
         for problem in stats.override_problems:
-            logger.warning("discovery: %s", problem)
-        logger.info("discovery pass took %.2fs: %d custom and %d external metrics from %d "
-                    "series shapes", elapsed, stats.custom_metrics, stats.external_metrics,
-                    stats.series_shapes)
+            logger.warning("%s: %s", self.name, problem)
+        logger.info("%s pass took %.2fs: %d custom and %d external metrics from %d "
+                    "series shapes", self.name, elapsed, stats.custom_metrics,
+                    stats.external_metrics, stats.series_shapes)
 
     def next_delay(self) -> float:
         """Seconds until the next pass: the interval, or a shorter backoff after failures."""
@@ -247,3 +258,75 @@ class Relister:
         while True:
             await self.step()
             await self._sleep(self.next_delay())
+
+
+class Discovery:
+    """Every backend's (and tenant's) relister, and the snapshot merged from theirs.
+
+    Each relister keeps its own last good snapshot and its own retry pace, so a failing
+    backend holds nobody back; the merge is rebuilt once per swap, never per request.
+    """
+
+    def __init__(self, *, config: AdapterConfig, catalog: Callable[[], ResourceCatalog],
+                 metrics: RelistMetrics, clock: Callable[[], float]) -> None:
+        self._catalog = catalog
+        self._metrics = metrics
+        self._clock = clock
+        self.relisters: list[Relister] = []
+        self._registry = empty_registry(catalog())
+        metrics.age.set_function(self._age)
+        metrics.rules.labels("rules").set(len(config.rules))
+        metrics.rules.labels("externalRules").set(len(config.external_rules))
+        metrics.rules.labels("resourceRules").set(0 if config.resource_rules is None else 1)
+        for api in ("custom", "external"):
+            metrics.metrics.labels(api).set(0)
+
+    def add(self, relister: Relister) -> None:
+        self.relisters.append(relister)
+
+    @property
+    def registry(self) -> MetricRegistry:
+        """The merged snapshot in use (replaced as a whole when any relister swaps)."""
+        return self._registry
+
+    @property
+    def has_succeeded(self) -> bool:
+        """Whether every relister has completed a pass (readiness waits for all)."""
+        return all(relister.has_succeeded for relister in self.relisters)
+
+    @property
+    def last_error(self) -> str | None:
+        return next((r.last_error for r in self.relisters if r.last_error is not None), None)
+
+    def merge(self) -> None:
+        """Rebuild the merged snapshot from the relisters' (called after each swap)."""
+        registry = merge_registries([r.registry for r in self.relisters],
+                                    catalog=self._catalog())
+        self._registry = registry
+        stats = registry.stats
+        metrics = self._metrics
+        if registry.built_at is not None:
+            metrics.last_success.set(max(r.registry.built_at.timestamp()
+                                         for r in self.relisters
+                                         if r.registry.built_at is not None))
+        metrics.metrics.labels("custom").set(stats.custom_metrics)
+        metrics.metrics.labels("external").set(stats.external_metrics)
+        metrics.shapes.set(stats.series_shapes)
+
+    def _age(self) -> float:
+        built = self._registry.built_at
+        if built is None:
+            return math.nan
+        return max(0.0, self._clock() - built.timestamp())
+
+    async def step(self) -> bool:
+        """One pass of every relister, side by side; True if all of them succeeded."""
+        results = await asyncio.gather(*(relister.step() for relister in self.relisters))
+        return all(results)
+
+    async def run(self) -> NoReturn:
+        """Every relister's loop; an unexpected exit of one ends them all (and is raised)."""
+        async with asyncio.TaskGroup() as group:
+            for relister in self.relisters:
+                group.create_task(relister.run(), name=relister.name)
+        raise RuntimeError("discovery loops ended")  # pragma: no cover - they never return

@@ -17,10 +17,10 @@ from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from datetime import datetime
-from typing import NamedTuple
+from typing import NamedTuple, TypeVar
 
 from adapter.rules.config import AdapterConfig, DiscoveryRule
 from adapter.rules.naming import passes_filters
@@ -45,6 +45,7 @@ __all__ = [
     "SeriesShape",
     "build_registry",
     "empty_registry",
+    "merge_registries",
     "series_shapes",
 ]
 
@@ -84,6 +85,8 @@ class CustomMetricEntry:
     series: str
     rule: DiscoveryRule
     mapper: ResourceMapper
+    # The tenants of a per-namespace backend whose discovery found it; None: every namespace.
+    tenants: frozenset[str] | None = None
 
 
 @dataclass(frozen=True)
@@ -92,6 +95,7 @@ class ExternalMetricEntry:
     series: str
     rule: DiscoveryRule
     mapper: ResourceMapper
+    tenants: frozenset[str] | None = None
 
 
 @dataclass(frozen=True)
@@ -202,9 +206,17 @@ _CLUSTER_BY_UPSTREAM = (NAMESPACES, NODES, PERSISTENT_VOLUMES)
 
 
 def build_registry(*, config: AdapterConfig, series: Mapping[str, Iterable[SeriesShape]],
-                   catalog: ResourceCatalog, now: datetime) -> MetricRegistry:
-    """Build a snapshot. `series` maps every `config.series_queries()` entry to its shapes."""
-    missing = [query for query in config.series_queries() if query not in series]
+                   catalog: ResourceCatalog, now: datetime,
+                   backend: str | None = None, tenant: str | None = None) -> MetricRegistry:
+    """Build a snapshot. `series` maps every `config.series_queries()` entry to its shapes.
+
+    With `backend`, only the rules bound to that backend count (and only their series queries
+    need an answer): one backend's part of the snapshot, merged by `merge_registries`. With
+    `tenant`, the entries are served only in the namespaces of that tenant.
+    """
+    tenants = None if tenant is None else frozenset({tenant})
+    queries = config.series_queries() if backend is None else config.series_queries_for(backend)
+    missing = [query for query in queries if query not in series]
     if missing:
         raise ValueError(f"no series result for series queries {missing!r}")
     materialized = {query: list(shapes) for query, shapes in series.items()}
@@ -214,6 +226,8 @@ def build_registry(*, config: AdapterConfig, series: Mapping[str, Iterable[Serie
     problems: list[str] = []
     skipped = 0
     for rule in config.rules:
+        if backend is not None and rule.backend != backend:
+            continue
         mapper = ResourceMapper.build(template=rule.resources.label_template,
                                       overrides=rule.resources.overrides, catalog=catalog)
         problems.extend(f"{rule.path}: {problem}" for problem in mapper.problems)
@@ -236,11 +250,13 @@ def build_registry(*, config: AdapterConfig, series: Mapping[str, Iterable[Serie
                 if info is not None and not info.namespaced:
                     namespaced = False
                 key = CustomMetricKey(resource, namespaced, metric)
-                custom[key] = CustomMetricEntry(key, shape.name, rule, mapper)
+                custom[key] = CustomMetricEntry(key, shape.name, rule, mapper, tenants)
                 written += 1
         skipped += names.skipped
         rule_stats.append(_rule_stats(rule, names=names, written=written))
     for rule in config.external_rules:
+        if backend is not None and rule.backend != backend:
+            continue
         mapper = ResourceMapper.build(template=rule.resources.label_template,
                                       overrides=rule.resources.overrides, catalog=catalog)
         problems.extend(f"{rule.path}: {problem}" for problem in mapper.problems)
@@ -250,7 +266,8 @@ def build_registry(*, config: AdapterConfig, series: Mapping[str, Iterable[Serie
             metric = names.api_name(shape.name)
             if metric is None:
                 continue
-            external[metric.lower()] = ExternalMetricEntry(metric, shape.name, rule, mapper)
+            external[metric.lower()] = ExternalMetricEntry(metric, shape.name, rule, mapper,
+                                                           tenants)
             written += 1
         skipped += names.skipped
         rule_stats.append(_rule_stats(rule, names=names, written=written))
@@ -262,6 +279,45 @@ def build_registry(*, config: AdapterConfig, series: Mapping[str, Iterable[Serie
         skipped_series_names=skipped, rules=tuple(rule_stats),
         override_problems=tuple(dict.fromkeys(problems)))
     return MetricRegistry(custom, external, catalog, now, stats)
+
+
+_Entry = TypeVar("_Entry", CustomMetricEntry, ExternalMetricEntry)
+
+
+def _with_tenants_of(earlier: _Entry | None, later: _Entry) -> _Entry:
+    """`later`, also served to the tenants that found `earlier` on the same backend."""
+    if (earlier is None or earlier.tenants is None or later.tenants is None
+            or earlier.rule is not later.rule):
+        return later
+    return replace(later, tenants=earlier.tenants | later.tenants)
+
+
+def merge_registries(parts: Sequence[MetricRegistry], *,
+                     catalog: ResourceCatalog) -> MetricRegistry:
+    """One snapshot from each backend's: every metric of every part (a later part wins a key
+    two backends both have, as a later rule does). `built_at` is the oldest part's, or None
+    while no part has been built; a part not built yet simply adds nothing.
+    """
+    built = [part for part in parts if part.built_at is not None]
+    if len(built) == 1 and len(parts) == 1:
+        return built[0]
+    custom: dict[CustomMetricKey, CustomMetricEntry] = {}
+    external: dict[str, ExternalMetricEntry] = {}
+    for part in built:
+        for key, entry in part.custom.items():
+            custom[key] = _with_tenants_of(custom.get(key), entry)
+        for name, external_entry in part.external.items():
+            external[name] = _with_tenants_of(external.get(name), external_entry)
+    stats = RegistryStats(
+        custom_metrics=len(custom), external_metrics=len(external),
+        series_shapes=sum(part.stats.series_shapes for part in built),
+        label_sets=sum(part.stats.label_sets for part in built),
+        skipped_series_names=sum(part.stats.skipped_series_names for part in built),
+        rules=tuple(rule for part in built for rule in part.stats.rules),
+        override_problems=tuple(dict.fromkeys(
+            problem for part in built for problem in part.stats.override_problems)))
+    built_at = min((part.built_at for part in built if part.built_at is not None), default=None)
+    return MetricRegistry(custom, external, catalog, built_at, stats)
 
 
 def _rule_stats(rule: DiscoveryRule, *, names: _RuleNames, written: int) -> RuleStats:

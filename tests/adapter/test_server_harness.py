@@ -30,7 +30,7 @@ from adapter.http.app import (
 )
 from adapter.http.runner import StatusAppRunner
 from adapter.prometheus.client import PrometheusClient
-from adapter.prometheus.relisting import Relister
+from adapter.prometheus.relisting import Discovery
 from adapter.rules.config import parse_config
 from adapter.security.tls import build_server_context
 from adapter.settings import parse_settings
@@ -99,7 +99,7 @@ class RunningAdapter:
     fatal: list[BaseException] = field(default_factory=list)
 
     @property
-    def relister(self) -> Relister:
+    def relister(self) -> Discovery:
         return self.app[RELISTER_KEY]
 
     @property

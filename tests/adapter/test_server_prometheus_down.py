@@ -116,8 +116,8 @@ async def test_requests_while_prometheus_is_down_are_503_status(
         assert body["message"].startswith("unable to fetch metrics: ")
         assert_safe(reply.text, world.prometheus)
     text = (await adapter.get("/metrics")).text
-    assert 'metricscale_prometheus_request_errors_total{endpoint="query",reason="connection"}' \
-        in text
+    assert ('metricscale_prometheus_request_errors_total{backend="default",endpoint="query",'
+            'reason="connection"}') in text
 
 
 async def test_failed_relist_keeps_the_last_good_snapshot(
