@@ -32,11 +32,17 @@ from adapter.http.app import HEALTH_KEY, create_app, mark_shutting_down
 from adapter.http.runner import StatusAppRunner
 from adapter.kube.catalog import ClusterCatalog
 from adapter.kube.objects import USER_AGENT
-from adapter.prometheus.client import PrometheusClient
+from adapter.prometheus.backends import BackendClients
 from adapter.prometheus.relisting import RelistFailed, relist_once
-from adapter.rules.config import AdapterConfig, ConfigError, ConfigIssue, parse_config
+from adapter.rules.config import (
+    DEFAULT_BACKEND,
+    AdapterConfig,
+    ConfigError,
+    ConfigIssue,
+    parse_config,
+)
 from adapter.rules.query import QueryError, build_custom_query, build_external_query
-from adapter.rules.registry import MetricRegistry
+from adapter.rules.registry import MetricRegistry, merge_registries
 from adapter.rules.resources import ResourceCatalog, builtin_catalog
 from adapter.security.delegation import SecurityConfigError, build_security
 from adapter.security.selfcerts import SelfCertsConfig, SelfManagedCertificates
@@ -380,9 +386,23 @@ def check_config(settings: AdapterSettings, *, out: TextIO | None = None) -> int
     resource_rules = "yes" if config.resource_rules is not None else "no"
     print(f"{path}: valid: {len(config.rules)} rules, {len(config.external_rules)} "
           f"externalRules, resourceRules: {resource_rules}", file=out)
+    if config.backends:
+        for line in _backend_lines(config):
+            print(line, file=out)
     if settings.prometheus is None:
         return 0
     return asyncio.run(_check_discovery(settings, config=config, out=out))
+
+
+def _backend_lines(config: AdapterConfig) -> list[str]:
+    """`backend NAME (URL): rules[0], externalRules[1]`, one per backend, `default` first."""
+    urls = {backend.name: _shown_url(backend.url) for backend in config.backends}
+    lines = []
+    for name, rules in config.rules_by_backend().items():
+        where = urls.get(name, "--prometheus-url")
+        used = ", ".join(rules) if rules else "no rule"
+        lines.append(f"backend {name} ({where}): {used}")
+    return lines
 
 
 def _shown_url(url: str) -> str:
@@ -396,17 +416,28 @@ async def _check_discovery(settings: AdapterSettings, *, config: AdapterConfig,
     shown_url = _shown_url(settings.prometheus.url)
     catalog = await _catalog(settings, out)
     now = datetime.fromtimestamp(time.time(), tz=UTC)
-    async with PrometheusClient(settings.prometheus, registry=CollectorRegistry()) as client:
-        try:
-            registry = await relist_once(now, config=config, lister=client, catalog=catalog,
-                                         max_age=settings.max_age,
-                                         request_timeout=settings.prometheus.timeout)
-        except RelistFailed as error:
-            cause = error.__cause__
-            detail = getattr(cause, "detail", "") or ""
-            print(f"discovery against {shown_url} failed: {error} {detail}",
-                  file=out)
-            return 1
+    parts = []
+    async with BackendClients(config=config, flags=settings.prometheus,
+                              registry=CollectorRegistry()) as backends:
+        for target in backends.discovery_targets():
+            if target.backend != DEFAULT_BACKEND and not config.rules_by_backend().get(
+                    target.backend):
+                continue
+            try:
+                parts.append(await relist_once(
+                    now, config=config, lister=target.client, catalog=catalog,
+                    max_age=settings.max_age, request_timeout=target.client.settings.timeout,
+                    backend=target.backend if config.backends else None, tenant=target.tenant))
+            except RelistFailed as error:
+                cause = error.__cause__
+                detail = getattr(cause, "detail", "") or ""
+                where = shown_url if target.backend == DEFAULT_BACKEND else (
+                    f"backend {target.backend} ({_shown_url(target.client.settings.url)})")
+                if target.tenant is not None:
+                    where += f" tenant {target.tenant}"
+                print(f"discovery against {where} failed: {error} {detail}", file=out)
+                return 1
+    registry = merge_registries(parts, catalog=catalog)
     for problem in registry.stats.override_problems:
         print(f"warning: {problem}", file=out)
     per_rule = _sample_queries(registry, config)

@@ -427,10 +427,6 @@ class _ConfigBuilder:
         # Names of backends that failed their own checks count too: one problem, one issue.
         names = {DEFAULT_BACKEND, *self.backend_names}
         for path, name, use in self.backend_uses:
-            if name in names and name != DEFAULT_BACKEND:
-                # Until per-backend clients are wired, the adapter queries `default` only.
-                self.warn(path, f"backend {quote_go_string(name)} is parsed but not served yet: "
-                          "this rule's queries go to the default backend", use)
             if name not in names:
                 known = ", ".join(sorted(names))
                 self.decoder.issue(path, f"unknown backend {quote_go_string(name)} "

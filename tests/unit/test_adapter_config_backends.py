@@ -133,9 +133,8 @@ def test_a_tenant_backend_without_tenants_is_a_warning() -> None:
         "metric (line 2)"]
 
 
-def test_a_rule_on_a_named_backend_warns_that_it_is_not_served_yet() -> None:
+def test_a_rule_on_a_named_backend_is_served_without_a_warning() -> None:
     config = parse_config(THANOS_AND_MIMIR + "rules:" + RULE.replace(
         "metricsQuery", "backend: mimir\n  metricsQuery"))
-    assert [str(w) for w in config.warnings] == [
-        'rules[0].backend: backend "mimir" is parsed but not served yet: this rule\'s queries '
-        "go to the default backend (line 16)"]
+    assert [str(w) for w in config.warnings] == []
+    assert config.rules_by_backend()["mimir"] == ("rules[0]",)
