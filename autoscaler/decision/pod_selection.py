@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from autoscaler.model.fields import ModelError, read_object, read_str, read_string_map
+from autoscaler.model.metrics import MetricInput, MetricValueList, PodMetricsList
 from autoscaler.model.pods import ControllerRef, Pod, parse_controller_ref
 
 __all__ = [
@@ -17,6 +18,7 @@ __all__ = [
     "ReplicaSetOwner",
     "parse_pod_selection_strategy",
     "parse_replica_set",
+    "restrict_pod_metrics",
     "select_pods",
 ]
 
@@ -106,3 +108,23 @@ def select_pods(*, strategy: str, target_kind: str, target_name: str, pods: Sequ
     kept = tuple(pod for pod, rs in owned
                  if rs is None or rs.name != newest or _is_ready(pod))
     return PodSelection(pods=kept, not_owned=not_owned, rollout_unready=len(owned) - len(kept))
+
+
+_POD_METRIC_TYPES = ("Resource", "ContainerResource", "Pods")
+
+
+def restrict_pod_metrics(metric_types: Sequence[str], inputs: Sequence[MetricInput],
+                         pods: Sequence[Pod]) -> list[MetricInput]:
+    """Per-pod metric values of the selected pods only: upstream averages every value the
+    metrics API returns for the selector, listed pod or not, so a left-out pod's value must go
+    too."""
+    names = {pod.name for pod in pods}
+    restricted: list[MetricInput] = []
+    for metric_type, data in zip(metric_types, inputs, strict=True):
+        if metric_type in _POD_METRIC_TYPES and isinstance(data, PodMetricsList):
+            data = PodMetricsList(items=tuple(m for m in data.items if m.name in names))
+        elif metric_type in _POD_METRIC_TYPES and isinstance(data, MetricValueList):
+            data = MetricValueList(items=tuple(v for v in data.items
+                                               if v.described_name in names))
+        restricted.append(data)
+    return restricted

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 import pytest
 from hypothesis import given
@@ -14,9 +14,11 @@ from autoscaler.decision.pod_selection import (
     ReplicaSetOwner,
     parse_pod_selection_strategy,
     parse_replica_set,
+    restrict_pod_metrics,
     select_pods,
 )
-from autoscaler.model.fields import ModelError
+from autoscaler.model.fields import ModelError, Quantity
+from autoscaler.model.metrics import MetricValue, MetricValueList, PodMetrics, PodMetricsList
 from autoscaler.model.pods import ControllerRef, Pod, PodReadyCondition, parse_pod
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
@@ -140,3 +142,20 @@ def test_pods_and_replica_sets_keep_their_controller_owner_and_revision() -> Non
         {"kind": "ReplicaSet", "name": "web-1", "uid": "u2", "controller": True}]}}, "pod")
     assert parsed.controller == ControllerRef("ReplicaSet", "web-1", "u2")
     assert parse_pod({"metadata": {"name": "p"}}, "pod").controller is None
+
+
+def test_left_out_pods_lose_their_per_pod_metric_values_but_object_metrics_stay() -> None:
+    when = T0
+    pods_list = MetricValueList(items=tuple(
+        MetricValue(described_kind="Pod", described_name=name, metric_name="rps",
+                    timestamp=when, value=Quantity.parse("10")) for name in ("a", "job")))
+    usage = PodMetricsList(items=tuple(
+        PodMetrics(name=name, timestamp=when, window=timedelta(seconds=30))
+        for name in ("a", "job")))
+    kept = restrict_pod_metrics(["Pods", "Resource", "Object", "External"],
+                                [pods_list, usage, pods_list, None], [pod("a", None)])
+    assert isinstance(kept[0], MetricValueList)
+    assert [v.described_name for v in kept[0].items] == ["a"]
+    assert isinstance(kept[1], PodMetricsList)
+    assert [m.name for m in kept[1].items] == ["a"]
+    assert kept[2:] == [pods_list, None]
