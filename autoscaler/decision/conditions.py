@@ -9,6 +9,7 @@ from autoscaler.model.status import Condition
 
 __all__ = [
     "ABLE_TO_SCALE",
+    "ACTIVE",
     "FALLBACK",
     "PAUSED",
     "SCALED_TO_ZERO",
@@ -26,6 +27,7 @@ SCALING_LIMITED = "ScalingLimited"
 SCALED_TO_ZERO = "ScaledToZero"
 PAUSED = "Paused"  # ours: set only while a pause annotation is present
 FALLBACK = "Fallback"  # ours: set only while a metric proposes its fallback
+ACTIVE = "Active"  # ours (KEDA's): set only for an autoscaler with spec.idle
 
 TRUE = "True"
 FALSE = "False"

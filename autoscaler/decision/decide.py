@@ -12,11 +12,13 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from datetime import datetime
+from datetime import datetime, timedelta
+from decimal import Decimal
 
 from autoscaler.decision import behavior as rules
 from autoscaler.decision.conditions import (
     ABLE_TO_SCALE,
+    ACTIVE,
     FALLBACK,
     FALSE,
     PAUSED,
@@ -36,6 +38,7 @@ from autoscaler.decision.replicas import (
     ReadinessRules,
     ReplicaCalculation,
     Tolerances,
+    external_metric_values,
     get_external_metric_replicas,
     get_external_per_pod_metric_replicas,
     get_metric_replicas,
@@ -43,6 +46,7 @@ from autoscaler.decision.replicas import (
     get_object_per_pod_metric_replicas,
     get_raw_resource_replicas,
     get_resource_replicas,
+    object_metric_value,
 )
 from autoscaler.decision.settings import Settings
 from autoscaler.model.fields import Quantity
@@ -51,6 +55,7 @@ from autoscaler.model.metrics import MetricInput
 from autoscaler.model.objects import Autoscaler
 from autoscaler.model.pods import Pod, Scale, ScaleError, pods_matching
 from autoscaler.model.spec import (
+    AutoscalerSpec,
     Behavior,
     MetricFallback,
     MetricIdentifier,
@@ -789,6 +794,10 @@ def decide(*, autoscaler: Autoscaler, scale: Scale | ScaleError, pods: Sequence[
                                            settings=settings, now=now)
         else:  # paused at a size: failing metrics do not stop the pause from setting it
             desired = draft.current
+        if autoscaler.spec.idle is not None and failed is None:
+            desired, reason = _apply_activation(draft, result, autoscaler=autoscaler,
+                                                metrics=metrics, desired=desired, reason=reason,
+                                                settings=settings, now=now)
         if draft.current == 0 and draft.min_replicas != 0 and start.scaled_to_zero \
                 and desired < draft.min_replicas:
             draft.limits.append(Limit("MinReplicas", desired, draft.min_replicas,
@@ -817,6 +826,132 @@ def decide(*, autoscaler: Autoscaler, scale: Scale | ScaleError, pods: Sequence[
     return draft.keep(desired_replicas=draft.current,
                       status=draft.status(desired_replicas=shown), reason=reason,
                       error=draft.error)
+
+
+def idle_level(spec: AutoscalerSpec, settings: Settings) -> int | None:
+    """Where the target rests while no metric is active; None without `spec.idle`, and for an
+    idle size of 0 without --scale-to-zero (the controller-wide switch, as upstream's gate)."""
+    if spec.idle is None or (spec.idle.replicas == 0 and not settings.scale_to_zero):
+        return None
+    return spec.idle.replicas
+
+
+def _activation_value(metric: MetricSpec, status: MetricStatus | None,
+                      data: MetricInput | None) -> Decimal | None:
+    """What KEDA compares with the activation threshold: an External metric's total and an
+    Object metric's value as the metrics API returned them (they exist with no pod running);
+    for the pods' metrics, their current average (or utilization) as the status reports it."""
+    try:
+        if metric.type == "External" and data is not None:
+            values, _ = external_metric_values(data)
+            return Decimal(sum(values)) / 1000
+        if metric.type == "Object" and data is not None:
+            value, _ = object_metric_value(data)
+            return Decimal(value) / 1000
+    except CalculationError:
+        return None
+    return _current_value(status, _target_of(metric)) if status is not None else None
+
+
+def _current_value(status: MetricStatus, target: MetricTarget | None) -> Decimal | None:
+    """The metric's current value in its target's terms (Value, AverageValue, Utilization)."""
+    source = (status.resource or status.container_resource or status.pods or status.object
+              or status.external)
+    if source is None or target is None:
+        return None
+    current = source.current
+    if target.type == "Utilization":
+        utilization = current.average_utilization
+        return Decimal(utilization) if utilization is not None else None
+    quantity = current.value if target.type == "Value" else current.average_value
+    return quantity.value if quantity is not None else None
+
+
+def _status_of(result: _MetricsResult, index: int) -> MetricStatus | None:
+    return result.statuses[index] if index < len(result.statuses) else None
+
+
+def _target_of(metric: MetricSpec) -> MetricTarget | None:
+    for source in (metric.resource, metric.container_resource, metric.pods, metric.object,
+                   metric.external):
+        if source is not None:
+            return source.target
+    return None
+
+
+def _apply_activation(draft: _Draft, result: _MetricsResult, *, autoscaler: Autoscaler,
+                      metrics: Sequence[MetricInput], desired: int, reason: str,
+                      settings: Settings, now: datetime) -> tuple[int, str]:
+    """KEDA's activation and cooldown around upstream's decision: the idle size is left only
+    when a metric is active (above its activationThreshold, 0 by default), and returned to only
+    after every metric has been inactive for idle.cooldownSeconds; between 1 and N the
+    decision is upstream's."""
+    spec = autoscaler.spec
+    assert spec.idle is not None
+    level = idle_level(spec, settings)
+    if level is None:
+        draft.conditions = set_condition(
+            draft.conditions, type=ACTIVE, status=FALSE, reason="IdleNeedsScaleToZero",
+            message="idle.replicas 0 needs the controller's --scale-to-zero flag; activation "
+                    "and cooldown are off", now=now)
+        return desired, reason
+    active = []
+    for index, metric in enumerate(spec.metrics):
+        value = _activation_value(metric, _status_of(result, index),
+                                  metrics[index] if index < len(metrics) else None)
+        threshold = metric.activation_threshold.value \
+            if metric.activation_threshold is not None else Decimal(0)
+        if value is not None and value > threshold:
+            active.append(f"metric {index} ({value} > {threshold})")
+    # Active, the target runs at least minReplicas, and at least one pod above its idle size.
+    floor = max(1, min(max(draft.min_replicas, level + 1), draft.max_replicas))
+    if active:
+        draft.history = replace(draft.history, inactive_since=None)
+        draft.conditions = set_condition(draft.conditions, type=ACTIVE, status=TRUE,
+                                         reason="ScalerActive",
+                                         message="active: " + ", ".join(active), now=now)
+        if desired < floor:
+            draft.limits.append(Limit("Activation", desired, floor, "a metric is active: the "
+                                      f"target runs at least {floor} replicas"))
+            desired = floor
+        if draft.current <= level:
+            reason = "activated: " + ", ".join(active)
+            draft.explanation.append(f"Activation: {', '.join(active)}, so the target "
+                                     f"leaves its idle size {level} for {desired}.")
+        return desired, reason
+    since = draft.history.inactive_since or now
+    draft.history = replace(draft.history, inactive_since=since)
+    cooldown = timedelta(seconds=spec.idle.cooldown_seconds)
+    if draft.current <= level:
+        draft.conditions = set_condition(
+            draft.conditions, type=ACTIVE, status=FALSE, reason="ScalerNotActive",
+            message=f"no metric is above its activation threshold: idle at {level}", now=now)
+        if desired != draft.current:
+            draft.limits.append(Limit("Idle", desired, draft.current, "no metric is active"))
+        draft.explanation.append(f"No metric is active: the target stays at its idle size "
+                                 f"{level}.")
+        return draft.current, reason
+    if now - since >= cooldown:
+        draft.conditions = set_condition(
+            draft.conditions, type=ACTIVE, status=FALSE, reason="ScalerNotActive",
+            message=f"no metric has been active for {spec.idle.cooldown_seconds} s: idle at "
+                    f"{level}", now=now)
+        draft.limits.append(Limit("Cooldown", desired, level, f"no metric active since "
+                                  f"{since.isoformat()}"))
+        draft.explanation.append(f"No metric has been active for the "
+                                 f"{spec.idle.cooldown_seconds} s cooldown: the target goes to "
+                                 f"its idle size {level}.")
+        return level, f"no metric active for {spec.idle.cooldown_seconds} s (cooldown)"
+    remaining = int((cooldown - (now - since)).total_seconds())
+    draft.conditions = set_condition(
+        draft.conditions, type=ACTIVE, status=FALSE, reason="ScalerNotActive",
+        message=f"no metric is above its activation threshold; idle in {remaining} s unless "
+                "one becomes active", now=now)
+    if desired < floor:
+        draft.limits.append(Limit("Activation", desired, floor, "below the active floor until "
+                                  "the cooldown ends"))
+        desired = floor
+    return desired, reason
 
 
 def _report_fallback(draft: _Draft, result: _MetricsResult, *, autoscaler: Autoscaler,
@@ -907,6 +1042,12 @@ def _read_scale_and_bounds(draft: _Draft, *, autoscaler: Autoscaler, scale: Scal
     scaled_to_zero = settings.scale_to_zero and \
         condition_status(draft.conditions, SCALED_TO_ZERO) == TRUE
     can_scale_from_zero = scaled_to_zero and has_object_or_external
+    level = idle_level(spec, settings)
+    if level is not None and current == level:
+        draft.explanation.append(f"The target rests at its idle size {level}: the metrics "
+                                 "decide whether it activates.")
+        return _Start(current, "", needs_metrics=True, rescale=True,
+                      scaled_to_zero=scaled_to_zero)
     if current == 0:
         if (min_replicas != 0 and scaled_to_zero) or can_scale_from_zero:
             draft.explanation.append("The target was scaled to zero by the autoscaler: metrics "

@@ -59,6 +59,7 @@ class History:
     scale_up_events: tuple[ScaleEvent, ...] = ()
     scale_down_events: tuple[ScaleEvent, ...] = ()
     metric_failures: tuple[MetricFailure, ...] = ()
+    inactive_since: datetime | None = None  # ours: since when no metric has been active
 
 
 def _parse_events(raw: Mapping[str, Any], key: str, path: str) -> tuple[ScaleEvent, ...]:
@@ -111,6 +112,8 @@ def parse_history(raw: Any, path: str = "history") -> History:
         scale_up_events=_parse_events(obj, "scaleUpEvents", path),
         scale_down_events=_parse_events(obj, "scaleDownEvents", path),
         metric_failures=tuple(failures),
+        inactive_since=(parse_time(obj["inactiveSince"], f"{path}.inactiveSince")
+                        if obj.get("inactiveSince") is not None else None),
     )
 
 
@@ -126,6 +129,8 @@ def render_history(history: History) -> dict[str, Any]:
         out["metricFailures"] = [{"metric": f.metric, "failures": f.failures,
                                   "since": format_time_precise(f.since)}
                                  for f in history.metric_failures]
+    if history.inactive_since is not None:  # only with spec.idle: upstream's shape otherwise
+        out["inactiveSince"] = format_time_precise(history.inactive_since)
     return out
 
 

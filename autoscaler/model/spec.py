@@ -32,6 +32,7 @@ __all__ = [
     "ContainerResourceMetricSource",
     "CrossVersionObjectReference",
     "ExternalMetricSource",
+    "Idle",
     "MetricFallback",
     "MetricIdentifier",
     "MetricSpec",
@@ -128,6 +129,8 @@ class MetricSpec:
     object: ObjectMetricSource | None = None
     external: ExternalMetricSource | None = None
     fallback: MetricFallback | None = None
+    # Ours (KEDA's activationThreshold): the metric counts as active above this value.
+    activation_threshold: Quantity | None = None
 
 
 @dataclass(frozen=True)
@@ -156,12 +159,22 @@ class Behavior:
 
 
 @dataclass(frozen=True)
+class Idle:
+    """`spec.idle` (ours; KEDA's idleReplicaCount and cooldownPeriod): where the target rests
+    while no metric is active, and how long every metric must have been inactive first."""
+
+    replicas: int = 0
+    cooldown_seconds: int = 300
+
+
+@dataclass(frozen=True)
 class AutoscalerSpec:
     scale_target_ref: CrossVersionObjectReference
     max_replicas: int
     min_replicas: int | None = None
     metrics: tuple[MetricSpec, ...] = ()
     behavior: Behavior | None = None
+    idle: Idle | None = None
 
 
 def parse_reference(raw: Any, path: str) -> CrossVersionObjectReference:
@@ -234,7 +247,12 @@ def _parse_metric_spec(raw: Any, path: str) -> MetricSpec:
     src = read_object(source, where)
     spec = _parse_metric_source(kind, src, where)
     fallback = _parse_fallback(src.get("fallback"), f"{where}.fallback")
-    return spec if fallback is None else replace(spec, fallback=fallback)
+    if fallback is not None:
+        spec = replace(spec, fallback=fallback)
+    threshold = read_optional_quantity(src, "activationThreshold", where)
+    if threshold is not None:
+        spec = replace(spec, activation_threshold=threshold)
+    return spec
 
 
 def _parse_metric_source(kind: str, src: Mapping[str, Any], where: str) -> MetricSpec:
@@ -345,12 +363,24 @@ def parse_spec(raw: Any, path: str) -> AutoscalerSpec:
             sync_period_seconds=sync_period,
         )
     min_replicas = read_int(obj, "minReplicas", path)
+    idle = None
+    idle_raw = read_optional_object(obj, "idle", path)
+    if idle_raw is not None:
+        where = f"{path}.idle"
+        replicas = read_int(idle_raw, "replicas", where) or 0
+        cooldown = read_int(idle_raw, "cooldownSeconds", where)
+        if replicas < 0:
+            raise ModelError(f"{where}.replicas", "must be 0 or more")
+        if cooldown is not None and cooldown < 0:
+            raise ModelError(f"{where}.cooldownSeconds", "must be 0 or more")
+        idle = Idle(replicas=replicas, cooldown_seconds=300 if cooldown is None else cooldown)
     return AutoscalerSpec(
         scale_target_ref=parse_reference(obj.get("scaleTargetRef"), f"{path}.scaleTargetRef"),
         min_replicas=1 if min_replicas is None else min_replicas,
         max_replicas=read_int(obj, "maxReplicas", path, required=True) or 0,
         metrics=metrics,
         behavior=behavior,
+        idle=idle,
     )
 
 
@@ -407,6 +437,10 @@ def _render_metric_spec(metric: MetricSpec) -> dict[str, Any]:
             if metric.fallback.failure_duration_seconds is not None:
                 fallback["failureDurationSeconds"] = metric.fallback.failure_duration_seconds
             out[key]["fallback"] = fallback
+    if metric.activation_threshold is not None:
+        key = METRIC_SOURCE_KEYS.get(metric.type)
+        if key is not None and key in out:
+            out[key]["activationThreshold"] = metric.activation_threshold.text
     return out
 
 
@@ -440,4 +474,7 @@ def render_spec(spec: AutoscalerSpec) -> dict[str, Any]:
         if spec.behavior.sync_period_seconds is not None:
             behavior["syncPeriodSeconds"] = spec.behavior.sync_period_seconds
         out["behavior"] = behavior
+    if spec.idle is not None:
+        out["idle"] = {"replicas": spec.idle.replicas,
+                       "cooldownSeconds": spec.idle.cooldown_seconds}
     return out

@@ -63,7 +63,8 @@ def scenario(*, min_replicas: int | None, max_replicas: int, spec_replicas: int,
              metric_inputs: Sequence[Any] | None = None, settings: dict[str, Any] | None = None,
              write_error: str | None = None, other_selectors: Mapping[str, str] | None = None,
              scale_error: str | None = None,
-             annotations: Mapping[str, str] | None = None) -> Decision:
+             annotations: Mapping[str, str] | None = None,
+             spec_extra: Mapping[str, Any] | None = None) -> Decision:
     """One reconcile of upstream's test HPA (test-namespace/test-hpa over test-rc)."""
     status = spec_replicas if status_replicas is None else status_replicas
     specs: list[Mapping[str, Any]] = []
@@ -84,6 +85,8 @@ def scenario(*, min_replicas: int | None, max_replicas: int, spec_replicas: int,
                        last_scale_time=last_scale_time)
     if annotations:
         autoscaler["metadata"]["annotations"] = dict(annotations)
+    if spec_extra:
+        autoscaler["spec"].update(spec_extra)
     if history is None and recommendations is not None:
         history = {"recommendations": recommendations}
     scale_object: dict[str, Any] = {"error": scale_error} if scale_error is not None \

@@ -188,7 +188,8 @@ def test_every_autoscaling_v2_field_is_in_the_crd_with_its_type_and_required_fie
 
 
 # Our extensions of the autoscaling/v2 spec (each documented in the README), by field path.
-EXTENSIONS = ("fallback", "syncPeriodSeconds")
+EXTENSIONS = ("fallback", "syncPeriodSeconds", "podSelectionStrategy", "activationThreshold",
+              "idle")
 
 
 def test_the_crd_spec_has_no_field_autoscaling_v2_lacks_but_our_extensions() -> None:
@@ -210,7 +211,9 @@ def test_the_crd_spec_has_no_field_autoscaling_v2_lacks_but_our_extensions() -> 
     assert extended == {f"spec.metrics[].{source}.fallback{leaf}" for source in sources
                         for leaf in ("", ".replicas", ".failureThreshold",
                                      ".failureDurationSeconds", ".behavior")} | {
-        "spec.behavior.syncPeriodSeconds"}
+        f"spec.metrics[].{source}.activationThreshold" for source in sources} | {
+        "spec.behavior.syncPeriodSeconds", "spec.podSelectionStrategy", "spec.idle",
+        "spec.idle.replicas", "spec.idle.cooldownSeconds"}
 
 
 # -------------------------------------- the schema as a validator (plus its CEL rules, real CEL)
@@ -344,6 +347,13 @@ VALID = {
     "a custom resource target": {"scaleTargetRef": {"apiVersion": "example.com/v1",
                                                     "kind": "Widget", "name": "w.1"},
                                  "maxReplicas": 2},
+    "idle at 0 with activation thresholds": {
+        "scaleTargetRef": TARGET, "maxReplicas": 5, "idle": {"cooldownSeconds": 60},
+        "metrics": [{"type": "External", "external": {
+            **EVERY_METRIC[-1]["external"], "activationThreshold": "0.5"}},
+            {**CPU, "resource": {**CPU["resource"], "activationThreshold": 5}}]},
+    "idle at 2 below minReplicas 3": {"scaleTargetRef": TARGET, "minReplicas": 3,
+                                      "maxReplicas": 5, "idle": {"replicas": 2}},
 }
 
 
@@ -451,6 +461,25 @@ INVALID: dict[str, tuple[Obj, str]] = {
         '1801 is greater'),
     "negative tolerance": (scaling(tolerance="-0.1"),
         "'-0.1' does not match"),
+    "idle replicas not below minReplicas": ({"scaleTargetRef": TARGET, "minReplicas": 2,
+                                            "maxReplicas": 5, "idle": {"replicas": 2}},
+        'self.idle.replicas < '),
+    "idle replicas 1 with the default minReplicas": ({"scaleTargetRef": TARGET,
+                                                     "maxReplicas": 5, "idle": {"replicas": 1}},
+        'self.idle.replicas < '),
+    "negative cooldown": ({"scaleTargetRef": TARGET, "maxReplicas": 5,
+                           "idle": {"cooldownSeconds": -1}},
+        '-1 is less'),
+    "activation threshold not a quantity": (with_metric(
+        {**pods_target(type="AverageValue", averageValue="1"),
+         "pods": {**pods_target(type="AverageValue", averageValue="1")["pods"],
+                  "activationThreshold": "some"}}),
+        "'some' does not match"),
+    "negative activation threshold": (with_metric(
+        {"type": "External", "external": {"metric": {"name": "q"},
+                                          "target": {"type": "Value", "value": "1"},
+                                          "activationThreshold": "-1"}}),
+        "'-1' does not match"),
 }
 
 
@@ -523,6 +552,7 @@ def test_controller_role_is_least_privilege() -> None:
         ("metricscale.dev", "autoscalers/status", "update"),
         ("metricscale.dev", "autoscalers/status", "patch"),
         ("", "pods", "list"), ("", "pods", "watch"),
+        ("apps", "replicasets", "list"), ("apps", "replicasets", "watch"),
         ("events.k8s.io", "events", "create"), ("events.k8s.io", "events", "patch")}
     binding = one(OBJECTS, "ClusterRoleBinding", "metricscale-autoscaler")
     assert binding["subjects"] == [SA]
