@@ -15,6 +15,7 @@ from autoscaler.decision.decide import (
     complete,
     decide,
 )
+from autoscaler.decision.pod_selection import LABEL_SELECTOR, parse_pod_selection_strategy
 from autoscaler.decision.settings import Settings, SettingsError, parse_settings
 from autoscaler.model.fields import ModelError
 from autoscaler.model.history import History, parse_history, render_history
@@ -74,6 +75,8 @@ class Snapshot:
     pods: tuple[Pod, ...]
     metrics: tuple[MetricInput, ...]
     history: History
+    pod_selection: str = LABEL_SELECTOR  # KEP-5325's spec.podSelectionStrategy
+    ignored_pods: int | None = None  # status.ignoredPods: what the controller left out
 
 
 def _parse(raw: Any) -> Snapshot:
@@ -118,8 +121,14 @@ def _parse(raw: Any) -> Snapshot:
                                                 f"{expected.__name__}; got "
                                                 f"{type(value).__name__}")
         metrics.append(value)
+    document = raw["autoscaler"]
+    spec, status = document.get("spec"), document.get("status")
+    ignored = status.get("ignoredPods") if isinstance(status, Mapping) else None
     return Snapshot(now=now, settings=settings, autoscaler=autoscaler, scale=scale,
-                    pods=pods, metrics=tuple(metrics), history=parse_history(raw.get("history")))
+                    pods=pods, metrics=tuple(metrics), history=parse_history(raw.get("history")),
+                    pod_selection=parse_pod_selection_strategy(
+                        spec if isinstance(spec, Mapping) else {}, "autoscaler.spec"),
+                    ignored_pods=ignored if isinstance(ignored, int) else None)
 
 
 def parse_snapshot(raw: Any) -> Snapshot:

@@ -8,6 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from autoscaler.decision.explanation import render_text
 from autoscaler.decision.pod_selection import (
     LABEL_SELECTOR,
     OWNER_REFERENCES,
@@ -17,6 +18,7 @@ from autoscaler.decision.pod_selection import (
     restrict_pod_metrics,
     select_pods,
 )
+from autoscaler.decision.snapshot import decide_snapshot, parse_snapshot
 from autoscaler.model.fields import ModelError, Quantity
 from autoscaler.model.metrics import MetricValue, MetricValueList, PodMetrics, PodMetricsList
 from autoscaler.model.pods import ControllerRef, Pod, PodReadyCondition, parse_pod
@@ -159,3 +161,22 @@ def test_left_out_pods_lose_their_per_pod_metric_values_but_object_metrics_stay(
     assert isinstance(kept[1], PodMetricsList)
     assert [m.name for m in kept[1].items] == ["a"]
     assert kept[2:] == [pods_list, None]
+
+
+def test_explain_names_the_strategy_and_the_pods_the_controller_left_out() -> None:
+    document = {
+        "now": "2026-01-01T00:00:00Z",
+        "autoscaler": {"apiVersion": "metricscale.dev/v1alpha1", "kind": "Autoscaler",
+                       "metadata": {"name": "web", "namespace": "default"},
+                       "spec": {"scaleTargetRef": {"kind": "Deployment", "name": "web"},
+                                "maxReplicas": 5, "podSelectionStrategy": OWNER_REFERENCES},
+                       "status": {"ignoredPods": 2}},
+        "scale": {"spec": {"replicas": 1}, "status": {"replicas": 1, "selector": "app=web"}},
+    }
+    snapshot = parse_snapshot(document)
+    text = render_text(snapshot, decide_snapshot(snapshot))
+    assert "Pod selection: OwnerReferences (KEP-5325): the controller's last decision left " \
+           "out 2 of the selector's pods" in text
+    del document["autoscaler"]["spec"]["podSelectionStrategy"]  # type: ignore[attr-defined]
+    snapshot = parse_snapshot(document)
+    assert "Pod selection" not in render_text(snapshot, decide_snapshot(snapshot))
