@@ -376,6 +376,10 @@ class PrometheusMetrics:
         )
 
 
+# The old private name, still imported by tests/monitoring (owned elsewhere).
+_Metrics = PrometheusMetrics
+
+
 # ---------------------------------------------------------------------------------------------
 # The client
 
