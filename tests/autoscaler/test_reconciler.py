@@ -372,5 +372,26 @@ async def test_native_hpa_status_has_no_extras_and_history_goes_to_an_annotation
     assert history.recommendations[0].timestamp == at(0)
 
 
+async def test_native_hpa_pause_annotations_hold_the_size_and_resume() -> None:
+    """Pause works as annotations on a native HPA too (under --enable-native-hpa): decided and
+    reported, never written; paused-replicas sets its size; removing the annotation resumes."""
+    world = World(replicas=2, qps="30", kind="HorizontalPodAutoscaler",
+                  annotations={"metricscale.dev/paused": "true"})
+    await world.reconciler.reconcile_once(HPA_KEY, at(0))
+    assert world.kube.replicas(NS, "web") == 2
+    assert world.kube.count("update_scale") == 0
+    assert world.conditions(HPA_KEY)["Paused"] == ("True", "Paused")
+    assert world.status(HPA_KEY)["desiredReplicas"] == 4  # what it would have set
+    world.caches.put(autoscaler(kind="HorizontalPodAutoscaler",
+                                annotations={"metricscale.dev/paused-replicas": "4"}))
+    await world.reconciler.reconcile_once(HPA_KEY, at(15))
+    assert world.kube.replicas(NS, "web") == 4
+    assert world.conditions(HPA_KEY)["Paused"] == ("True", "PausedAtReplicas")
+    world.caches.put(autoscaler(kind="HorizontalPodAutoscaler"))
+    await world.reconciler.reconcile_once(HPA_KEY, at(30))
+    assert "Paused" not in world.conditions(HPA_KEY)
+    assert world.kube.replicas(NS, "web") > 4  # scaling resumed
+
+
 def test_mapping_double_is_a_deployment() -> None:
     assert isinstance(MemoryKube(MemoryCaches()).kinds["Deployment"], ResourceMapping)
