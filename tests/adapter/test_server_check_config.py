@@ -128,3 +128,30 @@ def test_an_empty_file_is_a_warning_not_zero_valid_rules(tmp_path: Path, text: s
     assert code == 0
     assert "warning: the file is empty" in out
     assert "valid: 0 rules" not in out
+
+
+def test_each_backend_is_listed_with_the_rules_that_read_from_it(tmp_path: Path) -> None:
+    text = """backends:
+- name: thanos
+  url: http://user:secret@thanos:9090
+- name: spare
+  url: http://spare:9090
+rules:
+- seriesQuery: 'a_total'
+  backend: thanos
+  metricsQuery: 'sum(<<.Series>>)'
+- seriesQuery: 'b_total'
+  metricsQuery: 'sum(<<.Series>>)'
+externalRules:
+- seriesQuery: 'queue'
+  backend: thanos
+  metricsQuery: 'sum(<<.Series>>)'
+"""
+    code, output = run_check(tmp_path, text)
+    assert code == 0, output
+    lines = output.splitlines()
+    assert "not served yet" not in output
+    assert lines[-3:] == [
+        "backend default (--prometheus-url): rules[1]",
+        "backend thanos (http://user@thanos:9090): rules[0], externalRules[0]",
+        "backend spare (http://spare:9090): no rule"]
