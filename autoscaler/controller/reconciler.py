@@ -16,12 +16,19 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any, Protocol
 
 from autoscaler.controller.stats import ControllerMetrics
 from autoscaler.controller.watching import AutoscalerEntry, AutoscalerKey, SelectorRegistry
+from autoscaler.decision.conflicts import (
+    CONFLICT_CONDITION,
+    ConflictMemory,
+    ConflictObservation,
+    apply_conflict_condition,
+    observe_replicas,
+)
 from autoscaler.decision.decide import (
     SCALE_WRITE_DRY_RUN,
     SCALE_WRITE_SUCCEEDED,
@@ -43,6 +50,13 @@ from autoscaler.decision.persistence import (
     render_history_annotation,
     render_persisted_history,
     restore_history,
+)
+from autoscaler.decision.pod_selection import (
+    LABEL_SELECTOR,
+    ReplicaSetOwner,
+    parse_pod_selection_strategy,
+    restrict_pod_metrics,
+    select_pods,
 )
 from autoscaler.decision.settings import Settings
 from autoscaler.kube.metrics_api import MetricsError
@@ -123,6 +137,8 @@ class Caches(Protocol):
     def get(self, key: AutoscalerKey) -> AutoscalerEntry | None: ...
 
     def select_pods(self, namespace: str, selector: str) -> list[Pod]: ...
+
+    def replica_sets(self, namespace: str) -> Mapping[str, ReplicaSetOwner]: ...
 
 
 class _AlwaysLeader:
@@ -205,6 +221,8 @@ class _Memory:
 
     history: History
     persisted: History | None  # the history the autoscaler carries (last written or read)
+    ignored_pods: int | None = None  # KEP-5325: status.ignoredPods with OwnerReferences
+    conflicts: ConflictMemory = field(default_factory=ConflictMemory)
 
 
 def invalid_spec_status(current: Mapping[str, Any], *, error: str, generation: int | None,
@@ -292,6 +310,11 @@ class Reconciler:
             logger.warning("the persisted history cannot be read (%s); starting afresh", err)
             persisted = None
         memory = _Memory(history=restore_history(persisted, now=now), persisted=persisted)
+        if entry.autoscaler is not None and any(
+                c.type == CONFLICT_CONDITION for c in entry.autoscaler.status.conditions):
+            # A new leader cannot know when the last external change was: keep the
+            # condition a full window from now rather than drop it unannounced.
+            memory.conflicts = ConflictMemory(changes=(now,), conflicting=True)
         self._memory[entry.key] = memory
         return memory
 
@@ -320,6 +343,8 @@ class Reconciler:
             scale = ScaleError(message=str(err))
             if isinstance(err, KubeUnavailable):
                 failed, retry_after = True, err.retry_after
+        observation = (observe_replicas(memory.conflicts, observed=scale.spec_replicas, now=now)
+                       if isinstance(scale, Scale) else ConflictObservation(memory.conflicts, ()))
 
         pods = []
         others: dict[str, str] = {}
@@ -328,9 +353,13 @@ class Reconciler:
             self._watching.registry.update(key, scale.selector)
             pods = self._watching.select_pods(namespace, scale.selector)
             others = self._watching.registry.others_for(key, pods)
+            pods = self._owned_pods(entry, namespace=namespace, pods=pods, memory=memory)
             if needs_metrics(autoscaler, scale, settings=self._settings):
                 inputs = await self._fetch_metrics(autoscaler, entry=entry,
                                                    selector=scale.selector)
+                if memory.ignored_pods is not None:  # KEP-5325: the left-out pods' values too
+                    inputs = restrict_pod_metrics([m.type for m in autoscaler.spec.metrics],
+                                                  inputs, pods)
 
         decision = decide(autoscaler=autoscaler, scale=scale, pods=pods, metrics=inputs,
                           history=memory.history, now=now, settings=self._settings,
@@ -354,9 +383,11 @@ class Reconciler:
                     outcome = "failed_rescale"
             decision = complete(decision, write_result=result, settings=self._settings, now=now)
         memory.history = decision.history
+        decision = self._note_conflicts(decision, autoscaler=autoscaler, scale=scale,
+                                        observation=observation, memory=memory, now=now)
         self._log(decision, autoscaler, dry_run=dry_run)
 
-        await self._post_events(entry, decision.events, now=now)
+        await self._post_events(entry, (*decision.events, *observation.events), now=now)
         if not await self._write_status(entry, autoscaler=autoscaler, decision=decision,
                                         memory=memory, now=now):
             failed = True
@@ -366,6 +397,29 @@ class Reconciler:
         period = behavior.sync_period_seconds if behavior is not None else None
         return ReconcileResult(outcome, failed=failed, retry_after=retry_after,
                                sync_period=float(period) if period is not None else None)
+
+    def _note_conflicts(self, decision: Decision, *, autoscaler: Autoscaler,
+                        scale: Scale | ScaleError, observation: ConflictObservation,
+                        memory: _Memory, now: datetime) -> Decision:
+        """Remember the replicas we left the target at (only our own writes are excluded from
+        conflict detection: a dry run or a pause writes nothing) and set the condition."""
+        conflicts = observation.memory
+        if isinstance(scale, Scale):
+            left = decision.new_replicas if decision.rescale and decision.scale_updated \
+                else scale.spec_replicas
+            conflicts = replace(conflicts, expected_replicas=left)
+        memory.conflicts = conflicts
+        if self._stats is not None and any(e.reason == "ExternalScaleChange"
+                                           for e in observation.events):
+            namespace = autoscaler.metadata.namespace
+            self._stats.external_scale_changes.labels(namespace,
+                                                      autoscaler.metadata.name).inc()
+        conditions = apply_conflict_condition(decision.status.conditions,
+                                              previous=autoscaler.status.conditions,
+                                              conflicting=conflicts.conflicting, now=now)
+        if conditions == decision.status.conditions:
+            return decision
+        return replace(decision, status=replace(decision.status, conditions=conditions))
 
     async def _fetch_metrics(self, autoscaler: Autoscaler, *, entry: AutoscalerEntry,
                              selector: str) -> list[MetricInput]:
@@ -414,6 +468,23 @@ class Reconciler:
                 regarding=regarding, event_type="Warning" if event.type == "Warning"
                 else "Normal", reason=event.reason, note=event.message, now=now)
 
+    def _owned_pods(self, entry: AutoscalerEntry, *, namespace: str, pods: list[Pod],
+                    memory: _Memory) -> list[Pod]:
+        """KEP-5325: the pods `decide` counts under the autoscaler's podSelectionStrategy."""
+        spec = entry.raw.get("spec")
+        try:
+            strategy = parse_pod_selection_strategy(spec if isinstance(spec, Mapping) else {})
+        except ModelError:
+            strategy = LABEL_SELECTOR  # the CRD's enum refuses it; never count fewer pods
+        if strategy == LABEL_SELECTOR or entry.autoscaler is None:
+            memory.ignored_pods = None
+            return pods
+        ref = entry.autoscaler.spec.scale_target_ref
+        selection = select_pods(strategy=strategy, target_kind=ref.kind, target_name=ref.name,
+                                pods=pods, replica_sets=self._watching.replica_sets(namespace))
+        memory.ignored_pods = selection.ignored
+        return list(selection.pods)
+
     async def _write_status(self, entry: AutoscalerEntry, *, autoscaler: Autoscaler,
                             decision: Decision, memory: _Memory, now: datetime) -> bool:
         """Write the status if it changed (and the history if it must); False on failure."""
@@ -442,6 +513,8 @@ class Reconciler:
             }
             if entry.generation is not None:
                 extras["observedGeneration"] = entry.generation
+            if memory.ignored_pods is not None:
+                extras["ignoredPods"] = memory.ignored_pods
             current = entry.status
             if persist:
                 extras["history"] = render_persisted_history(decision.history, now=now,
