@@ -37,6 +37,7 @@ from autoscaler.controller.leader import (
     default_identity,
     default_lease_namespace,
     leader_election_config,
+    publish_settings,
 )
 from autoscaler.controller.reconciler import Reconciler
 from autoscaler.controller.stats import ControllerMetrics
@@ -53,7 +54,7 @@ from metricscale.kube.config import (
     open_configuration,
     resolve_kubeconfig,
 )
-from metricscale.kube.errors import KubeConfigError
+from metricscale.kube.errors import KubeConfigError, KubeError
 from metricscale.kube.http import open_kube_http
 from metricscale.kube.informer import InformerCollector, PathSource
 from metricscale.tasks import start_guarded_task
@@ -350,8 +351,24 @@ class AutoscalerServer:
         async with asyncio.TaskGroup() as group:
             if self.elector is not None:
                 group.create_task(self.elector.run(), name="leader elector")
+            else:
+                group.create_task(self._publish_settings(), name="publish settings")
             group.create_task(self.controller.run(), name="controller")
             group.create_task(self._gauges(), name="gauges")
+
+    async def _publish_settings(self) -> None:
+        """Without leader election, publish the decision settings on the Lease anyway, once,
+        best effort: `explain --live` reads them there."""
+        assert self.kube is not None
+        options = self.options
+        namespace = options.lease_namespace or default_lease_namespace()
+        name = options.leader_election.resource_name
+        try:
+            await publish_settings(self.kube, namespace=namespace, name=name,
+                                   settings=options.settings)
+        except KubeError as exc:
+            logger.warning("lease %s/%s: settings not published for explain --live: %s",
+                           namespace, name, exc)
 
     async def _gauges(self) -> None:
         assert self.watching is not None and self.controller is not None

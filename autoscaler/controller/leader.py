@@ -53,6 +53,7 @@ __all__ = [
     "default_identity",
     "default_lease_namespace",
     "leader_election_config",
+    "publish_settings",
 ]
 
 # client-go's wait.JitterUntil factor for the acquire loop (leaderelection.JitterFactor).
@@ -162,6 +163,30 @@ def default_lease_namespace(fallback: str = "default") -> str:
             return handle.read().strip() or fallback
     except OSError:
         return fallback
+
+
+async def publish_settings(store: LeaseStore, *, namespace: str, name: str,
+                           settings: Settings) -> None:
+    """With --leader-elect=false: publish the decision settings on the Lease all the same (for
+    `explain --live`), holder untouched: the single replica is the leader but elects nothing.
+    A lease nobody held gets an empty holder and a duration of 1 s, which any elector may take
+    at once. KubeError (say, no RBAC for leases) is for the caller to log."""
+    annotations = {SETTINGS_ANNOTATION: render_settings_annotation(settings)}
+    for _ in range(3):
+        lease = await store.read_lease(namespace=namespace, name=name)
+        try:
+            if lease is None:
+                await store.create_lease(
+                    namespace=namespace, name=name, annotations=annotations,
+                    spec=LeaseSpec(holder_identity="", lease_duration_seconds=1,
+                                   acquire_time=None, renew_time=None, lease_transitions=0))
+            else:
+                await store.replace_lease(lease, spec=lease.spec, annotations=annotations)
+            return
+        except (AlreadyExists, Conflict):
+            continue  # someone wrote it between our read and write: read again
+    logger.warning("lease %s/%s: settings not published, it kept changing under us",
+                   namespace, name)
 
 
 # --- The guard the controller checks before every write ----------------------------------

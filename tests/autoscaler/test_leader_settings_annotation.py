@@ -9,7 +9,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from prometheus_client import CollectorRegistry
 
-from autoscaler.controller.leader import LeaderElectionConfig, LeaderElector
+from autoscaler.controller.leader import LeaderElectionConfig, LeaderElector, publish_settings
 from autoscaler.decision.settings import (
     SETTINGS_ANNOTATION,
     Settings,
@@ -70,3 +70,27 @@ async def test_without_settings_no_annotation_is_written(
                             clock=lambda: T0)
     await elector.try_acquire_or_renew()
     assert SETTINGS_ANNOTATION not in stored_annotations(fake_kube)
+
+
+async def test_without_election_the_settings_are_published_and_the_holder_left_alone(
+        fake_kube: FakeKubeAPI, client: KubeClient) -> None:
+    """--leader-elect=false: the single replica publishes its settings on the Lease all the
+    same; a lease an elector holds keeps its holder and spec."""
+    await publish_settings(client, namespace="ops", name="metricscale-autoscaler",
+                           settings=SETTINGS)
+    assert parse_settings_annotation(stored_annotations(fake_kube)[SETTINGS_ANNOTATION]) == \
+        SETTINGS
+    lease = fake_kube.store.try_get("coordination.k8s.io", "v1", "leases",
+                                    "metricscale-autoscaler", namespace="ops")
+    assert lease is not None and not lease["spec"].get("holderIdentity")
+    # An elector takes the unheld lease at once, and a later publish leaves its holder alone.
+    elector = LeaderElector(client, config=CONFIG, identity="a", namespace="ops",
+                            clock=lambda: T0, settings=Settings())
+    assert await elector.try_acquire_or_renew() is True
+    await publish_settings(client, namespace="ops", name="metricscale-autoscaler",
+                           settings=SETTINGS)
+    lease = fake_kube.store.try_get("coordination.k8s.io", "v1", "leases",
+                                    "metricscale-autoscaler", namespace="ops")
+    assert lease is not None and lease["spec"]["holderIdentity"] == "a"
+    assert parse_settings_annotation(stored_annotations(fake_kube)[SETTINGS_ANNOTATION]) == \
+        SETTINGS

@@ -51,6 +51,8 @@ async def test_explain_live_captures_the_inputs_and_history_and_agrees_with_the_
     decision = json.loads(out)
     assert decision["desiredReplicas"] == 6
     assert decision["scaleUpdated"] is False
+    # The controller runs with --leader-elect=false and published its settings all the same.
+    assert decision["settingsSource"] == "controller"
     assert [m["current"] for m in decision["metrics"]] == ["10"]
     snapshot = json.loads(saved.read_text())
     assert snapshot["kind"] == "DecisionSnapshot"
