@@ -207,7 +207,7 @@ async def test_health_endpoints_answer_ok(adapter: RunningAdapter, endpoint: str
 async def test_readyz_verbose_lists_every_check(adapter: RunningAdapter) -> None:
     reply = await adapter.get("/readyz?verbose")
     assert reply.text == ("[+]ping ok\n[+]metric-discovery ok\n[+]shutdown ok\n"
-                          "readyz check passed\n")
+                          "[+]informers ok\nreadyz check passed\n")
 
 
 async def test_livez_verbose_and_exclusions(adapter: RunningAdapter) -> None:
