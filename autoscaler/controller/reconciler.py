@@ -14,14 +14,18 @@ Every write first asks the leader guard, so a replica that lost its lease writes
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any, Protocol
 
+from prometheus_client import Gauge
+
 from autoscaler.controller.stats import ControllerMetrics
 from autoscaler.controller.watching import AutoscalerEntry, AutoscalerKey, SelectorRegistry
+from autoscaler.decision.conditions import ACTIVE, FALLBACK, PAUSED
 from autoscaler.decision.conflicts import (
     CONFLICT_CONDITION,
     ConflictMemory,
@@ -94,6 +98,15 @@ __all__ = [
 ]
 
 logger = logging.getLogger(__name__)
+
+# The conditions of our own features, exported per autoscaler while set.
+FEATURE_CONDITIONS = (PAUSED, FALLBACK, ACTIVE, CONFLICT_CONDITION)
+
+
+def _remove(gauge: Gauge, *labels: str) -> None:
+    """Drop one labelled series if it exists."""
+    with contextlib.suppress(KeyError):
+        gauge.remove(*labels)
 
 @dataclass(frozen=True)
 class ReconcileResult:
@@ -222,6 +235,7 @@ class _Memory:
     history: History
     persisted: History | None  # the history the autoscaler carries (last written or read)
     ignored_pods: int | None = None  # KEP-5325: status.ignoredPods with OwnerReferences
+    failing_metrics: frozenset[str] = frozenset()  # the metric_read_failures series set
     conflicts: ConflictMemory = field(default_factory=ConflictMemory)
 
 
@@ -288,6 +302,7 @@ class Reconciler:
     # -- memory --
 
     def forget(self, key: AutoscalerKey) -> None:
+        self._forget_features(key)
         self._memory.pop(key, None)
         self._reported_invalid.pop(key, None)
         self._watching.registry.remove(key)
@@ -391,12 +406,55 @@ class Reconciler:
         if not await self._write_status(entry, autoscaler=autoscaler, decision=decision,
                                         memory=memory, now=now):
             failed = True
-        if self._stats is not None:
-            self._stats.decisions.labels(outcome).inc()
         behavior = autoscaler.spec.behavior
         period = behavior.sync_period_seconds if behavior is not None else None
+        if self._stats is not None:
+            self._stats.decisions.labels(outcome).inc()
+            self._record_features(entry.key, decision=decision, memory=memory, period=period)
         return ReconcileResult(outcome, failed=failed, retry_after=retry_after,
                                sync_period=float(period) if period is not None else None)
+
+    def _record_features(self, key: AutoscalerKey, *, decision: Decision, memory: _Memory,
+                         period: int | None) -> None:
+        """The /metrics series of our own features, for this autoscaler: set while in use,
+        removed when not (so the features cost nothing to autoscalers that do not use them)."""
+        stats = self._stats
+        assert stats is not None
+        who = (key.namespace, key.name)
+        conditions = {c.type: c.status for c in decision.status.conditions}
+        for kind in FEATURE_CONDITIONS:
+            status = conditions.get(kind)
+            if status is None:
+                _remove(stats.feature_condition, *who, kind)
+            else:
+                stats.feature_condition.labels(*who, kind).set(1 if status == "True" else 0)
+        failing = {str(f.metric): f.failures for f in decision.history.metric_failures}
+        for metric in memory.failing_metrics - failing.keys():
+            _remove(stats.metric_read_failures, *who, metric)
+        for metric, failures in failing.items():
+            stats.metric_read_failures.labels(*who, metric).set(failures)
+        memory.failing_metrics = frozenset(failing)
+        if memory.ignored_pods is None:
+            _remove(stats.ignored_pods, *who)
+        else:
+            stats.ignored_pods.labels(*who).set(memory.ignored_pods)
+        if period is None:
+            _remove(stats.sync_period, *who)
+        else:
+            stats.sync_period.labels(*who).set(period)
+
+    def _forget_features(self, key: AutoscalerKey) -> None:
+        stats = self._stats
+        if stats is None:
+            return
+        who = (key.namespace, key.name)
+        for kind in FEATURE_CONDITIONS:
+            _remove(stats.feature_condition, *who, kind)
+        memory = self._memory.get(key)
+        for metric in memory.failing_metrics if memory is not None else ():
+            _remove(stats.metric_read_failures, *who, metric)
+        _remove(stats.ignored_pods, *who)
+        _remove(stats.sync_period, *who)
 
     def _note_conflicts(self, decision: Decision, *, autoscaler: Autoscaler,
                         scale: Scale | ScaleError, observation: ConflictObservation,

@@ -34,6 +34,26 @@ class ControllerMetrics:
             "Changes of a target's replicas between two syncs that this controller did not "
             "write (kubectl apply, another autoscaler, a GitOps tool).",
             ["namespace", "autoscaler"], registry=registry)
+        # Our features' state, per autoscaler; a series exists only while the feature is in use,
+        # so an autoscaler that uses none of them adds no series.
+        self.feature_condition = Gauge(
+            "metricscale_autoscaler_feature_condition",
+            "1 while the condition of one of metricscale's own features (Paused, Fallback, "
+            "Active, ScalingConflict) is True, 0 while it is False; absent when not set.",
+            ["namespace", "autoscaler", "condition"], registry=registry)
+        self.metric_read_failures = Gauge(
+            "metricscale_autoscaler_metric_read_failures",
+            "Failed reads in a row of a metric that has a fallback (status.history."
+            "metricFailures), by its index in spec.metrics.",
+            ["namespace", "autoscaler", "metric"], registry=registry)
+        self.ignored_pods = Gauge(
+            "metricscale_autoscaler_ignored_pods",
+            "Pods the last decision left out under podSelectionStrategy OwnerReferences.",
+            ["namespace", "autoscaler"], registry=registry)
+        self.sync_period = Gauge(
+            "metricscale_autoscaler_sync_period_seconds",
+            "An autoscaler's own sync period (spec.behavior.syncPeriodSeconds), when it has one.",
+            ["namespace", "autoscaler"], registry=registry)
         self.queue_depth = Gauge(
             "metricscale_autoscaler_queue_depth", "Autoscalers waiting for a worker.",
             registry=registry)

@@ -393,5 +393,47 @@ async def test_native_hpa_pause_annotations_hold_the_size_and_resume() -> None:
     assert world.kube.replicas(NS, "web") > 4  # scaling resumed
 
 
+async def test_feature_series_exist_only_while_a_feature_is_in_use() -> None:
+    world = World(replicas=2, qps="10", annotations={"metricscale.dev/paused": "true"},
+                  behavior={"syncPeriodSeconds": 30})
+
+    def sample(name: str, **labels: str) -> float | None:
+        value: float | None = world.registry.get_sample_value(
+            name, {"namespace": NS, "autoscaler": "web", **labels})
+        return value
+
+    await world.reconciler.reconcile_once(KEY, at(0))
+    assert sample("metricscale_autoscaler_feature_condition", condition="Paused") == 1
+    assert sample("metricscale_autoscaler_sync_period_seconds") == 30
+    assert sample("metricscale_autoscaler_feature_condition", condition="Fallback") is None
+    world.caches.put(autoscaler())
+    await world.reconciler.reconcile_once(KEY, at(15))
+    assert sample("metricscale_autoscaler_feature_condition", condition="Paused") is None
+    assert sample("metricscale_autoscaler_sync_period_seconds") is None
+    world.caches.put(autoscaler(annotations={"metricscale.dev/paused": "true"}))
+    await world.reconciler.reconcile_once(KEY, at(30))
+    world.reconciler.forget(KEY)
+    assert sample("metricscale_autoscaler_feature_condition", condition="Paused") is None
+
+
+async def test_a_failing_metric_with_a_fallback_counts_its_failures_on_metrics() -> None:
+    fallback_qps = {**QPS, "pods": {**QPS["pods"], "fallback": {"replicas": 5,
+                                                                 "failureThreshold": 2}}}
+    world = World(replicas=2, qps="10", metrics=[fallback_qps])
+    world.metrics.errors["qps"] = MetricsError.no_metrics("custom")
+    await world.reconciler.reconcile_once(KEY, at(0))
+    labels = {"namespace": NS, "autoscaler": "web", "metric": "0"}
+    assert world.registry.get_sample_value("metricscale_autoscaler_metric_read_failures",
+                                           labels) == 1
+    await world.reconciler.reconcile_once(KEY, at(15))
+    assert world.conditions()["Fallback"] == ("True", "FallbackActive")
+    assert world.registry.get_sample_value("metricscale_autoscaler_feature_condition", {
+        "namespace": NS, "autoscaler": "web", "condition": "Fallback"}) == 1
+    del world.metrics.errors["qps"]
+    await world.reconciler.reconcile_once(KEY, at(30))
+    assert world.registry.get_sample_value("metricscale_autoscaler_metric_read_failures",
+                                           labels) is None
+
+
 def test_mapping_double_is_a_deployment() -> None:
     assert isinstance(MemoryKube(MemoryCaches()).kinds["Deployment"], ResourceMapping)
