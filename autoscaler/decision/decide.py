@@ -775,6 +775,12 @@ def decide(*, autoscaler: Autoscaler, scale: Scale | ScaleError, pods: Sequence[
     desired, reason, rescale = start.desired, start.reason, start.rescale
     pause = read_pause(autoscaler.metadata.annotation)
     _report_pause(draft, pause, now=now)
+    behavior = autoscaler.spec.behavior
+    if behavior is not None and behavior.sync_period_seconds is not None:
+        draft.explanation.append(
+            f"This autoscaler is reconciled every {behavior.sync_period_seconds} s "
+            "(spec.behavior.syncPeriodSeconds), not every "
+            f"{settings.sync_period.total_seconds():g} s (the controller's sync period).")
     if start.needs_metrics:
         result = _compute_replicas_for_metrics(
             autoscaler=autoscaler, scale=scale, pods=pods, metrics=metrics,
