@@ -29,6 +29,12 @@ from autoscaler.decision.settings import Settings
 from autoscaler.server import AutoscalerServer, Options
 from metricscale import pki
 from metricscale.core.selectors import parse_selector
+from tests.e2e.test_adapter_auth_support import (
+    ShiftedClock,
+    make_pki,
+    register_apiservices,
+    secured_adapter,
+)
 from tests.fakes.cadvisor import CAdvisor
 from tests.fakes.exporter import Exporter
 from tests.fakes.kube_api import FakeKubeAPI
@@ -378,11 +384,14 @@ async def controller(fake: FakeKubeAPI, *, identity: str = "replica-a",
                      sync: float = 0.25, leader_election: bool = False,
                      token: str | None = None, dry_run: bool = False,
                      downscale_window: float = 300.0, watch_timeout: int = 30,
-                     native_hpa: bool = False) -> AsyncIterator[AutoscalerServer]:
-    """One controller replica against the fake, with short periods."""
+                     native_hpa: bool = False, scale_to_zero: bool = False,
+                     ) -> AsyncIterator[AutoscalerServer]:
+    """One controller replica against the fake, with short periods (`scale_to_zero`: the
+    controller's --scale-to-zero flag)."""
     options = Options(
         settings=Settings(sync_period=timedelta(seconds=sync),
-                          downscale_stabilization_window=timedelta(seconds=downscale_window)),
+                          downscale_stabilization_window=timedelta(seconds=downscale_window),
+                          scale_to_zero=scale_to_zero),
         leader_election=election(enabled=leader_election),
         concurrent_syncs=3, dry_run=dry_run, native_hpa=native_hpa, identity=identity,
         lease_namespace="metricscale",
@@ -397,3 +406,32 @@ def new_user(fake: FakeKubeAPI, name: str) -> str:
     token = f"token-{name}"
     fake.add_user(token=token, username=name, groups=("system:masters",))
     return token
+
+
+# --------------------------------------------------------------------------------------------
+# The real adapter, over a real Prometheus
+
+
+@dataclass(frozen=True)
+class RealAdapter:
+    """Where the adapter listens and the CA of its serving certificate (to register its
+    APIServices again after a test removed them)."""
+
+    port: int
+    ca_pem: bytes
+
+
+@contextlib.asynccontextmanager
+async def prometheus_adapter(fake: FakeKubeAPI, workdir: Path, *, prometheus_url: str,
+                             rules: str) -> AsyncIterator[RealAdapter]:
+    """The adapter serving the metrics APIs from `prometheus_url` with the config `rules`, its
+    three APIServices Available behind the fake's aggregator. It discovers series when it
+    starts: wait until Prometheus has them first."""
+    test_pki = make_pki(workdir / "pki")
+    async with secured_adapter(workdir=workdir / "adapter", test_pki=test_pki,
+                               kubeconfig=fake.write_kubeconfig(workdir / "kubeconfig"),
+                               prometheus_url=prometheus_url, config_text=rules,
+                               clock=ShiftedClock()) as adapter:
+        ca_pem = test_pki.serving_ca.certificate_pem
+        await register_apiservices(fake, port=adapter.port, ca_pem=ca_pem)
+        yield RealAdapter(adapter.port, ca_pem)
