@@ -116,3 +116,19 @@ def test_unreadable_input_exits_2(args: tuple[str, ...], stdin: str | None, mess
     result = explain(*args, stdin=stdin)
     assert result.returncode == 2
     assert message in result.stderr
+
+
+def test_a_metric_past_its_failure_threshold_proposes_its_fallback() -> None:
+    out = decision_for("fallback-metrics-api-down.yaml")
+    assert (out["desiredReplicas"], out["scaleUpdated"]) == (6, True)
+    conditions = {c["type"]: (c["status"], c["reason"]) for c in out["status"]["conditions"]}
+    assert conditions["Fallback"] == ("True", "FallbackActive")
+    assert out["history"]["metricFailures"][0]["failures"] == 3
+
+
+def test_an_active_metric_wakes_a_target_resting_at_its_idle_size() -> None:
+    out = decision_for("activation-from-idle.yaml")
+    assert (out["desiredReplicas"], out["scaleUpdated"]) == (1, True)
+    conditions = {c["type"]: (c["status"], c["reason"]) for c in out["status"]["conditions"]}
+    assert conditions["Active"] == ("True", "ScalerActive")
+    assert "inactiveSince" not in out["history"]  # active again: the clock is cleared
