@@ -78,6 +78,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--plot", metavar="FILE.png",
                         help="also draw the replay to a .png or .svg (needs metricscale[plot])")
     parser.add_argument("-o", "--output", choices=("table", "csv", "json"), default="table")
+    live.add_argument("--lease-namespace", metavar="NAMESPACE", default="metricscale",
+                      help="with --live: namespace of the controller's Lease, where it publishes "
+                           "its decision settings (default: metricscale)")
+    live.add_argument("--lease-name", metavar="NAME", default="metricscale-autoscaler",
+                      help="with --live: name of that Lease (default: metricscale-autoscaler)")
+    from autoscaler.decision import settings as settings_flags
+
+    # Given flags override the settings the controller published (or upstream's defaults).
+    settings_flags.add_arguments(parser, with_defaults=False)
 
 
 def parse_duration(text: str) -> timedelta:
@@ -405,8 +414,10 @@ def _source_autoscaler(args: argparse.Namespace) -> dict[str, Any]:
         return _load_autoscaler(args.autoscaler)
     from cli.replay_live import read_live_autoscaler
 
-    autoscaler = read_live_autoscaler(live, hpa=args.hpa, kubeconfig=args.kubeconfig,
-                                      context=args.context)
+    autoscaler, published = read_live_autoscaler(
+        live, hpa=args.hpa, kubeconfig=args.kubeconfig, context=args.context,
+        lease=(args.lease_namespace, args.lease_name))
+    args.published_settings = published
     if not isinstance(autoscaler.get("spec"), dict) or not autoscaler["spec"].get("metrics"):
         raise ReplayInputError(f"--live {live}: spec.metrics is empty")
     autoscaler.pop("status", None)  # replay starts from no history
@@ -434,12 +445,45 @@ class Replayed:
     observed: list[int | None] | None
     requests: dict[str, str]
     autoscaler: dict[str, Any]
+    settings_source: str = "defaults"  # controller, controller and flags, flags, defaults
+
+
+def decision_settings(args: argparse.Namespace) -> tuple[dict[str, Any], str]:
+    """The settings to decide with (snapshot form) and where they came from: those the
+    controller published on its Lease (--live), with the settings flags given in their place,
+    else upstream's defaults."""
+    from autoscaler.decision.settings import (
+        Settings,
+        SettingsError,
+        given_settings,
+        override_settings,
+        parse_settings_annotation,
+        render_settings,
+    )
+
+    try:
+        given = given_settings(args)
+    except SettingsError as err:
+        raise ReplayInputError(str(err)) from None
+    published: Settings | None = None
+    text = getattr(args, "published_settings", None)
+    if text is not None:
+        try:
+            published = parse_settings_annotation(text)
+        except SettingsError:
+            published = None
+    if published is not None:
+        source = "controller" + (" and flags" if given else "")
+    else:
+        source = "flags" if given else "defaults"
+    return render_settings(override_settings(published or Settings(), given)), source
 
 
 def replay_steps(args: argparse.Namespace, client: Any,
                  autoscaler: dict[str, Any] | None = None) -> Replayed:
     if autoscaler is None:
         autoscaler = _source_autoscaler(args)
+    settings, source = decision_settings(args)
     start, end = _range(args)
     step = parse_duration(args.step)
     startup = parse_duration(args.pod_startup) if args.pod_startup != "0" else timedelta()
@@ -481,7 +525,8 @@ def replay_steps(args: argparse.Namespace, client: Any,
     observations = observe(autoscaler, _queries(args, len(specs)))
     initial = _initial_replicas(args, client, autoscaler, start)
     steps = simulate(autoscaler=autoscaler, times=times, observations=observations,
-                     initial_replicas=initial, startup=startup, requests=requests)
+                     initial_replicas=initial, startup=startup, requests=requests,
+                     settings=settings)
     compared: tuple[list[Step], Summary] | None = None
     if getattr(args, "compare", None):
         other = _load_autoscaler(args.compare)
@@ -489,12 +534,13 @@ def replay_steps(args: argparse.Namespace, client: Any,
         same = other["spec"]["metrics"] == specs
         other_steps = simulate(autoscaler=other, times=times,
                                observations=observations if same else observe(other, {}),
-                               initial_replicas=initial, startup=startup, requests=requests)
+                               initial_replicas=initial, startup=startup, requests=requests,
+                               settings=settings)
         compared = (other_steps, summarize(other_steps, step=step))
     observed = observed_replicas(client, autoscaler, start=start, end=end, step=step,
                                  times=times)
     return Replayed(steps, summarize(steps, step=step), compared, step, observed, requests,
-                    autoscaler)
+                    autoscaler, source)
 
 
 def replay(args: argparse.Namespace, client: Any) -> str:
@@ -509,6 +555,13 @@ def replay(args: argparse.Namespace, client: Any) -> str:
                     compare=result.compare[0] if result.compare else None,
                     observed=result.observed, requests=result.requests,
                     title=f"metricscale replay: {name}")
+    if result.settings_source == "defaults":
+        print("metricscale replay: " + ("no settings published by the controller; "
+                                        if getattr(args, "live", None) else "")
+              + "upstream defaults are assumed", file=sys.stderr)
+    else:
+        print(f"metricscale replay: settings from the {result.settings_source}",
+              file=sys.stderr)
     return render(result.steps, result.summary, args.output, result.compare,
                   result.observed)
 

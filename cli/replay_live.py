@@ -22,34 +22,53 @@ def parse_live_name(text: str) -> tuple[str, str]:
     return namespace, name
 
 
-async def _get(path: str, *, kubeconfig: str | None, context: str | None) -> dict[str, Any]:
+async def _get(path: str, *, kubeconfig: str | None, context: str | None,
+               lease_path: str | None = None) -> tuple[dict[str, Any], dict[str, Any] | None]:
+    """The object at `path`, and the Lease at `lease_path` if it can be read (else None)."""
     from metricscale.kube.errors import error_from_response
     from metricscale.kube.http import connect
 
+    lease: dict[str, Any] | None = None
     async with connect(kubeconfig=kubeconfig, context=context, user_agent=USER_AGENT) as http:
         response = await http.request("GET", path)
+        if lease_path is not None and response.status == 200:
+            answer = await http.request("GET", lease_path)
+            if answer.status == 200:  # not found or not allowed: nothing published
+                found = json.loads(answer.body)
+                lease = found if isinstance(found, dict) else None
     if response.status != 200:
         raise error_from_response(response.status, headers=response.headers,
                                   body=response.body, verb="GET")
     document = json.loads(response.body)
     if not isinstance(document, dict):
         raise ReplayInputError(f"GET {path}: not an object")
-    return document
+    return document, lease
 
 
 def read_live_autoscaler(text: str, *, hpa: bool, kubeconfig: str | None,
-                         context: str | None) -> dict[str, Any]:
-    """The Autoscaler (or autoscaling/v2 HPA with `hpa`) NAMESPACE/NAME as the API serves it."""
+                         context: str | None, lease: tuple[str, str] | None = None
+                         ) -> tuple[dict[str, Any], str | None]:
+    """The Autoscaler (or autoscaling/v2 HPA with `hpa`) NAMESPACE/NAME as the API serves it,
+    and the decision settings the controller published on its Lease `lease` (namespace, name)
+    as the annotation's text (None when there are none)."""
     import aiohttp
 
     from autoscaler.controller.capture import object_path
+    from autoscaler.decision.settings import SETTINGS_ANNOTATION
     from metricscale.kube.errors import KubeError
 
     namespace, name = parse_live_name(text)
     path = object_path(namespace=urllib.parse.quote(namespace, safe=""),
                        name=urllib.parse.quote(name, safe=""), hpa=hpa)
+    lease_path = None if lease is None else (
+        f"/apis/coordination.k8s.io/v1/namespaces/{urllib.parse.quote(lease[0], safe='')}"
+        f"/leases/{urllib.parse.quote(lease[1], safe='')}")
     try:
-        return asyncio.run(_get(path, kubeconfig=kubeconfig, context=context))
+        document, found = asyncio.run(_get(path, kubeconfig=kubeconfig, context=context,
+                                           lease_path=lease_path))
+        annotations = (found or {}).get("metadata", {}).get("annotations") or {}
+        published = annotations.get(SETTINGS_ANNOTATION)
+        return document, published if isinstance(published, str) else None
     except KubeError as err:
         raise ReplayInputError(f"--live {text}: {err}") from None
     except (aiohttp.ClientError, TimeoutError, OSError) as err:

@@ -302,3 +302,60 @@ def test_plot_to_an_unknown_format_exits_2(
                  str(rules), "--last", "1h", "--initial-replicas", "1",
                  "--plot", str(tmp_path / "x.gif")]) == 2
     assert ".png or .svg" in capsys.readouterr().err
+
+
+async def test_replay_live_decides_with_the_settings_the_controller_published(
+        backfilled: PrometheusServer, files: tuple[Path, Path], fake_kube: Any,
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`replay --live` reads the Autoscaler and the settings the controller published on its
+    Lease (a 20 s downscale window here), as `explain --live` does; flags override them."""
+    import asyncio
+
+    from autoscaler.decision.settings import (
+        SETTINGS_ANNOTATION,
+        Settings,
+        render_settings,
+        render_settings_annotation,
+    )
+    from tests.e2e.test_autoscaler_support import install_crd
+
+    install_crd(fake_kube)
+    fake_kube.create("metricscale.dev", "v1alpha1", "autoscalers", json.loads(
+        json.dumps(AUTOSCALER)))
+    kubeconfig = fake_kube.write_kubeconfig(tmp_path / "kubeconfig")
+    _, rules = files
+    common = ["replay", "--live", "shop/api", "--kubeconfig", str(kubeconfig),
+              "--prometheus-url", backfilled.url, "--config", str(rules), "--from", _time(START),
+              "--to", _time(START + timedelta(hours=12)), "--step", "5m",
+              "--initial-replicas", "2", "-o", "json"]
+
+    def replay(*extra: str) -> tuple[list[int], str]:
+        status = main([*common, *extra])
+        captured = capsys.readouterr()
+        assert status == 0, captured.err
+        return [row["decidedReplicas"] for row in json.loads(captured.out)["steps"]], \
+            captured.err
+
+    defaults, note = await asyncio.to_thread(replay)
+    assert "no settings published by the controller; upstream defaults are assumed" in note
+    published = Settings(downscale_stabilization_window=timedelta(seconds=20))
+    fake_kube.create("coordination.k8s.io", "v1", "leases", {
+        "apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+        "metadata": {"name": "metricscale-autoscaler", "namespace": "metricscale",
+                     "annotations": {SETTINGS_ANNOTATION:
+                                     render_settings_annotation(published)}},
+        "spec": {"holderIdentity": "replica-a", "leaseDurationSeconds": 15}})
+    controller, note = await asyncio.to_thread(replay)
+    assert "settings from the controller" in note
+    step = timedelta(minutes=5)
+    times = [START + step * i for i in range(int(timedelta(hours=12) / step) + 1)]
+    observations = [(Observation(per_pod_rate(t.timestamp()), len(PODS)),) for t in times]
+    expected = simulate(autoscaler=AUTOSCALER, times=times, startup=timedelta(seconds=30),
+                        initial_replicas=2, observations=observations,
+                        settings=render_settings(published))
+    assert controller == [s.decided_replicas for s in expected]
+    assert controller != defaults  # the 20 s window lets it shrink sooner
+    flagged, note = await asyncio.to_thread(
+        replay, "--horizontal-pod-autoscaler-downscale-stabilization", "5m")
+    assert "settings from the controller and flags" in note
+    assert flagged == defaults
