@@ -3,7 +3,8 @@
 Everything that touches the event loop is built inside `asyncio.run(...)`. SIGTERM and SIGINT
 make /readyz fail at once, then the server stops accepting, lets requests in flight finish
 (bounded by `_SHUTDOWN_GRACE_SECONDS`), and closes every client in reverse order of opening.
-A background task that dies stops the process with exit code 1.
+A background task that dies stops the process with exit code 1. SIGHUP reloads the rule file
+(adapter.http.reloading), which is also reloaded when it changes.
 """
 
 from __future__ import annotations
@@ -28,7 +29,9 @@ from aiohttp import web
 from prometheus_client import CollectorRegistry
 from yarl import URL
 
-from adapter.http.app import HEALTH_KEY, create_app, mark_shutting_down
+from adapter.http.app import HEALTH_KEY, RELOADER_KEY, create_app, mark_shutting_down
+from adapter.http.delegate import DelegateConfigError
+from adapter.http.reloading import read_config_file
 from adapter.http.runner import StatusAppRunner
 from adapter.kube.catalog import ClusterCatalog
 from adapter.kube.objects import USER_AGENT
@@ -38,7 +41,6 @@ from adapter.rules.config import (
     DEFAULT_BACKEND,
     AdapterConfig,
     ConfigError,
-    ConfigIssue,
     parse_config,
 )
 from adapter.rules.query import QueryError, build_custom_query, build_external_query
@@ -112,13 +114,11 @@ def configure_logging(*, level: str, fmt: str, stream: TextIO | None = None) -> 
 
 
 def _load_config(path: str) -> AdapterConfig:
-    """Read and parse the rule file; raises ConfigError (or OSError) for the caller to report."""
-    raw = Path(path).read_bytes()
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as error:
-        raise ConfigError([ConfigIssue("", f"not UTF-8 text (byte {error.start})")]) from None
-    return parse_config(text)
+    """Read and parse the rule file; raises ConfigError (or OSError) for the caller to report.
+
+    The same function reads each reloaded version, so a reload fails exactly as start-up would.
+    """
+    return read_config_file(path)
 
 
 def _tls_context(settings: AdapterSettings) -> ReloadingServerContext:
@@ -229,7 +229,7 @@ async def _serve(settings: AdapterSettings, config: AdapterConfig, *,
     try:
         try:
             await runner.setup()
-        except (KubeConfigError, PrometheusConfigError) as error:
+        except (KubeConfigError, PrometheusConfigError, DelegateConfigError) as error:
             logger.error("%s", error)
             return 1
         serving = settings.serving
@@ -241,6 +241,10 @@ async def _serve(settings: AdapterSettings, config: AdapterConfig, *,
             logger.error("cannot listen on %s:%d: %s", serving.bind_address, serving.port,
                          error)
             return 1
+        reloader = app.get(RELOADER_KEY)
+        if reloader is not None:
+            # SIGHUP reloads the rule file now, as it does for Prometheus.
+            loop.add_signal_handler(signal.SIGHUP, reloader.request_reload)
         # Everything built so far (modules, config, catalog, app) lives as long as the process;
         # moving it out of the collector's generations keeps full collections from walking it,
         # which measured as rare multi-millisecond pauses at p99 under load.
@@ -263,7 +267,7 @@ async def _serve(settings: AdapterSettings, config: AdapterConfig, *,
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
     finally:
-        for signum in (signal.SIGTERM, signal.SIGINT):
+        for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
             loop.remove_signal_handler(signum)
         await runner.cleanup()
         # A process that serves more than once (tests, the benchmark) must not pin each

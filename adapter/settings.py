@@ -27,6 +27,7 @@ __all__ = [
     "DEFAULT_RELIST_INTERVAL",
     "AdapterSettings",
     "AuthFlags",
+    "DelegationSettings",
     "Method",
     "PrometheusConfigError",
     "PrometheusSettings",
@@ -56,6 +57,8 @@ DEFAULT_OPTIONAL_APISERVICES = ("v1beta1.metrics.k8s.io",)
 DEFAULT_RELIST_INTERVAL = "1m"
 DEFAULT_PROMETHEUS_TIMEOUT = "10s"
 DEFAULT_ALWAYS_ALLOW_PATHS = ("/healthz", "/readyz", "/livez")
+DEFAULT_DELEGATE_TIMEOUT = "10s"
+DEFAULT_DELEGATE_TIMEOUT_SECONDS = 10.0
 
 
 Method = Literal["POST", "GET"]
@@ -210,6 +213,26 @@ class AuthFlags:
 
 
 @dataclass(frozen=True)
+class DelegationSettings:
+    """Where requests for metrics our rules do not serve go (`--delegate-*-to`), and how.
+
+    One CA bundle and one front-proxy client certificate serve both targets (a bundle may hold
+    several CAs when the two adapters' certificates have different issuers).
+    """
+
+    external_url: str | None = None
+    custom_url: str | None = None
+    ca_file: str | None = None
+    client_cert_file: str | None = None
+    client_key_file: str | None = None
+    timeout: float = DEFAULT_DELEGATE_TIMEOUT_SECONDS
+
+    @property
+    def enabled(self) -> bool:
+        return bool(self.external_url or self.custom_url)
+
+
+@dataclass(frozen=True)
 class AdapterSettings:
     """Everything `metricscale adapter` was asked to do."""
 
@@ -224,6 +247,7 @@ class AdapterSettings:
     auth: AuthFlags = field(default_factory=AuthFlags)
     log_format: str = "text"
     log_level: str = "info"
+    delegation: DelegationSettings = field(default_factory=DelegationSettings)
 
 
 # --------------------------------------------------------------------------------------------
@@ -357,6 +381,30 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     auth.add_argument("--insecure-disable-auth", action="store_true",
                       help="local development only: no authentication, no authorization")
 
+    delegate = parser.add_argument_group(
+        "delegation",
+        "requests for metrics our rules do not serve go to another metrics adapter (e.g. "
+        "KEDA's), which sees the caller as it would behind kube-apiserver; our own metrics win "
+        "a name clash")
+    delegate.add_argument("--delegate-external-to", metavar="URL",
+                          help="https:// Service URL of the adapter serving the other "
+                               "external.metrics.k8s.io metrics, e.g. "
+                               "https://keda-operator-metrics-apiserver.keda.svc:443")
+    delegate.add_argument("--delegate-custom-to", metavar="URL",
+                          help="https:// Service URL of the adapter serving the other "
+                               "custom.metrics.k8s.io metrics")
+    delegate.add_argument("--delegate-ca-file",
+                          help="CA bundle that signed the delegates' serving certificates "
+                               "(default: the system's trust store)")
+    delegate.add_argument("--delegate-client-cert-file",
+                          help="front-proxy client certificate presented to the delegates "
+                               "(signed by a CA in their requestheader-client-ca-file)")
+    delegate.add_argument("--delegate-client-key-file",
+                          help="private key of --delegate-client-cert-file")
+    delegate.add_argument("--delegate-timeout", default=DEFAULT_DELEGATE_TIMEOUT,
+                          help="timeout of each delegated request (default %(default)s; "
+                               "discovery waits at most 2s)")
+
     logs = parser.add_argument_group("logging")
     logs.add_argument("--log-format", choices=["text", "json"], default="text")
     logs.add_argument("--log-level", choices=["debug", "info", "warning", "error"],
@@ -458,11 +506,54 @@ def settings_from_args(args: argparse.Namespace) -> AdapterSettings:
         unauthorized_cache_ttl=_ttl_flag("--authorization-webhook-cache-unauthorized-ttl",
                                          args.authorization_webhook_cache_unauthorized_ttl),
     )
+    delegation = _delegation_settings(args)
     return AdapterSettings(
         config_file=args.config, prometheus=prometheus, serving=serving,
         kubeconfig=kubeconfig, context=args.context, relist_interval=relist, max_age=max_age,
         check_config=args.check_config, auth=auth, log_format=args.log_format,
-        log_level=args.log_level)
+        log_level=args.log_level, delegation=delegation)
+
+
+def _delegate_url(flag: str, value: str | None) -> str | None:
+    if not value:
+        return None
+    try:
+        url = URL(value)
+    except ValueError as error:
+        raise SettingsError(f"{flag} is not a valid URL: {error}") from None
+    if url.scheme != "https" or not url.host:
+        raise SettingsError(f"{flag} must be an https:// URL, e.g. "
+                            "https://keda-operator-metrics-apiserver.keda.svc:443")
+    if url.user or url.password or url.raw_query_string or url.raw_fragment or \
+            url.raw_path not in ("", "/"):
+        raise SettingsError(f"{flag} must be scheme, host and port only (no path, query or "
+                            "credentials): the request's own path is appended")
+    return str(url.origin())
+
+
+def _delegation_settings(args: argparse.Namespace) -> DelegationSettings:
+    external = _delegate_url("--delegate-external-to", args.delegate_external_to)
+    custom = _delegate_url("--delegate-custom-to", args.delegate_custom_to)
+    cert, key = args.delegate_client_cert_file, args.delegate_client_key_file
+    if bool(cert) != bool(key):
+        raise SettingsError("--delegate-client-cert-file and --delegate-client-key-file go "
+                            "together")
+    timeout = _duration_flag("--delegate-timeout", args.delegate_timeout)
+    if not (external or custom):
+        given = [flag for flag, value in (("--delegate-ca-file", args.delegate_ca_file),
+                                          ("--delegate-client-cert-file", cert))
+                 if value]
+        if given:
+            raise SettingsError(f"{given[0]} needs --delegate-external-to or "
+                                "--delegate-custom-to")
+        return DelegationSettings()
+    if not cert:
+        raise SettingsError("delegation needs --delegate-client-cert-file and "
+                            "--delegate-client-key-file: the delegate authenticates this "
+                            "adapter as a front proxy, by its client certificate")
+    return DelegationSettings(external_url=external, custom_url=custom,
+                              ca_file=args.delegate_ca_file or None, client_cert_file=cert,
+                              client_key_file=key, timeout=float(timeout))
 
 
 def parse_settings(argv: Sequence[str]) -> AdapterSettings:

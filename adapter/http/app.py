@@ -33,10 +33,11 @@ from prometheus_client import (
     generate_latest,
 )
 
+from adapter.api.delegated import delegate_unavailable, merge_resource_lists
 from adapter.api.groups import (
+    CUSTOM_METRICS_GROUP,
     EXTERNAL_METRICS_GROUP,
     RESOURCE_METRICS_GROUP,
-    served_group_versions,
 )
 from adapter.api.routes import (
     CustomMetricRoute,
@@ -84,14 +85,13 @@ from adapter.auth.seam import (
     Authorizer,
     IncomingRequest,
 )
-from adapter.http.handlers import Answer, ApiError, MetricsService
-from adapter.http.usage import ResourceMetricsService
+from adapter.http.delegate import DelegateClient, DelegateUnavailable
+from adapter.http.handlers import Answer, ApiError
+from adapter.http.reloading import ConfigReloader, ReloadMetrics
+from adapter.http.snapshots import ConfigSnapshot, LiveConfig, SnapshotMetrics, SnapshotOpener
 from adapter.kube.catalog import ClusterCatalog
 from adapter.kube.objects import USER_AGENT, ObjectCaches
-from adapter.prometheus.backends import BackendClients
-from adapter.prometheus.client import PrometheusClient
-from adapter.prometheus.relisting import Discovery, Relister, RelistMetrics
-from adapter.rules.config import DEFAULT_BACKEND, AdapterConfig
+from adapter.rules.config import AdapterConfig
 from adapter.security.tls import peer_certificate_der
 from adapter.settings import AdapterSettings
 from metricscale import __version__
@@ -101,19 +101,17 @@ from metricscale.kube.informer import Informer, InformerCollector
 from metricscale.tasks import start_guarded_task
 
 __all__ = [
-    "BACKENDS_KEY",
     "CLOCK_KEY",
     "CLUSTER_CATALOG_KEY",
     "CONFIG_KEY",
+    "DELEGATE_KEY",
     "HEALTH_KEY",
     "KUBE_HTTP_KEY",
     "METRICS_REGISTRY_KEY",
     "OBJECT_CACHES_KEY",
-    "PROMETHEUS_KEY",
-    "RELISTER_KEY",
-    "SERVICE_KEY",
+    "RELOADER_KEY",
     "SETTINGS_KEY",
-    "USAGE_KEY",
+    "SNAPSHOTS_KEY",
     "USER_KEY",
     "HealthChecks",
     "create_app",
@@ -180,6 +178,7 @@ class _RequestMetrics:
 # Application keys
 
 SETTINGS_KEY = web.AppKey("settings", AdapterSettings)
+# The configuration at start; the one in use is SNAPSHOTS_KEY's (the rule file is reloaded).
 CONFIG_KEY = web.AppKey("config", AdapterConfig)
 CLOCK_KEY: web.AppKey[Callable[[], float]] = web.AppKey("clock")
 METRICS_REGISTRY_KEY = web.AppKey("metrics_registry", CollectorRegistry)
@@ -190,16 +189,15 @@ FATAL_KEY: web.AppKey[Callable[[BaseException], None]] = web.AppKey("on_fatal")
 KUBE_HTTP_KEY = web.AppKey("kube_http", KubeHTTP)
 CLUSTER_CATALOG_KEY = web.AppKey("cluster_catalog", ClusterCatalog)
 OBJECT_CACHES_KEY = web.AppKey("object_caches", ObjectCaches)
-PROMETHEUS_KEY = web.AppKey("prometheus", PrometheusClient)
-BACKENDS_KEY = web.AppKey("backends", BackendClients)
-RELISTER_KEY = web.AppKey("relister", Discovery)
-SERVICE_KEY = web.AppKey("service", MetricsService)
-USAGE_KEY = web.AppKey("usage", ResourceMetricsService)  # only with resourceRules
-GROUPS_KEY: web.AppKey[Mapping[str, tuple[str, ...]]] = web.AppKey("groups")
+# What the rule file makes (clients, discovery, services): a request reads one snapshot.
+SNAPSHOTS_KEY = web.AppKey("snapshots", LiveConfig)
+RELOADER_KEY = web.AppKey("reloader", ConfigReloader)  # only with --config
+DELEGATE_KEY = web.AppKey("delegate", DelegateClient)  # only with --delegate-*-to
 SHUTTING_DOWN_KEY = web.AppKey("shutting_down", asyncio.Event)
 REQUEST_METRICS_KEY = web.AppKey("request_metrics", _RequestMetrics)
 
 USER_KEY = web.RequestKey("user", UserInfo)
+_SNAPSHOT = web.RequestKey("snapshot", ConfigSnapshot)
 _ROUTE_LABEL = web.RequestKey("route", str)
 
 
@@ -461,13 +459,58 @@ async def _openapi_v2(request: web.Request) -> web.StreamResponse:
 # Handlers: the API groups
 
 
-def _resource_list(app: web.Application, *, group: str, version: str) -> dict[str, Any]:
+def _resource_list(snapshot: ConfigSnapshot, *, group: str, version: str) -> dict[str, Any]:
     if group == RESOURCE_METRICS_GROUP:
         return render_resource_metrics_resource_list()
-    registry = app[RELISTER_KEY].registry
+    registry = snapshot.discovery.registry
     if group == EXTERNAL_METRICS_GROUP:
         return render_external_resource_list(metrics=registry.external_metrics())
     return render_custom_resource_list(version=version, metrics=registry.custom_metrics())
+
+
+async def _discovery_list(request: web.Request, *, group: str,
+                          version: str) -> dict[str, Any]:
+    """Our APIResourceList, merged with the delegate's when this group is delegated (ours
+    first; a delegate that does not answer leaves ours alone)."""
+    ours = _resource_list(request[_SNAPSHOT], group=group, version=version)
+    delegate = request.app.get(DELEGATE_KEY)
+    if delegate is None or not delegate.delegates(group):
+        return ours
+    theirs = await delegate.resource_list(group, version, user=request[USER_KEY])
+    return merge_resource_lists(ours, theirs, fold_case=group == EXTERNAL_METRICS_GROUP)
+
+
+def _delegated_group(request: web.Request, route: CustomMetricRoute | ExternalMetricRoute,
+                     ) -> str | None:
+    """The group whose delegate answers this request: our rules do not serve its metric."""
+    delegate = request.app.get(DELEGATE_KEY)
+    if delegate is None:
+        return None
+    service = request[_SNAPSHOT].service
+    if isinstance(route, ExternalMetricRoute):
+        group, ours = EXTERNAL_METRICS_GROUP, service.serves_external_metric(route)
+    else:
+        group, ours = CUSTOM_METRICS_GROUP, service.serves_custom_metric(route)
+    return group if delegate.delegates(group) and not ours else None
+
+
+async def _forward(request: web.Request, *, group: str, metric: str) -> web.StreamResponse:
+    """The delegate's answer, as it is (status, body, Content-Type, Warning, Retry-After)."""
+    request[_ROUTE_LABEL] = "delegated_metric"
+    url = request.rel_url
+    try:
+        answer = await request.app[DELEGATE_KEY].forward(
+            group, raw_path=url.raw_path, raw_query=url.raw_query_string,
+            user=request[USER_KEY], headers=tuple(request.headers.items()))
+    except DelegateUnavailable as error:
+        raise ApiError(delegate_unavailable(group=group, metric=metric,
+                                            why=error.why)) from None
+    response = web.Response(body=answer.body, status=answer.status)
+    if answer.content_type is not None:
+        response.headers["Content-Type"] = answer.content_type
+    for name, value in answer.headers:
+        response.headers.add(name, value)
+    return response
 
 
 def _rejection(route: RouteRejection) -> dict[str, Any]:
@@ -477,9 +520,21 @@ def _rejection(route: RouteRejection) -> dict[str, Any]:
 
 
 async def _api(request: web.Request) -> web.StreamResponse:
+    # The one read of the configuration in use: everything below answers from this snapshot,
+    # and a reload closes its clients only once no request holds it.
+    snapshot = request.app[SNAPSHOTS_KEY].current
+    snapshot.requests += 1
+    try:
+        request[_SNAPSHOT] = snapshot
+        return await _api_answer(request, snapshot)
+    finally:
+        snapshot.requests -= 1
+
+
+async def _api_answer(request: web.Request, snapshot: ConfigSnapshot) -> web.StreamResponse:
     url = request.rel_url
     request[_ROUTE_LABEL] = "api"
-    groups = request.app[GROUPS_KEY]
+    groups = snapshot.groups
     route = parse_route(url.raw_path, url.raw_query_string, groups=groups)
     if route is None:
         raise ApiError(route_not_found())
@@ -488,14 +543,17 @@ async def _api(request: web.Request) -> web.StreamResponse:
     if request.method != "GET":
         raise ApiError(method_not_allowed())
     accept = request.headers.get("Accept")
-    app = request.app
     if isinstance(route, GroupListRoute):
         request[_ROUTE_LABEL] = "discovery"
         aggregated = _aggregated_discovery_version(accept)
         if aggregated is not None:
+            pairs = [(group, version) for group, versions in groups.items()
+                     for version in versions]
+            lists = dict(zip(pairs, await asyncio.gather(
+                *(_discovery_list(request, group=group, version=version)
+                  for group, version in pairs)), strict=True))
             document = render_aggregated_discovery(
-                [(group, [(version, _resource_list(app, group=group, version=version))
-                          for version in versions])
+                [(group, [(version, lists[group, version]) for version in versions])
                  for group, versions in groups.items()],
                 version=aggregated)
             return _json(document, headers={"Vary": "Accept"},
@@ -503,6 +561,11 @@ async def _api(request: web.Request) -> web.StreamResponse:
         _require_json(accept)
         return _json(render_api_group_list(tuple(groups.items())),
                      headers={"Vary": "Accept"})
+    if isinstance(route, CustomMetricRoute | ExternalMetricRoute):
+        # Before our content negotiation: the delegate negotiates its own answer.
+        delegated = _delegated_group(request, route)
+        if delegated is not None:
+            return await _forward(request, group=delegated, metric=route.metric)
     _require_json(accept)
     if isinstance(route, GroupRoute):
         request[_ROUTE_LABEL] = "discovery"
@@ -510,8 +573,8 @@ async def _api(request: web.Request) -> web.StreamResponse:
         return _json(render_api_group(group=route.group, versions=versions))
     if isinstance(route, ResourceListRoute):
         request[_ROUTE_LABEL] = "discovery"
-        return _json(_resource_list(app, group=route.group, version=route.version))
-    service = app[SERVICE_KEY]
+        return _json(await _discovery_list(request, group=route.group, version=route.version))
+    service = snapshot.service
     answer: Answer
     if isinstance(route, CustomMetricRoute):
         request[_ROUTE_LABEL] = "custom_metric"
@@ -521,7 +584,9 @@ async def _api(request: web.Request) -> web.StreamResponse:
         answer = await service.external_metric(route)
     elif isinstance(route, ResourceMetricsRoute):
         request[_ROUTE_LABEL] = "resource_metrics"
-        answer = await app[USAGE_KEY].answer(route)
+        usage = snapshot.usage
+        assert usage is not None  # the group is served only with resourceRules
+        answer = await usage.answer(route)
     else:  # pragma: no cover - parse_route returns nothing else
         raise ApiError(route_not_found())
     return _json(answer.body, headers=_warning_header(answer.warnings))
@@ -567,51 +632,44 @@ async def _kube_context(app: web.Application) -> AsyncIterator[None]:
             await catalog.stop()
 
 
-async def _prometheus_context(app: web.Application) -> AsyncIterator[None]:
-    settings = app[SETTINGS_KEY]
-    if settings.prometheus is None:
-        raise ValueError("the adapter needs --prometheus-url")
-    async with BackendClients(config=app[CONFIG_KEY], flags=settings.prometheus,
-                              registry=app[METRICS_REGISTRY_KEY]) as backends:
-        app[BACKENDS_KEY] = backends
-        app[PROMETHEUS_KEY] = backends.default
-        yield
-
-
-async def _discovery_context(app: web.Application) -> AsyncIterator[None]:
-    settings = app[SETTINGS_KEY]
-    config = app[CONFIG_KEY]
-    cluster_catalog = app[CLUSTER_CATALOG_KEY]
-    metrics = RelistMetrics.register(app[METRICS_REGISTRY_KEY])
-    discovery = Discovery(config=config, catalog=lambda: cluster_catalog.catalog,
-                          metrics=metrics, clock=app[CLOCK_KEY])
-    for target in app[BACKENDS_KEY].discovery_targets():
-        # A backend no rule reads needs no discovery (`default` with every rule elsewhere).
-        if target.backend != DEFAULT_BACKEND and not config.rules_by_backend().get(
-                target.backend):
-            continue
-        discovery.add(Relister(
-            config=config, lister=target.client, catalog=lambda: cluster_catalog.catalog,
-            interval=settings.relist_interval, max_age=settings.max_age, metrics=metrics,
-            clock=app[CLOCK_KEY], backend=target.backend, tenant=target.tenant,
-            on_swap=discovery.merge))
-    app[RELISTER_KEY] = discovery
-    app[SERVICE_KEY] = MetricsService(registry=lambda: discovery.registry,
-                                      objects=app[OBJECT_CACHES_KEY],
-                                      backends=app[BACKENDS_KEY], clock=app[CLOCK_KEY])
-    resource_rules = config.resource_rules
-    if resource_rules is not None:
-        app[USAGE_KEY] = ResourceMetricsService(
-            rules=resource_rules, objects=app[OBJECT_CACHES_KEY], backends=app[BACKENDS_KEY],
-            clock=app[CLOCK_KEY])
-    task = start_guarded_task(discovery.run(), name="metric discovery",
-                              on_failure=app[FATAL_KEY])
+async def _delegate_context(app: web.Application) -> AsyncIterator[None]:
+    delegate = DelegateClient(app[SETTINGS_KEY].delegation, registry=app[METRICS_REGISTRY_KEY])
+    await delegate.start()  # DelegateConfigError: the files of --delegate-* are unusable
+    app[DELEGATE_KEY] = delegate
     try:
         yield
     finally:
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
+        await delegate.close()
+
+
+async def _snapshots_context(app: web.Application) -> AsyncIterator[None]:
+    """The rule file's snapshot at start, and the watch that swaps in each new version."""
+    settings = app[SETTINGS_KEY]
+    cluster_catalog = app[CLUSTER_CATALOG_KEY]
+    registry = app[METRICS_REGISTRY_KEY]
+    opener = SnapshotOpener(settings=settings, objects=app[OBJECT_CACHES_KEY],
+                            catalog=lambda: cluster_catalog.catalog, clock=app[CLOCK_KEY],
+                            metrics=SnapshotMetrics.register(registry))
+    first = await opener.open(app[CONFIG_KEY], first_pass=False)
+    live = LiveConfig(first)
+    app[SNAPSHOTS_KEY] = live
+    first.start(on_fatal=app[FATAL_KEY], passed=False)
+    task = None
+    if settings.config_file is not None:
+        reloader = ConfigReloader(path=settings.config_file, live=live, opener=opener,
+                                  metrics=ReloadMetrics.register(registry),
+                                  clock=app[CLOCK_KEY], on_fatal=app[FATAL_KEY])
+        app[RELOADER_KEY] = reloader
+        task = start_guarded_task(reloader.run(), name="configuration reload",
+                                  on_failure=app[FATAL_KEY])
+    try:
+        yield
+    finally:
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        await live.close()
 
 
 def _register_health(app: web.Application) -> HealthChecks:
@@ -621,7 +679,8 @@ def _register_health(app: web.Application) -> HealthChecks:
     # includes this adapter's own APIServices, which stay unavailable until it is ready, and
     # the built-in resource list answers meanwhile.
     health.add(("readyz",), "metric-discovery",
-               lambda: RELISTER_KEY in app and app[RELISTER_KEY].has_succeeded)
+               lambda: SNAPSHOTS_KEY in app
+               and app[SNAPSHOTS_KEY].current.discovery.has_succeeded)
     health.add(("readyz",), "shutdown", lambda: not app[SHUTTING_DOWN_KEY].is_set())
 
     def informers() -> list[Informer[Any]]:
@@ -664,7 +723,6 @@ def create_app(*, settings: AdapterSettings, config: AdapterConfig,
         ProcessCollector(registry=registry)
     app[SETTINGS_KEY] = settings
     app[CONFIG_KEY] = config
-    app[GROUPS_KEY] = served_group_versions(resource_metrics=config.resource_rules is not None)
     app[CLOCK_KEY] = clock
     app[METRICS_REGISTRY_KEY] = registry
     app[REQUEST_METRICS_KEY] = _RequestMetrics.register(registry)
@@ -674,9 +732,10 @@ def create_app(*, settings: AdapterSettings, config: AdapterConfig,
     app[SHUTTING_DOWN_KEY] = asyncio.Event()
     app[HEALTH_KEY] = _register_health(app)
 
+    if settings.delegation.enabled:
+        app.cleanup_ctx.append(_delegate_context)
     app.cleanup_ctx.append(_kube_context)
-    app.cleanup_ctx.append(_prometheus_context)
-    app.cleanup_ctx.append(_discovery_context)
+    app.cleanup_ctx.append(_snapshots_context)
 
     router = app.router
     for endpoint in ("healthz", "livez", "readyz"):

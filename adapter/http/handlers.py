@@ -179,6 +179,26 @@ class MetricsService:
                 retry_after_seconds=_RETRY_AFTER_SECONDS))
         return registry
 
+    # -- ours or a delegate's ------------------------------------------------------------
+
+    def serves_custom_metric(self, route: CustomMetricRoute) -> bool:
+        """Whether our rules serve this resource/metric pair (then we answer, even when the
+        answer is empty or an error: our metrics win a name clash). Before the first
+        discovery pass nothing is known: True, so that the 503 is ours and nothing that may
+        be ours is sent elsewhere."""
+        registry = self._registry()
+        if registry.built_at is None:
+            return True
+        return registry.resolve_custom(resource=route.resource, namespace=route.namespace,
+                                       metric=route.metric) is not None
+
+    def serves_external_metric(self, route: ExternalMetricRoute) -> bool:
+        """Whether our rules serve this external metric name (see `serves_custom_metric`)."""
+        registry = self._registry()
+        if registry.built_at is None:
+            return True
+        return registry.resolve_external(route.metric) is not None
+
     # -- custom metrics ------------------------------------------------------------------
 
     async def custom_metric(self, route: CustomMetricRoute) -> Answer:
