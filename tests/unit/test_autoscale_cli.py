@@ -142,8 +142,9 @@ def test_kubeconfig_flag_then_env_then_home(tmp_path: Path) -> None:
     env_file = tmp_path / "env-config"
     env_file.write_text("{}")
     assert kubeconfig_path(flag="x", environ={"KUBECONFIG": str(env_file)}, home=home) == "x"
+    # $KUBECONFIG stays a list: its files are merged as kubectl merges them
     assert kubeconfig_path(flag=None, environ={"KUBECONFIG": f"/missing:{env_file}"},
-                           home=home) == str(env_file)
+                           home=home) == f"/missing:{env_file}"
     assert kubeconfig_path(flag=None, environ={}, home=home) == str(home / ".kube" / "config")
     assert kubeconfig_path(flag=None, environ={}, home=tmp_path / "nobody") is None
 
