@@ -35,8 +35,14 @@ class BackendClients:
     """The clients of every backend; open them with `async with` inside the running loop."""
 
     def __init__(self, *, config: AdapterConfig, flags: PrometheusSettings,
-                 registry: CollectorRegistry) -> None:
-        metrics = PrometheusMetrics.register(registry)
+                 registry: CollectorRegistry | None = None,
+                 metrics: PrometheusMetrics | None = None) -> None:
+        """`metrics` already registered (a reloaded configuration's clients share them), or
+        registered here on `registry`."""
+        if metrics is None:
+            if registry is None:
+                raise TypeError("BackendClients needs a registry or metrics")
+            metrics = PrometheusMetrics.register(registry)
         self._stack = contextlib.AsyncExitStack()
         self.default = PrometheusClient(flags, metrics=metrics, backend=DEFAULT_BACKEND)
         self._fixed: dict[str, PrometheusClient] = {DEFAULT_BACKEND: self.default}

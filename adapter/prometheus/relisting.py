@@ -253,8 +253,13 @@ class Relister:
             return self._interval
         return min(self._interval, _FIRST_RETRY_SECONDS * 2.0 ** (self._failures - 1))
 
-    async def run(self) -> NoReturn:
-        """Pass, wait, pass... The interval counts from the end of one pass (as upstream)."""
+    async def run(self, *, passed: bool = False) -> NoReturn:
+        """Pass, wait, pass... The interval counts from the end of one pass (as upstream).
+
+        `passed`: a pass has just been made (a reloaded configuration's first): wait first.
+        """
+        if passed:
+            await self._sleep(self.next_delay())
         while True:
             await self.step()
             await self._sleep(self.next_delay())
@@ -268,18 +273,34 @@ class Discovery:
     """
 
     def __init__(self, *, config: AdapterConfig, catalog: Callable[[], ResourceCatalog],
-                 metrics: RelistMetrics, clock: Callable[[], float]) -> None:
+                 metrics: RelistMetrics, clock: Callable[[], float],
+                 publish: bool = True) -> None:
+        self._config = config
         self._catalog = catalog
         self._metrics = metrics
         self._clock = clock
         self.relisters: list[Relister] = []
         self._registry = empty_registry(catalog())
+        self._published = False
+        if publish:
+            self.publish()
+
+    def publish(self) -> None:
+        """Make `/metrics` describe this discovery: at once for the configuration at start,
+        on its swap for a reloaded one (a pending configuration must not overwrite the
+        gauges of the one in use), and again for the one kept after a failed reload."""
+        self._published = True
+        config = self._config
+        metrics = self._metrics
         metrics.age.set_function(self._age)
         metrics.rules.labels("rules").set(len(config.rules))
         metrics.rules.labels("externalRules").set(len(config.external_rules))
         metrics.rules.labels("resourceRules").set(0 if config.resource_rules is None else 1)
-        for api in ("custom", "external"):
-            metrics.metrics.labels(api).set(0)
+        metrics.rule_metrics.clear()
+        for relister in self.relisters:
+            for rule in relister.registry.stats.rules:
+                metrics.rule_metrics.labels(rule.rule).set(rule.metrics)
+        self._publish_registry()
 
     def add(self, relister: Relister) -> None:
         self.relisters.append(relister)
@@ -303,6 +324,11 @@ class Discovery:
         registry = merge_registries([r.registry for r in self.relisters],
                                     catalog=self._catalog())
         self._registry = registry
+        if self._published:
+            self._publish_registry()
+
+    def _publish_registry(self) -> None:
+        registry = self._registry
         stats = registry.stats
         metrics = self._metrics
         if registry.built_at is not None:
@@ -324,9 +350,16 @@ class Discovery:
         results = await asyncio.gather(*(relister.step() for relister in self.relisters))
         return all(results)
 
-    async def run(self) -> NoReturn:
-        """Every relister's loop; an unexpected exit of one ends them all (and is raised)."""
+    @property
+    def failures(self) -> list[str]:
+        """`name: why` of each relister whose last pass failed."""
+        return [f"{r.name}: {r.last_error}" for r in self.relisters if r.last_error is not None]
+
+    async def run(self, *, passed: bool = False) -> NoReturn:
+        """Every relister's loop; an unexpected exit of one ends them all (and is raised).
+
+        `passed`: `step()` has just run (a reloaded configuration's first pass)."""
         async with asyncio.TaskGroup() as group:
             for relister in self.relisters:
-                group.create_task(relister.run(), name=relister.name)
+                group.create_task(relister.run(passed=passed), name=relister.name)
         raise RuntimeError("discovery loops ended")  # pragma: no cover - they never return

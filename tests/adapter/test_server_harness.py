@@ -24,8 +24,7 @@ from yarl import URL
 
 from adapter.http.app import (
     OBJECT_CACHES_KEY,
-    PROMETHEUS_KEY,
-    RELISTER_KEY,
+    SNAPSHOTS_KEY,
     create_app,
 )
 from adapter.http.runner import StatusAppRunner
@@ -100,11 +99,12 @@ class RunningAdapter:
 
     @property
     def relister(self) -> Discovery:
-        return self.app[RELISTER_KEY]
+        """The discovery of the configuration in use (a reload replaces it)."""
+        return self.app[SNAPSHOTS_KEY].current.discovery
 
     @property
     def prometheus(self) -> PrometheusClient:
-        return self.app[PROMETHEUS_KEY]
+        return self.app[SNAPSHOTS_KEY].current.backends.default
 
     @property
     def object_caches(self) -> Any:

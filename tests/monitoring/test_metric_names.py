@@ -5,6 +5,7 @@ from __future__ import annotations
 from prometheus_client import CollectorRegistry
 
 from adapter.http.app import _RequestMetrics
+from adapter.http.reloading import ReloadMetrics
 from adapter.kube.catalog import ClusterCatalog
 from adapter.prometheus.client import _Metrics
 from adapter.prometheus.relisting import RelistMetrics
@@ -23,6 +24,7 @@ def _adapter_registry() -> CollectorRegistry:
     _RequestMetrics.register(registry)
     _Metrics.register(registry)
     RelistMetrics.register(registry)
+    ReloadMetrics.register(registry)
     ClusterCatalog(object(), registry=registry)  # type: ignore[arg-type]  # no I/O until refresh
     return registry
 
