@@ -40,6 +40,13 @@ CASES: dict[str, tuple[str, list[tuple[str, str]], list[tuple[str, str]], dict[s
         [('metricscale_discovery_age_seconds{job="metricscale-adapter", '
           'instance="10.0.0.1:6443"}', "30x10")],
         ADAPTER),
+    "MetricscaleConfigReloadFailed": (
+        "10m",
+        [('metricscale_config_last_reload_successful{job="metricscale-adapter", '
+          'instance="10.0.0.1:6443"}', "0x10")],
+        [('metricscale_config_last_reload_successful{job="metricscale-adapter", '
+          'instance="10.0.0.1:6443"}', "0 0 1x8")],
+        ADAPTER),
     "MetricscalePrometheusErrors": (
         "20m",
         [('metricscale_prometheus_request_errors_total{job="metricscale-adapter", '
