@@ -418,7 +418,7 @@ async def test_identical_queries_in_flight_share_one_backend_request(backend: Ba
     assert all(r == results[0] for r in results)  # all answered at the first caller's time
     assert [s.form["time"] for s in backend.seen] == [["10.000"], ["11.500"]]
     assert registry.get_sample_value("metricscale_prometheus_requests_shared_total",
-                                     {"endpoint": "query"}) == 4
+                                     {"backend": "default", "endpoint": "query"}) == 4
 
 
 async def test_a_cancelled_waiter_does_not_cancel_the_shared_request(backend: Backend) -> None:
@@ -455,7 +455,8 @@ async def test_waiters_share_the_error_too(backend: Backend) -> None:
         outcomes = await asyncio.gather(*waiters, return_exceptions=True)
     assert all(isinstance(o, PrometheusQueryError) and o.reason == "bad_data" for o in outcomes)
     assert registry.get_sample_value("metricscale_prometheus_request_errors_total",
-                                     {"endpoint": "query", "reason": "bad_data"}) == 1
+                                     {"backend": "default", "endpoint": "query",
+                                      "reason": "bad_data"}) == 1
 
 
 # ---------------------------------------------------------------------------------------------
@@ -482,7 +483,7 @@ async def test_a_cached_answer_serves_the_same_promql_within_the_ttl_only(
     assert [(s.form["query"], s.form["time"]) for s in backend.seen] == [
         (["up"], ["100.000"]), (["sum(up)"], ["105.000"]), (["up"], ["105.001"])]
     assert registry.get_sample_value("metricscale_prometheus_cache_hits_total",
-                                     {"endpoint": "query"}) == 1
+                                     {"backend": "default", "endpoint": "query"}) == 1
 
 
 async def test_errors_are_never_cached(backend: Backend) -> None:
@@ -522,9 +523,10 @@ async def test_a_slow_backend_hits_the_query_timeout(backend: Backend) -> None:
     backend.gate.set()
     assert caught.value.reason == "timeout"
     assert registry.get_sample_value("metricscale_prometheus_request_errors_total",
-                                     {"endpoint": "query", "reason": "timeout"}) == 1
+                                     {"backend": "default", "endpoint": "query",
+                                      "reason": "timeout"}) == 1
     assert registry.get_sample_value("metricscale_prometheus_request_duration_seconds_count",
-                                     {"endpoint": "query"}) == 1
+                                     {"backend": "default", "endpoint": "query"}) == 1
 
 
 async def test_nothing_listening_is_unavailable() -> None:
