@@ -18,6 +18,7 @@ import argparse
 import csv
 import io
 import json
+import math
 import re
 import sys
 from collections.abc import Mapping, Sequence
@@ -38,6 +39,7 @@ from cli.replay_sim import (
 )
 
 EXIT_OK = 0
+EXIT_FAILED = 1
 EXIT_INVALID = 2
 MAX_POINTS = 11_000  # Prometheus refuses range queries with more points per series
 _PLACEHOLDER = "metricscale-replay-pods"
@@ -55,13 +57,28 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     from metricscale.kube.config import add_kubeconfig_arguments
 
     add_kubeconfig_arguments(live, purpose="for --live")
-    parser.add_argument("--prometheus-url", required=True)
+    prom = parser.add_argument_group("prometheus (the adapter's options, for the same backend)")
+    prom.add_argument("--prometheus-url", required=True,
+                      help="base URL of Prometheus, Thanos, Mimir or VictoriaMetrics")
+    prom.add_argument("--prometheus-header", action="append", default=[], metavar="NAME=VALUE",
+                      help="header sent with every request (repeatable), e.g. X-Scope-OrgID=team")
+    prom.add_argument("--prometheus-token-file", help="bearer token file")
+    prom.add_argument("--prometheus-username", help="basic auth user")
+    prom.add_argument("--prometheus-password-file", help="basic auth password file")
+    prom.add_argument("--prometheus-client-tls-cert-file", help="client certificate (PEM)")
+    prom.add_argument("--prometheus-client-tls-key-file", help="client certificate key (PEM)")
+    prom.add_argument("--prometheus-ca-file", help="CA bundle that signed Prometheus' certificate")
+    prom.add_argument("--prometheus-insecure-skip-tls-verify", action="store_true",
+                      help="do not verify Prometheus' certificate (testing only)")
+    prom.add_argument("--prometheus-timeout", default="30s",
+                      help="timeout of each query (default %(default)s)")
     parser.add_argument("--config", metavar="RULES.yaml",
                         help="the adapter's rules, to build each metric's PromQL")
     parser.add_argument("--from", dest="start", help="RFC 3339 start of the range")
     parser.add_argument("--to", dest="end", help="RFC 3339 end of the range")
     parser.add_argument("--last", help="the range ending now, e.g. 24h")
-    parser.add_argument("--step", default="15s", help="decision interval (the sync period)")
+    parser.add_argument("--step", help="decision interval (default: the sync period: the "
+                                       "controller's published one with --live, else 15s)")
     parser.add_argument("--query", action="append", default=[], metavar="INDEX=PROMQL",
                         help="PromQL for spec.metrics[INDEX] (Pods: one series per pod)")
     parser.add_argument("--pods", default=".*", metavar="REGEX",
@@ -485,7 +502,8 @@ def replay_steps(args: argparse.Namespace, client: Any,
         autoscaler = _source_autoscaler(args)
     settings, source = decision_settings(args)
     start, end = _range(args)
-    step = parse_duration(args.step)
+    step = parse_duration(args.step) if getattr(args, "step", None) else \
+        timedelta(seconds=float(settings["syncPeriodSeconds"]))
     startup = parse_duration(args.pod_startup) if args.pod_startup != "0" else timedelta()
     requests = _requests(getattr(args, "request", []))
     config_text: str | None = None
@@ -578,12 +596,65 @@ def _check_plot(path: str) -> None:
         raise ReplayInputError(INSTALL_HINT)
 
 
-def run(args: argparse.Namespace) -> int:
+def prometheus_client(args: argparse.Namespace) -> Any:
+    """A prometheus-api-client connection with the adapter's backend options (headers, bearer
+    token or basic auth, CA, client certificate), checked by the adapter's own rules."""
+    import requests
     from prometheus_api_client import PrometheusConnect
+
+    from adapter.settings import PrometheusConfigError, PrometheusSettings, parse_header
+    from metricscale.core.durations import flag_message
+    from metricscale.core.durations import parse_duration as parse_go_duration
+
+    try:
+        timeout = float(parse_go_duration(args.prometheus_timeout))
+    except ValueError:
+        raise ReplayInputError(f"--prometheus-timeout: {flag_message(args.prometheus_timeout)}"
+                               ) from None
+    try:
+        settings = PrometheusSettings(
+            url=args.prometheus_url,
+            headers=tuple(parse_header(item) for item in args.prometheus_header),
+            bearer_token_file=args.prometheus_token_file,
+            basic_auth_username=args.prometheus_username,
+            basic_auth_password_file=args.prometheus_password_file,
+            client_cert_file=args.prometheus_client_tls_cert_file,
+            client_key_file=args.prometheus_client_tls_key_file,
+            ca_file=args.prometheus_ca_file,
+            insecure_skip_verify=bool(args.prometheus_insecure_skip_tls_verify),
+            timeout=timeout)
+    except PrometheusConfigError as err:
+        raise ReplayInputError(str(err)) from None
+
+    def secret(flag: str, path: str) -> str:
+        try:
+            with open(path, encoding="utf-8") as handle:
+                return handle.read().strip()
+        except (OSError, UnicodeDecodeError) as err:
+            raise ReplayInputError(f"{flag}: cannot read {path}: {err}") from None
+
+    headers = dict(settings.headers)
+    if settings.bearer_token_file:
+        token = secret("--prometheus-token-file", settings.bearer_token_file)
+        headers["Authorization"] = f"Bearer {token}"
+    session = requests.Session()
+    if settings.basic_auth_username and settings.basic_auth_password_file:
+        session.auth = (settings.basic_auth_username,
+                        secret("--prometheus-password-file", settings.basic_auth_password_file))
+    session.verify = False if settings.insecure_skip_verify else (settings.ca_file or True)
+    if settings.client_cert_file and settings.client_key_file:
+        session.cert = (settings.client_cert_file, settings.client_key_file)
+    return PrometheusConnect(url=settings.url, headers=headers or None, session=session,
+                             disable_ssl=settings.insecure_skip_verify,
+                             timeout=math.ceil(settings.timeout))
+
+
+def run(args: argparse.Namespace) -> int:
+    import requests
     from prometheus_api_client.exceptions import PrometheusApiClientException
 
-    client = PrometheusConnect(url=args.prometheus_url, disable_ssl=False)
     try:
+        client = prometheus_client(args)
         output = replay(args, client)
     except ReplayInputError as err:
         print(f"metricscale replay: {err}", file=sys.stderr)
@@ -591,5 +662,9 @@ def run(args: argparse.Namespace) -> int:
     except PrometheusApiClientException as err:
         print(f"metricscale replay: Prometheus refused a query: {err}", file=sys.stderr)
         return EXIT_INVALID
+    except requests.RequestException as err:
+        print(f"metricscale replay: cannot reach Prometheus at {args.prometheus_url}: "
+              f"{type(err).__name__}", file=sys.stderr)
+        return EXIT_FAILED
     sys.stdout.write(output)
     return EXIT_OK

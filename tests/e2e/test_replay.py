@@ -359,3 +359,70 @@ async def test_replay_live_decides_with_the_settings_the_controller_published(
         replay, "--horizontal-pod-autoscaler-downscale-stabilization", "5m")
     assert "settings from the controller and flags" in note
     assert flagged == defaults
+
+
+def test_replay_reads_prometheus_with_the_adapters_backend_options(
+        backfilled: PrometheusServer, files: tuple[Path, Path], tmp_path: Path,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """Headers (a tenant), a bearer token file and the rest of the adapter's backend options
+    reach Prometheus (through a recording proxy in front of the real one); bad combinations
+    are refused as the adapter refuses them."""
+    import http.server
+    import threading
+    import urllib.request
+
+    seen: list[dict[str, str]] = []
+
+    class Proxy(http.server.BaseHTTPRequestHandler):
+        def _forward(self) -> None:
+            seen.append({k.lower(): v for k, v in self.headers.items()})
+            length = int(self.headers.get("Content-Length") or 0)
+            body = self.rfile.read(length) if length else None
+            upstream = urllib.request.Request(backfilled.url + self.path, data=body,
+                                              method=self.command)
+            if self.headers.get("Content-Type"):
+                upstream.add_header("Content-Type", self.headers["Content-Type"])
+            with urllib.request.urlopen(upstream, timeout=30) as answer:  # noqa: S310
+                payload = answer.read()
+                self.send_response(answer.status)
+                self.send_header("Content-Type", answer.headers.get("Content-Type", ""))
+                self.send_header("Content-Length", str(len(payload)))
+                self.end_headers()
+                self.wfile.write(payload)
+
+        do_GET = do_POST = _forward
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Proxy)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        token = tmp_path / "token"
+        token.write_text("s3cret\n")
+        autoscaler, rules = files
+        url = f"http://127.0.0.1:{server.server_address[1]}"
+        args = ["replay", str(autoscaler), "--prometheus-url", url, "--config", str(rules),
+                "--from", _time(START), "--to", _time(START + timedelta(hours=2)),
+                "--step", "5m", "--initial-replicas", "2", "-o", "json",
+                "--prometheus-header", "X-Scope-OrgID=shop"]
+        assert main([*args, "--prometheus-token-file", str(token)]) == 0, capsys.readouterr()
+        assert seen and all(h.get("x-scope-orgid") == "shop" for h in seen)
+        assert all(h.get("authorization") == "Bearer s3cret" for h in seen)
+        capsys.readouterr()
+        password = tmp_path / "password"
+        password.write_text("pw")
+        assert main([*args, "--prometheus-token-file", str(token), "--prometheus-username",
+                     "u", "--prometheus-password-file", str(password)]) == 2
+        assert "use either a bearer token file or basic auth, not both" in \
+            capsys.readouterr().err
+        seen.clear()
+        assert main([*args, "--prometheus-username", "u", "--prometheus-password-file",
+                     str(password)]) == 0
+        assert seen and all(h.get("authorization", "").startswith("Basic ") for h in seen)
+    finally:
+        server.shutdown()
+    capsys.readouterr()
+    assert main([*args[:2], "--prometheus-url", "http://127.0.0.1:1", *args[4:]]) == 1
+    assert "cannot reach Prometheus at http://127.0.0.1:1" in capsys.readouterr().err
