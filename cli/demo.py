@@ -8,7 +8,10 @@ through caBundle, front-proxy authentication, SubjectAccessReviews), and the rea
 plays the Deployment controller and drives the load up and down. A second act does the same
 on CPU, as Kubernetes' HPA walkthrough tells it: the exporter also publishes cAdvisor's series
 for every pod and node, the adapter serves `metrics.k8s.io` from them (`kubectl top`), and an
-Autoscaler keeps Deployment `php-apache` at 50% of its pods' CPU request. Everything listens on
+Autoscaler keeps Deployment `php-apache` at 50% of its pods' CPU request. A third act replays
+the first one with `metricscale replay` over Prometheus' history (the demo also plays
+kube-state-metrics, so the replicas the live controller set are in Prometheus too), draws it to
+.demo/replay.png and checks the replay against what the controller did. Everything listens on
 127.0.0.1, and every process and temporary directory is gone when the demo ends, also on
 Ctrl-C or failure. The demo needs a source checkout, because the fake cluster lives in
 tests/fakes; `make demo` runs it from one.
@@ -22,6 +25,7 @@ import contextlib
 import json
 import logging
 import os
+import shlex
 import shutil
 import signal
 import socket
@@ -78,7 +82,14 @@ POD_MEMORY = {"web": 48 << 20, CPU_APP: 96 << 20}
 NODES = ("node-1", "node-2")
 AUTOSCALER_API = ("metricscale.dev", "v1alpha1", "autoscalers")
 CONDITION_TYPES = ("AbleToScale", "ScalingActive", "ScalingLimited")
-SECTIONS = 12
+SECTIONS = 13
+# The replay act: kube-state-metrics' series of the Deployments' spec.replicas (the demo plays
+# kube-state-metrics), the web pods, and where the plot goes.
+REPLICAS_SERIES = "kube_deployment_spec_replicas"
+DEMO_PODS = rf"{DEMO_APP}-[0-9]+"
+REPLAY_PLOT = "replay.png"
+REPLAY_TOLERANCE = 1  # replicas
+SCRAPE_SECONDS = 1  # Prometheus' scrape interval in the demo
 
 
 @dataclass(frozen=True)
@@ -116,8 +127,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="kubectl binary (default: kubectl on the PATH)")
     parser.add_argument("--fast", action="store_true",
                         help="shorter periods and windows (sync 1s, rate window 6s, "
-                             "scale-down window 5s; without it 2s, 12s and 12s): both acts "
-                             "in about a minute")
+                             "scale-down window 5s; without it 2s, 12s and 12s): the three "
+                             "acts in about 45 s instead of 90 s")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -299,6 +310,70 @@ def format_observation(*, seconds: float, load: Decimal | str, before: Observati
     return (f"  {seconds:6.1f}s  replicas {size:<22} load {shown:>5}  per pod "
             f"{now.per_pod:>8}  desired {desired:>2}  "
             f"{' '.join(now.reasons) or '(no status yet)'}")
+
+
+@dataclass(frozen=True)
+class ReplayAgreement:
+    """The replayed replicas against the observed ones, step by step.
+
+    The live controller syncs on its own clock, not on the replay's steps, and Prometheus
+    records the size it sets at its next scrape; so each replayed step is held against the
+    observed replicas from `before` steps before it to `after` steps after it, the closest of
+    them counting (`same_step` is the largest difference at the very same step)."""
+
+    steps: int  # steps with an observed value in their allowance
+    unobserved: int  # steps without one
+    largest: int  # the largest difference, in replicas, with the allowance
+    same_step: int  # the largest difference at the very same step
+    apart: tuple[int, ...]  # the steps (indexes) more than REPLAY_TOLERANCE apart
+    before: int
+    after: int
+
+    @property
+    def agrees(self) -> bool:
+        return self.steps > 0 and not self.apart
+
+
+def replay_agreement(replayed: Sequence[int], observed: Sequence[int | None], *,
+                     before: int = 0, after: int = 0) -> ReplayAgreement:
+    """Compare each step's replayed (decided) replicas with the observed ones around it."""
+    if len(replayed) != len(observed):
+        raise ValueError("one observed value per replayed step")
+    differences: list[tuple[int, int]] = []
+    same_step = 0
+    for index, mine in enumerate(replayed):
+        theirs = observed[index]
+        if theirs is not None:
+            same_step = max(same_step, abs(mine - theirs))
+        around = [value for value in observed[max(0, index - before):index + after + 1]
+                  if value is not None]
+        if around:
+            differences.append((index, min(abs(mine - value) for value in around)))
+    return ReplayAgreement(
+        steps=len(differences), unobserved=len(replayed) - len(differences),
+        largest=max((d for _, d in differences), default=0), same_step=same_step,
+        apart=tuple(index for index, d in differences if d > REPLAY_TOLERANCE),
+        before=before, after=after)
+
+
+def format_agreement(agreement: ReplayAgreement, *, times: Sequence[str]) -> str:
+    """The line that says whether the replay and the live controller agree."""
+    if agreement.steps == 0:
+        return ("Replay vs live controller: NOT COMPARED: Prometheus has no observed replicas "
+                f"({REPLICAS_SERIES}) in the range")
+    allowance = (f"each step against the observed replicas from {agreement.before} step(s) "
+                 f"before to {agreement.after} after it; at the very same step the largest "
+                 f"difference is {agreement.same_step}")
+    skipped = (f"; {agreement.unobserved} step(s) without an observed value left out"
+               if agreement.unobserved else "")
+    if agreement.agrees:
+        return (f"Replay vs live controller: AGREE within {REPLAY_TOLERANCE} replica at every "
+                f"one of {agreement.steps} steps ({allowance}{skipped})")
+    where = ", ".join(times[index] for index in agreement.apart[:5])
+    more = f" and {len(agreement.apart) - 5} more" if len(agreement.apart) > 5 else ""
+    return (f"Replay vs live controller: DIFFER by more than {REPLAY_TOLERANCE} replica at "
+            f"{len(agreement.apart)} of {agreement.steps} steps, by up to {agreement.largest} "
+            f"(at {where}{more}; {allowance}{skipped})")
 
 
 # --- the shell: processes, kubectl, the workload --------------------------------------------------
@@ -504,6 +579,9 @@ class Workload:
             if int(pod.rsplit("-", 1)[1]) >= wanted:
                 self._remove_pod(pod)
                 changed = True
+        # What kube-state-metrics exports: the replicas the autoscaler set, for the replay act.
+        self.exporter.set(REPLICAS_SERIES, {"namespace": DEMO_NAMESPACE, "deployment": self.app},
+                          wanted)
         if (deployment.get("status") or {}).get("replicas") != wanted:
             def settle(obj: dict[str, Any]) -> None:
                 status = obj.setdefault("status", {})
@@ -661,7 +739,8 @@ async def _demo(*, workdir: Path, kubectl: str, timing: Timing) -> None:
                "A real Prometheus scrapes per-pod request counters (http_requests_total) and "
                "cAdvisor's CPU and memory series from a built-in exporter every second.")
         try:
-            prometheus = stack.enter_context(prometheus_module.PrometheusServer())
+            prometheus = stack.enter_context(prometheus_module.PrometheusServer(
+                scrape_interval=f"{SCRAPE_SECONDS}s"))
         except prometheus_module.PrometheusError as error:
             raise DemoError(f"Prometheus did not start: {error}") from None
         exporter = stack.enter_context(exporter_module.Exporter(job="demo"))
@@ -817,6 +896,7 @@ async def _demo(*, workdir: Path, kubectl: str, timing: Timing) -> None:
         print(f"        {manifest}:")
         for line in manifest.read_text().splitlines():
             print(f"          {line}")
+        applied_at = datetime.now(UTC)
         print(await admin("apply", "-f", str(manifest)), end="")
 
         reporter = Reporter(kube=kube, workload=workload, started=started)
@@ -869,6 +949,7 @@ async def _demo(*, workdir: Path, kubectl: str, timing: Timing) -> None:
         await _until(lambda: watching(lambda o: o.current == o.replicas),
                      within=3 * period + 10.0, what="a reconcile after the scale-down",
                      detail=last_seen)
+        first_act_ended = datetime.now(UTC)
         print(f"        scaled up {reporter.ups} times and down {reporter.downs} times")
 
         banner("What kubectl and `metricscale explain --live` say",
@@ -899,6 +980,9 @@ async def _demo(*, workdir: Path, kubectl: str, timing: Timing) -> None:
                f"--min=1 --max=10` as an Autoscaler; the load rises to {CPU_BUSY * 1000:.0f}m "
                f"({CPU_BUSY * 1000 / target_milli:.0f} pods' worth at {target_milli}m a pod), "
                "then falls back.")
+        # The replay act's imports (matplotlib takes seconds) load meanwhile, in a thread.
+        preloaded = asyncio.create_task(asyncio.to_thread(_preload_replay),
+                                        name="demo replay imports")
         cpu_manifest = workdir / "autoscaler-cpu.yaml"
         cpu_manifest.write_text(yaml.safe_dump(cpu_autoscaler_manifest(timing),
                                                sort_keys=False))
@@ -924,6 +1008,94 @@ async def _demo(*, workdir: Path, kubectl: str, timing: Timing) -> None:
         print(f"        {CPU_APP} scaled up {cpu_reporter.ups} times and down "
               f"{cpu_reporter.downs} times on CPU utilization")
         alive()
+
+        # --- The third act: the first one replayed from Prometheus' history --------------
+        banner("metricscale replay: the first act again, from Prometheus' history",
+               f"The Autoscaler {DEMO_NAMESPACE}/{DEMO_APP} replayed over the range it ran in, "
+               "closed-loop, beside the replicas the live controller set "
+               f"({REPLICAS_SERIES}, as kube-state-metrics exports it).")
+        await preloaded
+        await _replay(workdir=workdir, prometheus_url=prometheus.url, rules_file=rules_file,
+                      manifest=manifest, start=applied_at, end=first_act_ended, timing=timing,
+                      scrape_seconds=SCRAPE_SECONDS)
+
+
+def _preload_replay() -> None:
+    """Import what the replay act uses, ahead of it. Only a warm-up: whatever fails here fails
+    again in the act, which reports it (a missing package) or stops the demo with it."""
+    import importlib
+
+    with contextlib.suppress(Exception):
+        for module in ("prometheus_api_client", "cli.replay", "cli.replay_plot"):
+            importlib.import_module(module)
+    with contextlib.suppress(Exception):
+        importlib.import_module("matplotlib").use("Agg")
+        importlib.import_module("matplotlib.pyplot")
+
+
+async def _replay(*, workdir: Path, prometheus_url: str, rules_file: Path, manifest: Path,
+                  start: datetime, end: datetime, timing: Timing,
+                  scrape_seconds: int) -> None:
+    """`metricscale replay` as a user would type it, run in-process (in a thread: it is
+    synchronous) on the demo's Prometheus; then the plot and the comparison with the live run."""
+    import importlib.util
+
+    if importlib.util.find_spec("prometheus_api_client") is None:
+        print("        metricscale replay needs prometheus-api-client "
+              "(pip install 'metricscale[replay]'): the replay is skipped", flush=True)
+        return
+    import requests
+    from prometheus_api_client.exceptions import PrometheusApiClientException
+
+    from cli.replay import add_arguments, prometheus_client, render, replay_steps
+    from cli.replay_plot import INSTALL_HINT, plot_replay
+    from cli.replay_sim import ReplayInputError
+
+    def stamp(moment: datetime) -> str:
+        return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+    plot = workdir / REPLAY_PLOT
+    plotting = importlib.util.find_spec("matplotlib") is not None
+    # The range in whole seconds (range queries take whole seconds), one sync period longer
+    # than the first act so that its last size is recorded; the autoscaler's sync period as
+    # the step; the demo's pods are ready as soon as they exist.
+    period = timing.sync_period_seconds
+    command = ["metricscale", "replay", str(manifest), "--prometheus-url", prometheus_url,
+               "--config", str(rules_file), "--from", stamp(start.replace(microsecond=0)),
+               "--to", stamp(end.replace(microsecond=0) + timedelta(seconds=1 + period)),
+               "--step", f"{period}s", "--pods", DEMO_PODS,
+               "--pod-startup", "0s", *(["--plot", str(plot)] if plotting else [])]
+    print(f"$ {shlex.join(command)}", flush=True)
+    parser = argparse.ArgumentParser(prog="metricscale replay")
+    add_arguments(parser)
+    args = parser.parse_args(command[2:])
+    began = time.monotonic()
+    try:
+        client = prometheus_client(args)
+        result = await asyncio.to_thread(replay_steps, args, client)
+    except (ReplayInputError, PrometheusApiClientException, requests.RequestException) as error:
+        raise DemoError(f"metricscale replay failed: {error}") from None
+    replayed = time.monotonic() - began
+    print(render(result.steps, result.summary, "table", None, result.observed), end="")
+    began = time.monotonic()
+    if plotting:
+        await asyncio.to_thread(
+            plot_replay, str(plot), autoscaler=result.autoscaler, steps=result.steps,
+            observed=result.observed, requests=result.requests,
+            title=f"metricscale demo: {DEMO_NAMESPACE}/{DEMO_APP} replayed beside the live "
+                  "controller")
+        print(f"\n        replayed {len(result.steps)} steps in {replayed:.1f} s, plotted in "
+              f"{time.monotonic() - began:.1f} s: {plot}")
+    else:
+        print(f"\n        replayed {len(result.steps)} steps in {replayed:.1f} s; no plot: "
+              f"{INSTALL_HINT}")
+    observed = result.observed or [None] * len(result.steps)
+    # The allowance: one sync period either way for the two clocks, and one more scrape
+    # interval after for Prometheus to record the size the controller set.
+    agreement = replay_agreement([s.decided_replicas for s in result.steps], observed,
+                                 before=1, after=-(-(period + scrape_seconds) // period))
+    print("        " + format_agreement(agreement, times=[stamp(s.time) for s in result.steps]),
+          flush=True)
 
 
 async def _top(admin: Kubectl, *arguments: str, within: float) -> str:

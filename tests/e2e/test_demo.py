@@ -1,10 +1,12 @@
 """`metricscale demo --fast` end to end as a user runs it: the pod list through kubectl, custom
 metrics through the aggregator, the autoscaler scaling up and back down, then `kubectl top` and
-CPU autoscaling on resource metrics, and nothing left running or lying around afterwards, also
-when the demo is terminated halfway."""
+CPU autoscaling on resource metrics, then `metricscale replay` of the first act agreeing with
+what the live controller did (and its plot), and nothing left running or lying around
+afterwards, also when the demo is terminated halfway."""
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import queue
 import re
@@ -27,6 +29,10 @@ REPO = Path(__file__).resolve().parents[2]
 # --fast finishes in under a minute here; the bound leaves room for a busy machine.
 WITHIN = 240.0
 SCALE_LINE = re.compile(r"^\s+[\d.]+s  replicas (\d+) -> (\d+) scaled (up|down)\s", re.MULTILINE)
+# A row of the replay's table: time, values, CUR, PROP, DEC, OBS, then the limiting rule.
+REPLAY_ROW = re.compile(
+    r"^\d{4}-\d\d-\d\dT[\d:]+Z\s+\S+\s+(\d+)\s+(?:\d+|-)\s+(\d+)\s+(\d+|-)(?:\s|$)",
+    re.MULTILINE)
 
 
 @contextmanager
@@ -88,6 +94,8 @@ def test_demo_scales_web_up_and_down_and_leaves_nothing_running(tmp_path: Path) 
     assert '"name": "http_requests_per_second"' in output
     first_act, _, cpu_act = output.partition("top pods -n demo\n")
     assert cpu_act, output[-4000:]
+    cpu_act, _, replay_act = cpu_act.partition("[13/13] metricscale replay")
+    assert replay_act, output[-4000:]
     steps = [(int(before), int(after), way)
              for before, after, way in SCALE_LINE.findall(first_act)]
     ups = [step for step in steps if step[2] == "up"]
@@ -112,8 +120,40 @@ def test_demo_scales_web_up_and_down_and_leaves_nothing_running(tmp_path: Path) 
     assert max(after for _, after, _ in cpu_steps) >= 5  # 500m at 100m a pod
     assert cpu_steps[-1][1:] == (1, "down")
     assert "% cpu" in cpu_act
+    check_replay_act(replay_act, workdir=workdir, up_to=max(after for _, after, _ in ups))
     assert leftovers(workdir) == []
     assert (workdir / "kubeconfig").is_file() and (workdir / "autoscaler.log").is_file()
+
+
+def check_replay_act(act: str, *, workdir: Path, up_to: int) -> None:
+    """The third act: `metricscale replay` of the web Autoscaler over the first act's range,
+    its table with the replayed (DEC) and observed (OBS) replicas, the plot, and the line that
+    says they agree within one replica."""
+    assert "$ metricscale replay " in act and "--step 1s" in act, act[:3000]
+    rows = [(int(current), int(decided), None if observed == "-" else int(observed))
+            for current, decided, observed in REPLAY_ROW.findall(act)]
+    assert len(rows) >= 10, act[:3000]
+    assert rows[0][0] == 3  # the replay starts from the 3 replicas kube-state-metrics recorded
+    decided = [d for _, d, _ in rows]
+    observed = [o for _, _, o in rows if o is not None]
+    assert len(observed) == len(rows)  # the demo plays kube-state-metrics for the whole range
+    # Both curves go up to the live run's top size (within one) and back down to 2.
+    assert abs(max(decided) - up_to) <= 1 and max(observed) == up_to, act[:3000]
+    assert decided[-1] == observed[-1] == 2, act[:3000]
+    assert re.search(r"^scale_ups: [1-9]", act, re.MULTILINE), act[:3000]
+    assert re.search(r"^scale_downs: [1-9]", act, re.MULTILINE), act[:3000]
+    verdict = re.search(r"Replay vs live controller: (\w+).*", act)
+    assert verdict is not None, act[-3000:]
+    assert verdict.group(1) == "AGREE", verdict.group(0)
+    assert "within 1 replica at every one of" in verdict.group(0)
+    plot = workdir / "replay.png"
+    if importlib.util.find_spec("matplotlib") is None:
+        assert "no plot: --plot needs matplotlib" in act
+        assert not plot.exists()
+    else:
+        assert "plotted in" in act and str(plot) in act
+        assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+        assert plot.stat().st_size > 10_000
 
 
 class Lines:
