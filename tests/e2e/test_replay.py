@@ -430,7 +430,7 @@ def test_replay_reads_prometheus_with_the_adapters_backend_options(
                                               method=self.command)
             if self.headers.get("Content-Type"):
                 upstream.add_header("Content-Type", self.headers["Content-Type"])
-            with urllib.request.urlopen(upstream, timeout=30) as answer:  # noqa: S310
+            with urllib.request.urlopen(upstream, timeout=30) as answer:
                 payload = answer.read()
                 self.send_response(answer.status)
                 self.send_header("Content-Type", answer.headers.get("Content-Type", ""))
