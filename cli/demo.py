@@ -1076,7 +1076,8 @@ async def _replay(*, workdir: Path, prometheus_url: str, rules_file: Path, manif
     except (ReplayInputError, PrometheusApiClientException, requests.RequestException) as error:
         raise DemoError(f"metricscale replay failed: {error}") from None
     replayed = time.monotonic() - began
-    print(render(result.steps, result.summary, "table", None, result.observed), end="")
+    print(render(result.steps, result.summary, "table", None, result.observed,
+                 result.assumptions), end="")
     began = time.monotonic()
     if plotting:
         await asyncio.to_thread(

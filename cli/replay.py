@@ -312,15 +312,22 @@ def _initial_replicas(args: argparse.Namespace, client: Any, autoscaler: Mapping
         if args.initial_replicas < 0:
             raise ReplayInputError("--initial-replicas must not be negative")
         return int(args.initial_replicas)
-    target = autoscaler["spec"]["scaleTargetRef"]
-    namespace = autoscaler.get("metadata", {}).get("namespace", "default")
-    promql = (f"kube_deployment_spec_replicas{{namespace={json.dumps(namespace)},"
-              f"deployment={json.dumps(target['name'])}}}")
+    promql = _replicas_query(autoscaler)
     result = client.custom_query(promql, params={"time": start.timestamp()})
     if not result:
         raise ReplayInputError("--initial-replicas is required: Prometheus has no "
-                               "kube_deployment_spec_replicas for the target at --from")
+                               f"{promql.split('{')[0]} for the target at --from")
     return int(float(result[0]["value"][1]))
+
+
+def _replicas_query(autoscaler: Mapping[str, Any]) -> str:
+    """kube-state-metrics' series of the target's replicas (StatefulSet, else Deployment)."""
+    target = autoscaler["spec"]["scaleTargetRef"]
+    namespace = json.dumps(autoscaler.get("metadata", {}).get("namespace", "default"))
+    name = json.dumps(target.get("name", ""))
+    if target.get("kind") == "StatefulSet":
+        return f"kube_statefulset_replicas{{namespace={namespace},statefulset={name}}}"
+    return f"kube_deployment_spec_replicas{{namespace={namespace},deployment={name}}}"
 
 
 def _step_row(step: Step) -> dict[str, Any]:
@@ -331,9 +338,32 @@ def _step_row(step: Step) -> dict[str, Any]:
             "decidedReplicas": step.decided_replicas, "limitingRule": step.limiting_rule}
 
 
+def assumptions(args: argparse.Namespace, autoscaler: Mapping[str, Any], *, step: timedelta,
+                initial: int, startup: timedelta, requests: Mapping[str, str]) -> list[str]:
+    """The closed loop's assumptions for this replay, said plainly in its output."""
+    types = {m.get("type") for m in autoscaler["spec"].get("metrics") or []}
+    out = [f"one decision every {step.total_seconds():g} s (the sync period), each with the "
+           "history and status the previous one left",
+           f"{initial} replicas at the start ("
+           + ("--initial-replicas" if getattr(args, "initial_replicas", None) is not None
+              else f"{_replicas_query(autoscaler).split('{')[0]} at --from") + ")",
+           "every scale write succeeds; a new pod is ready after "
+           f"{startup.total_seconds():g} s (--pod-startup); scale-down removes the newest pods",
+           "a step without a sample is a failed metric fetch, as in the controller"]
+    if types & set(PER_POD_TYPES):
+        out.append("Pods/Resource metrics: the load is fixed, the pods are not: the observed "
+                   "total is spread over the simulated ready pods"
+                   + (f" (requests: {', '.join(f'{k}={v}' for k, v in requests.items())})"
+                      if requests else ""))
+    if types & {"Object", "External"}:
+        out.append("Object/External metrics: used as observed")
+    return out
+
+
 def render(steps: Sequence[Step], summary: Summary, output: str,
            compare: tuple[Sequence[Step], Summary] | None = None,
-           observed: Sequence[int | None] | None = None) -> str:
+           observed: Sequence[int | None] | None = None,
+           assumed: Sequence[str] = ()) -> str:
     rows = [_step_row(step) for step in steps]
     if observed is not None:
         for row, value in zip(rows, observed, strict=True):
@@ -343,6 +373,8 @@ def render(steps: Sequence[Step], summary: Summary, output: str,
         document: dict[str, Any] = {"steps": rows, "summary": asdict(summary)}
         if compare is not None:
             document["compare"] = {"steps": other, "summary": asdict(compare[1])}
+        if assumed:
+            document["assumptions"] = list(assumed)
         return json.dumps(document, indent=2) + "\n"
     if output == "csv":
         buffer = io.StringIO()
@@ -379,6 +411,10 @@ def render(steps: Sequence[Step], summary: Summary, output: str,
         theirs = asdict(compare[1])
         lines.extend(f"{key + ':':<22} {_cell(value):>12} {_cell(theirs[key]):>12}"
                      for key, value in asdict(summary).items())
+    if assumed:
+        lines.append("")
+        lines.append("Assumed:")
+        lines.extend(f"  - {line}" for line in assumed)
     return "\n".join(lines) + "\n"
 
 
@@ -392,14 +428,7 @@ def observed_replicas(client: Any, autoscaler: Mapping[str, Any], *, start: date
                       end: datetime, step: timedelta, times: Sequence[datetime],
                       ) -> list[int | None] | None:
     """The target's replicas as kube-state-metrics recorded them (None: not scraped)."""
-    target = autoscaler["spec"]["scaleTargetRef"]
-    namespace = json.dumps(autoscaler.get("metadata", {}).get("namespace", "default"))
-    name = json.dumps(target.get("name", ""))
-    if target.get("kind") == "StatefulSet":
-        promql = f"kube_statefulset_replicas{{namespace={namespace},statefulset={name}}}"
-    else:
-        promql = f"kube_deployment_spec_replicas{{namespace={namespace},deployment={name}}}"
-    series = _range_values(client, promql, start=start, end=end, step=step)
+    series = _range_values(client, _replicas_query(autoscaler), start=start, end=end, step=step)
     if not series:
         return None
     values = series[0]
@@ -463,6 +492,7 @@ class Replayed:
     requests: dict[str, str]
     autoscaler: dict[str, Any]
     settings_source: str = "defaults"  # controller, controller and flags, flags, defaults
+    assumptions: tuple[str, ...] = ()
 
 
 def decision_settings(args: argparse.Namespace) -> tuple[dict[str, Any], str]:
@@ -558,7 +588,9 @@ def replay_steps(args: argparse.Namespace, client: Any,
     observed = observed_replicas(client, autoscaler, start=start, end=end, step=step,
                                  times=times)
     return Replayed(steps, summarize(steps, step=step), compared, step, observed, requests,
-                    autoscaler, source)
+                    autoscaler, source,
+                    tuple(assumptions(args, autoscaler, step=step, initial=initial,
+                                      startup=startup, requests=requests)))
 
 
 def replay(args: argparse.Namespace, client: Any) -> str:
@@ -580,8 +612,11 @@ def replay(args: argparse.Namespace, client: Any) -> str:
     else:
         print(f"metricscale replay: settings from the {result.settings_source}",
               file=sys.stderr)
+    if args.output == "csv":  # CSV stays one table: the assumptions go to standard error
+        for line in result.assumptions:
+            print(f"metricscale replay: assumed: {line}", file=sys.stderr)
     return render(result.steps, result.summary, args.output, result.compare,
-                  result.observed)
+                  result.observed, result.assumptions)
 
 
 def _check_plot(path: str) -> None:

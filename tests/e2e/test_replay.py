@@ -182,6 +182,9 @@ def test_replay_decisions_equal_the_pure_decision_step_by_step(
         total = seen_then.value * len(PODS)
         assert row["values"][0] == pytest.approx(total / row["readyPods"], abs=1e-6)
     assert gap_steps == 2 * 12 - 1  # 2 h at 5 min, less the first (still in the lookback)
+    assert "2 replicas at the start (--initial-replicas)" in document["assumptions"]
+    assert any(line.startswith("Pods/Resource metrics: the load is fixed")
+               for line in document["assumptions"])
     summary = document["summary"]
     decided = [s.decided_replicas for s in expected]
     assert summary == pytest.approx({**summary, **vars(summarize(expected, step=step))})
@@ -309,6 +312,7 @@ def test_compare_and_observed_replicas_side_by_side(
     assert table.splitlines()[0].split() == ["TIME", "VALUES", "CUR", "PROP", "DEC", "CMP",
                                              "OBS", "LIMIT"]
     assert "AUTOSCALER" in table and "COMPARE" in table
+    assert "Assumed:" in table and "one decision every 15 s (the sync period)" in table
 
 
 @pytest.mark.parametrize("suffix", ["png", "svg"])

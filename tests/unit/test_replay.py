@@ -156,3 +156,14 @@ def test_a_file_and_live_together_are_refused(tmp_path: Any,
     assert main(["replay", "x.yaml", "--live", "shop/web", "--prometheus-url",
                  "http://127.0.0.1:9", "--last", "1h"]) == 2
     assert "either AUTOSCALER.yaml or --live" in capsys.readouterr().err
+
+
+def test_the_targets_replicas_come_from_kube_state_metrics_series_of_its_kind() -> None:
+    from cli.replay import _replicas_query
+
+    def of(kind: str) -> str:
+        return _replicas_query({"metadata": {"namespace": "shop"}, "spec": {
+            "scaleTargetRef": {"apiVersion": "apps/v1", "kind": kind, "name": "db"}}})
+
+    assert of("StatefulSet") == 'kube_statefulset_replicas{namespace="shop",statefulset="db"}'
+    assert of("Deployment") == 'kube_deployment_spec_replicas{namespace="shop",deployment="db"}'
