@@ -14,6 +14,9 @@ three minutes).
    without first sending the same PromQL to Prometheus: what any adapter built on aiohttp
    costs before it does any work of its own. Then 32 concurrent clients hit the adapter,
    Prometheus and the floor for a few seconds each: requests per second.
+   With `--backends 2` a second adapter process serves the same rule on `default` and on a
+   second backend (a `backends:` entry for the same Prometheus), and both of its metrics are
+   measured in the same turns: a rule on either backend should cost what one backend costs.
    With `--cache-ttl` (default 5s; 0 skips it) a second adapter process started with
    `--prometheus-cache-ttl` is measured the same way and reported apart, labelled: those
    answers can be up to the TTL old, so they are never the headline.
@@ -35,6 +38,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import resource
@@ -68,6 +72,29 @@ rules:
       namespace: {resource: namespace}
       pod: {resource: pod}
   metricsQuery: 'sum(<<.Series>>{<<.LabelMatchers>>}) by (<<.GroupBy>>)'
+"""
+
+# `--backends 2`: the same rule on `default` and on a second backend (the same Prometheus, so
+# only the adapter's side differs), served by a second adapter process.
+TWO_BACKENDS_CONFIG = """
+backends:
+- name: second
+  url: {url}
+rules:
+- seriesQuery: 'bench_requests'
+  resources:
+    overrides:
+      namespace: {{resource: namespace}}
+      pod: {{resource: pod}}
+  metricsQuery: 'sum(<<.Series>>{{<<.LabelMatchers>>}}) by (<<.GroupBy>>)'
+- seriesQuery: 'bench_requests'
+  backend: second
+  name: {{matches: "^bench_requests$", as: "bench_requests_second"}}
+  resources:
+    overrides:
+      namespace: {{resource: namespace}}
+      pod: {{resource: pod}}
+  metricsQuery: 'sum(<<.Series>>{{<<.LabelMatchers>>}}) by (<<.GroupBy>>)'
 """
 
 
@@ -183,7 +210,7 @@ def _client_session(clients: int, context: ssl.SSLContext | None) -> aiohttp.Cli
 
 
 async def latency_part(*, pods: int, requests: int, clients: int, seconds: float,
-                       cache_ttl: str, workdir: Path) -> dict[str, Any]:
+                       cache_ttl: str, workdir: Path, backends: int = 1) -> dict[str, Any]:
     from tests.fakes import kube_objects
     from tests.fakes.exporter import Exporter
     from tests.fakes.kube_api import FakeKubeAPI
@@ -208,11 +235,19 @@ async def latency_part(*, pods: int, requests: int, clients: int, seconds: float
             port = _free_port()
             process = await _start_adapter(config=config, prometheus_url=prometheus.url,
                                            kubeconfig=kubeconfig, port=port, cert_dir=cert_dir)
-            floor = None
+            floor = two = None
+            two_port = _free_port()
+            if backends == 2:
+                config_two = workdir / "two-backends.yaml"
+                config_two.write_text(TWO_BACKENDS_CONFIG.format(url=prometheus.url))
+                two = await _start_adapter(config=config_two, prometheus_url=prometheus.url,
+                                           kubeconfig=kubeconfig, port=two_port,
+                                           cert_dir=workdir / "certs-two")
             try:
                 await _wait_for_file(cert_dir / "apiserver.crt")
                 context = ssl.create_default_context(cafile=str(cert_dir / "apiserver.crt"))
-                async with _client_session(clients, context) as adapter_session, \
+                async with contextlib.AsyncExitStack() as stack, \
+                        _client_session(clients, context) as adapter_session, \
                         _client_session(clients, None) as direct_session, \
                         _client_session(clients, context) as floor_session:
                     adapter = _Target(adapter_session, f"https://127.0.0.1:{port}")
@@ -229,12 +264,28 @@ async def latency_part(*, pods: int, requests: int, clients: int, seconds: float
                     floor.stdin.close()
                     floor_url = f"https://127.0.0.1:{floor_port}"
                     await _wait_ok(floor_session, floor_url + "/fixed", process=floor)
+                    extra: dict[str, Callable[[], Awaitable[None]]] = {}
+                    if two is not None:
+                        cert_two = workdir / "certs-two" / "apiserver.crt"
+                        await _wait_for_file(cert_two)
+                        two_session = _client_session(clients, ssl.create_default_context(
+                            cafile=str(cert_two)))
+                        stack.push_async_callback(two_session.close)
+                        two_url = f"https://127.0.0.1:{two_port}"
+                        await _wait_ready(two_session, two_url, process=two)
+                        for name, path in (("two_backends_default", ADAPTER_PATH),
+                                           ("two_backends_second", SECOND_BACKEND_PATH)):
+                            target = _Target(two_session, two_url, path)
+                            await _check_answer(target, pods=pods)
+                            extra[name] = target.get
                     result = await _measure(
                         adapter, direct_session, floor_session, floor_url=floor_url,
                         prometheus_url=prometheus.url, promql=promql, requests=requests,
-                        clients=clients, seconds=seconds)
+                        clients=clients, seconds=seconds, extra=extra)
             finally:
                 await _stop(process)
+                if two is not None:
+                    await _stop(two)
                 if floor is not None:
                     await _stop(floor)
             result.update(pods=pods, requests=requests, clients=clients, body_bytes=body_bytes)
@@ -248,6 +299,7 @@ async def latency_part(*, pods: int, requests: int, clients: int, seconds: float
 
 ADAPTER_PATH = ("/apis/custom.metrics.k8s.io/v1beta2/namespaces/bench/pods/%2A/bench_requests"
                 "?labelSelector=app%3Dbench")
+SECOND_BACKEND_PATH = ADAPTER_PATH.replace("/bench_requests?", "/bench_requests_second?")
 # What the HPA controller sends.
 ADAPTER_HEADERS = {"Accept": "application/vnd.kubernetes.protobuf, */*"}
 
@@ -256,9 +308,10 @@ ADAPTER_HEADERS = {"Accept": "application/vnd.kubernetes.protobuf, */*"}
 class _Target:
     session: aiohttp.ClientSession
     url: str
+    path: str = ADAPTER_PATH
 
     async def get(self) -> None:
-        async with self.session.get(URL(self.url + ADAPTER_PATH, encoded=True),
+        async with self.session.get(URL(self.url + self.path, encoded=True),
                                     headers=ADAPTER_HEADERS) as response:
             body = await response.read()
             if response.status != 200:
@@ -266,7 +319,7 @@ class _Target:
 
 
 async def _check_answer(adapter: _Target, *, pods: int) -> int:
-    async with adapter.session.get(URL(adapter.url + ADAPTER_PATH, encoded=True),
+    async with adapter.session.get(URL(adapter.url + adapter.path, encoded=True),
                                    headers=ADAPTER_HEADERS) as response:
         body = await response.read()
     answer = json.loads(body)
@@ -321,7 +374,9 @@ async def _shared_and_cached(adapter: _Target) -> tuple[float, float]:
 async def _measure(adapter: _Target, direct_session: aiohttp.ClientSession,
                    floor_session: aiohttp.ClientSession, *, floor_url: str,
                    prometheus_url: str, promql: str, requests: int, clients: int,
-                   seconds: float) -> dict[str, Any]:
+                   seconds: float,
+                   extra: dict[str, Callable[[], Awaitable[None]]] | None = None,
+                   ) -> dict[str, Any]:
     async def direct() -> None:
         form = {"query": promql, "time": f"{time.time():.3f}"}
         async with direct_session.post(f"{prometheus_url}/api/v1/query", data=form) as response:
@@ -339,7 +394,8 @@ async def _measure(adapter: _Target, direct_session: aiohttp.ClientSession,
 
     latency = await _alternate({"adapter": adapter.get, "direct": direct,
                                 "floor_forward": floor("/forward"),
-                                "floor_fixed": floor("/fixed")}, requests=requests)
+                                "floor_fixed": floor("/fixed"), **(extra or {})},
+                               requests=requests)
     throughput = {name: await _throughput(call, clients=clients, seconds=seconds)
                   for name, call in (("adapter", adapter.get), ("direct", direct),
                                      ("floor_forward", floor("/forward")))}
@@ -729,6 +785,19 @@ def _report(latency: dict[str, Any] | None, discovery: dict[str, Any] | None,
             row("  HTTPS handler: fixed body only", latency["floor_fixed"]),
             f"  floor p50 / direct p50 = "
             f"{latency['floor_forward']['p50_ms'] / d['p50_ms']:.2f}x",
+            f"  adapter p50 / floor p50 = "
+            f"{a['p50_ms'] / latency['floor_forward']['p50_ms']:.2f}x (goal <= 1.15x)",
+        ]
+        if "two_backends_default" in latency:
+            lines += [
+                "  a second adapter with two backends (the same Prometheus behind both):",
+                row("  rule on `default`", latency["two_backends_default"]),
+                row("  rule on the second backend", latency["two_backends_second"]),
+                f"  p50 / one-backend adapter p50: default "
+                f"{latency['two_backends_default']['p50_ms'] / a['p50_ms']:.2f}x, second "
+                f"{latency['two_backends_second']['p50_ms'] / a['p50_ms']:.2f}x",
+            ]
+        lines += [
             f"{latency['clients']} concurrent clients:",
             f"  adapter {rps['adapter']:.0f} req/s, direct {rps['direct']:.0f} req/s, floor "
             f"(same PromQL, fixed body) {rps['floor_forward']:.0f} req/s "
@@ -805,6 +874,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cache-ttl", default="5s",
                         help="also measure, separately, an adapter with this "
                              "--prometheus-cache-ttl (0: skip)")
+    parser.add_argument("--backends", type=int, choices=(1, 2), default=1,
+                        help="2: also a second adapter with two backends, measured in turn")
     parser.add_argument("--skip-latency", action="store_true")
     parser.add_argument("--skip-discovery", action="store_true")
     parser.add_argument("--skip-resource", action="store_true")
@@ -831,7 +902,8 @@ def main(argv: list[str] | None = None) -> int:
         if not args.skip_latency:
             latency = asyncio.run(latency_part(pods=args.pods, requests=args.requests,
                                                clients=args.clients, seconds=args.seconds,
-                                               cache_ttl=args.cache_ttl, workdir=workdir))
+                                               cache_ttl=args.cache_ttl, workdir=workdir,
+                                               backends=args.backends))
         if not args.skip_discovery:
             discovery = discovery_part(metrics=args.metrics,
                                        series_per_metric=args.series_per_metric,

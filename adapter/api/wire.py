@@ -84,6 +84,13 @@ def milli_quantity(milli: int) -> str:
     return f"{units}{_SI_SUFFIXES[exponent]}"
 
 
+# sample_to_quantity's answers by value text. A pure function's memo, not a result cache:
+# Prometheus gives the same text for the same samples until the next scrape, so most values of
+# an HPA's repeated request are seen before. Emptied when full; failures are never kept.
+_QUANTITIES: dict[str, str] = {}
+_QUANTITIES_LIMIT = 16384
+
+
 def sample_to_quantity(value: str) -> str:
     """A Prometheus sample value string as a canonical quantity.
 
@@ -91,6 +98,16 @@ def sample_to_quantity(value: str) -> str:
     thousandth, but from the exact decimal text, so `0.57` is `570m`, not float's `569m`.
     `NaN` is `0` as upstream; `±Inf` raises NonFiniteSampleError for the caller to skip.
     """
+    quantity = _QUANTITIES.get(value)
+    if quantity is None:
+        quantity = _sample_to_quantity(value)
+        if len(_QUANTITIES) >= _QUANTITIES_LIMIT:
+            _QUANTITIES.clear()
+        _QUANTITIES[value] = quantity
+    return quantity
+
+
+def _sample_to_quantity(value: str) -> str:
     whole, dot, fraction = value.partition(".")
     negative = whole[:1] == "-"
     if negative:

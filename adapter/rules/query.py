@@ -164,10 +164,14 @@ def _label_for(mapper: ResourceMapper, resource: GroupResource) -> str:
 
 
 def _render(template: Template, *, series: str, matchers: Sequence[Matcher],
-            values_by_name: Mapping[str, str], group_by: Sequence[str]) -> str:
+            values_by_name: Mapping[str, str], group_by: Sequence[str],
+            label_matchers: str | None = None) -> str:
+    """`label_matchers`: the matchers already rendered, when the caller has them."""
+    if label_matchers is None:
+        label_matchers = ",".join(m.render() for m in matchers)
     data = GoStruct("naming.queryTemplateArgs", {
         "Series": series,
-        "LabelMatchers": ",".join(m.render() for m in matchers),
+        "LabelMatchers": label_matchers,
         "LabelValuesByName": dict(values_by_name),
         "GroupBy": ",".join(group_by),
         "GroupBySlice": list(group_by),
@@ -193,16 +197,22 @@ def _build(*, template: Template, mapper: ResourceMapper, series: str, resource:
     matchers = [matcher for matcher, _ in parts]
     values_by_name = {matcher.label: value for matcher, value in parts}
     # One name is an `=` matcher; several are one alternation, escaped once and used twice.
+    rendered = [matcher.render() for matcher in matchers]
+    rendered.append("")  # the resource's matcher, below
     if len(names) == 1:
         matchers.append(Matcher(resource_label, "=", names[0]))
         values_by_name[resource_label] = _string_body(names[0])
+        rendered[-1] = matchers[-1].render()
     else:
         alternation = _alternation(names)
+        body = _string_body(alternation)  # quoted once: the longest text of the query
         matchers.append(Matcher(resource_label, "=~", alternation))
-        values_by_name[resource_label] = _string_body(alternation)
+        values_by_name[resource_label] = body
+        rendered[-1] = f'{resource_label}=~"{body}"'
     group_by = [resource_label]
     promql = _render(template, series=series, matchers=matchers,
-                     values_by_name=values_by_name, group_by=group_by)
+                     values_by_name=values_by_name, group_by=group_by,
+                     label_matchers=",".join(rendered))
     return BuiltQuery(promql, resource_label, tuple(matchers))
 
 
