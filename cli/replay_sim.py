@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from autoscaler.decision.snapshot import (
@@ -22,9 +22,16 @@ from autoscaler.decision.snapshot import (
     parse_snapshot,
     render_decision,
 )
-from autoscaler.model.fields import ModelError
+from autoscaler.model.fields import ModelError, Quantity
 from autoscaler.model.history import History
-from autoscaler.model.metrics import parse_metric_input
+from autoscaler.model.metrics import (
+    ExternalMetricValue,
+    ExternalMetricValueList,
+    MetricInput,
+    MetricValue,
+    MetricValueList,
+    parse_metric_input,
+)
 from autoscaler.model.pods import Pod, Scale, ScaleError, parse_pod, parse_scale
 from autoscaler.model.status import AutoscalerStatus
 
@@ -227,6 +234,11 @@ def _resize(state: _State, *, replicas: int, now: datetime, started: datetime) -
     state.replicas = replicas
 
 
+def _whole_second(moment: datetime) -> datetime:
+    """The time a metric value's `timestamp` (RFC 3339, whole seconds) parses back to."""
+    return datetime.fromtimestamp(int(moment.timestamp()), UTC)
+
+
 class _Models:
     """The model values a step's snapshot parses to, built without re-parsing what does not
     change: the autoscaler (status swapped in), settings, and each pod (a pod's object only
@@ -237,6 +249,49 @@ class _Models:
         self.settings = first.settings
         self.pods: dict[tuple[str, bool], Pod] = {}
         self.scales: dict[tuple[int, int], Scale | ScaleError] = {}
+        self.quantities: dict[str, Quantity] = {}
+
+    def _quantity(self, value: float) -> Quantity:
+        text = _quantity(value)
+        found = self.quantities.get(text)
+        if found is None:
+            found = self.quantities[text] = Quantity.parse(text)
+        return found
+
+    def _direct(self, spec: Mapping[str, Any], observation: Observation, *, namespace: str,
+                ready: Sequence[_Pod], now: datetime
+                ) -> tuple[MetricInput, float] | None:
+        """A Pods, Object or External metric's input as the model values its answer parses
+        to (what _metric_input's document gives through parse_metric_input), without the
+        document; None for the other cases, which take that path."""
+        kind = spec["type"]
+        value = observation.value
+        if value is None or not math.isfinite(value) or kind not in ("Pods", "Object",
+                                                                      "External"):
+            return None
+        stamp = _whole_second(now)
+        if kind == "Pods":
+            if not ready:
+                return None
+            per_pod = value * (observation.pods or 1) / len(ready)
+            quantity = self._quantity(per_pod)
+            name = spec["pods"]["metric"]["name"]
+            return MetricValueList(items=tuple(
+                MetricValue(described_kind="Pod", described_name=pod.name,
+                            described_namespace=namespace, described_api_version="/v1",
+                            metric_name=name, timestamp=stamp, window_seconds=60,
+                            value=quantity) for pod in ready)), per_pod
+        if kind == "Object":
+            described = spec["object"]["describedObject"]
+            return MetricValueList(items=(MetricValue(
+                described_kind=described.get("kind") or "",
+                described_name=described.get("name") or "", described_namespace=namespace,
+                described_api_version=described.get("apiVersion", "") or "",
+                metric_name=spec["object"]["metric"]["name"], timestamp=stamp,
+                window_seconds=60, value=self._quantity(value)),)), value
+        return ExternalMetricValueList(items=(ExternalMetricValue(
+            metric_name=spec["external"]["metric"]["name"], metric_labels={},
+            timestamp=stamp, value=self._quantity(value)),)), value
 
     def snapshot(self, *, autoscaler: Mapping[str, Any], state: _State, now: datetime,
                  observations: Sequence[Observation], startup: timedelta,
@@ -267,11 +322,17 @@ class _Models:
                 "spec": {"replicas": state.replicas},
                 "status": {"replicas": len(state.pods), "selector": REPLAY_SELECTOR}})
         names = container_names(autoscaler)
-        metrics = []
+        metrics: list[MetricInput] = []
         seen: list[float | None] = []
         for index, (spec, raw_spec, observation) in enumerate(zip(
                 self.autoscaler.spec.metrics, autoscaler["spec"]["metrics"], observations,
                 strict=True)):
+            direct = self._direct(raw_spec, observation, namespace=namespace, ready=ready,
+                                  now=now)
+            if direct is not None:
+                metrics.append(direct[0])
+                seen.append(direct[1])
+                continue
             data, value = _metric_input(raw_spec, observation, namespace=namespace,
                                         ready=ready, now=now, containers=names)
             metrics.append(parse_metric_input(data, f"metrics[{index}]",

@@ -263,14 +263,14 @@ def _fmt_target(target: MetricTarget) -> str:
 
 def _with_calculation(detail: MetricDetail, calc: ReplicaCalculation, *, description: str,
                       current: str) -> MetricDetail:
-    detail = replace(detail, description=description, proposed_replicas=calc.replicas,
-                     current=current, ratio=_finite(calc.ratio), ready_pods=calc.ready_pods)
-    if calc.groups is not None:
-        detail = replace(detail, ready_pods=calc.groups.ready,
-                         unready_pods=len(calc.groups.unready),
-                         missing_pods=len(calc.groups.missing),
-                         ignored_pods=len(calc.groups.ignored))
-    return detail
+    groups = calc.groups
+    if groups is None:
+        return replace(detail, description=description, proposed_replicas=calc.replicas,
+                       current=current, ratio=_finite(calc.ratio), ready_pods=calc.ready_pods)
+    return replace(detail, description=description, proposed_replicas=calc.replicas,
+                   current=current, ratio=_finite(calc.ratio), ready_pods=groups.ready,
+                   unready_pods=len(groups.unready), missing_pods=len(groups.missing),
+                   ignored_pods=len(groups.ignored))
 
 
 # --------------------------------------------------------------------------------------------

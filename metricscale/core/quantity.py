@@ -7,6 +7,7 @@ what a Go server would send (see aggregation-contract.md section 10.1).
 
 from __future__ import annotations
 
+import functools
 import re
 from decimal import ROUND_UP, Decimal, localcontext
 from enum import Enum
@@ -134,7 +135,9 @@ def format_quantity(value: Decimal | int, fmt: Format = Format.DECIMAL_SI) -> st
     return _decimal_si(exact)
 
 
+@functools.lru_cache(maxsize=4096)
 def format_milli(milli: int, fmt: Format = Format.DECIMAL_SI) -> str:
-    """`resource.NewMilliQuantity(milli, fmt).String()`."""
+    """`resource.NewMilliQuantity(milli, fmt).String()` (memoised: a pure function that a
+    decision calls for every metric, mostly with values it has seen before)."""
     return format_quantity(Decimal(milli).scaleb(-3), fmt)
 
