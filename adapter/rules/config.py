@@ -426,11 +426,20 @@ class _ConfigBuilder:
                            node: yaml.Node | None) -> None:
         # Names of backends that failed their own checks count too: one problem, one issue.
         names = {DEFAULT_BACKEND, *self.backend_names}
+        by_name = {b.name: b for b in backends if b is not None}
         for path, name, use in self.backend_uses:
             if name not in names:
                 known = ", ".join(sorted(names))
                 self.decoder.issue(path, f"unknown backend {quote_go_string(name)} "
                                    f"(known: {known})", use)
+                continue
+            backend = by_name.get(name)
+            if path.startswith("resourceRules.") and backend is not None and any(
+                    h.per_namespace and h.default is None for h in backend.headers):
+                # `kubectl top nodes` asks cluster-scoped: its tenant is the header's default.
+                self.decoder.issue(path, f"backend {quote_go_string(name)} has a header "
+                                   "templated over the namespace without a default; node "
+                                   "metrics are cluster-scoped and need one", use)
 
     def backends(self, node: yaml.Node | None) -> list[BackendConfig | None]:
         built: list[BackendConfig | None] = []

@@ -138,3 +138,15 @@ def test_a_rule_on_a_named_backend_is_served_without_a_warning() -> None:
         "metricsQuery", "backend: mimir\n  metricsQuery"))
     assert [str(w) for w in config.warnings] == []
     assert config.rules_by_backend()["mimir"] == ("rules[0]",)
+
+
+def test_resource_rules_on_a_tenant_backend_need_a_default_for_nodes() -> None:
+    tenant = ('backends:\n- name: m\n  url: http://m\n  headers:\n'
+              '    X-Scope-OrgID: "<<.Namespace>>"\n  tenants: [a]\n')
+    resource = ("resourceRules:\n  cpu:" + RESOURCE_RULE + "    backend: m\n  memory:"
+                + RESOURCE_RULE + "  window: 1m\n")
+    found = problems(tenant + resource)
+    assert any(p.startswith("resourceRules.cpu.backend: backend \"m\" has a header templated "
+                            "over the namespace without a default") for p in found), found
+    with_default = tenant.replace('"<<.Namespace>>"', '{value: "<<.Namespace>>", default: ops}')
+    parse_config(with_default + resource)
