@@ -37,15 +37,18 @@ from adapter.kube.catalog import ClusterCatalog
 from adapter.kube.objects import USER_AGENT
 from adapter.prometheus.backends import BackendClients
 from adapter.prometheus.relisting import RelistFailed, relist_once
+from adapter.prometheus.tenancy import MAX_NAMESPACE_TENANTS
 from adapter.rules.config import (
     DEFAULT_BACKEND,
     AdapterConfig,
+    BackendConfig,
     ConfigError,
     parse_config,
 )
 from adapter.rules.query import QueryError, build_custom_query, build_external_query
 from adapter.rules.registry import MetricRegistry, merge_registries
 from adapter.rules.resources import ResourceCatalog, builtin_catalog
+from adapter.rules.tenants import backend_tenants, follows_namespaces
 from adapter.security.delegation import SecurityConfigError, build_security
 from adapter.security.selfcerts import SelfCertsConfig, SelfManagedCertificates
 from adapter.security.tls import (
@@ -401,12 +404,27 @@ def check_config(settings: AdapterSettings, *, out: TextIO | None = None) -> int
 def _backend_lines(config: AdapterConfig) -> list[str]:
     """`backend NAME (URL): rules[0], externalRules[1]`, one per backend, `default` first."""
     urls = {backend.name: _shown_url(backend.url) for backend in config.backends}
+    configs = {backend.name: backend for backend in config.backends}
     lines = []
     for name, rules in config.rules_by_backend().items():
         where = urls.get(name, "--prometheus-url")
         used = ", ".join(rules) if rules else "no rule"
-        lines.append(f"backend {name} ({where}): {used}")
+        backend = configs.get(name)
+        tenants = "" if backend is None else _tenant_text(backend)
+        lines.append(f"backend {name} ({where}): {used}{tenants}")
     return lines
+
+
+def _tenant_text(backend: BackendConfig) -> str:
+    """`; tenants: ...` of a tenant backend: what its discovery lists."""
+    if not backend.per_namespace:
+        return ""
+    fixed = backend_tenants(backend)
+    if follows_namespaces(backend):
+        more = f" and {', '.join(fixed)}" if fixed else ""
+        return (f"; tenants: one per namespace the adapter sees (at most "
+                f"{MAX_NAMESPACE_TENANTS}){more}")
+    return f"; tenants: {', '.join(fixed) if fixed else 'none'}"
 
 
 def _shown_url(url: str) -> str:
@@ -423,6 +441,10 @@ async def _check_discovery(settings: AdapterSettings, *, config: AdapterConfig,
     parts = []
     async with BackendClients(config=config, flags=settings.prometheus,
                               registry=CollectorRegistry()) as backends:
+        for backend in backends.namespace_backends():
+            if config.rules_by_backend().get(backend.name):
+                print(f"backend {backend.name}: its namespaces' tenants are discovered by the "
+                      "running adapter; this check discovers only its default tenant", file=out)
         for target in backends.discovery_targets():
             if target.backend != DEFAULT_BACKEND and not config.rules_by_backend().get(
                     target.backend):

@@ -23,12 +23,14 @@ from prometheus_client import CollectorRegistry
 from adapter.api.groups import served_group_versions
 from adapter.http.handlers import MetricsService, ObjectSelector
 from adapter.http.usage import ResourceMetricsService, UsageObjects
-from adapter.prometheus.backends import BackendClients
+from adapter.prometheus.backends import BackendClients, DiscoveryTarget
 from adapter.prometheus.client import PrometheusMetrics
 from adapter.prometheus.relisting import Discovery, Relister, RelistMetrics
+from adapter.prometheus.tenancy import NamespaceTenants
 from adapter.rules.config import DEFAULT_BACKEND, AdapterConfig
-from adapter.rules.resources import ResourceCatalog
+from adapter.rules.resources import NAMESPACES, ResourceCatalog
 from adapter.settings import AdapterSettings
+from metricscale.core.selectors import Selector
 from metricscale.tasks import start_guarded_task
 
 __all__ = [
@@ -127,6 +129,11 @@ class SnapshotOpener:
         self._clock = clock
         self._metrics = metrics
 
+    async def _namespaces(self) -> list[str]:
+        """Every namespace's name, from the adapter's namespace cache (raises KubeError)."""
+        return await self._objects.select(NAMESPACES, namespace=None,
+                                          selector=Selector.everything())
+
     async def open(self, config: AdapterConfig, *, first_pass: bool) -> ConfigSnapshot:
         """Open the clients of `config` and build its discovery and services.
 
@@ -140,21 +147,33 @@ class SnapshotOpener:
                                   metrics=self._metrics.prometheus)
         await backends.__aenter__()
         try:
-            discovery = Discovery(config=config, catalog=self._catalog,
-                                  metrics=self._metrics.discovery, clock=self._clock,
-                                  publish=not first_pass)
             rules_by_backend = config.rules_by_backend()
-            for target in backends.discovery_targets():
-                # A backend no rule reads needs no discovery (`default` with every rule
-                # elsewhere).
-                if target.backend != DEFAULT_BACKEND and not rules_by_backend.get(
-                        target.backend):
-                    continue
-                discovery.add(Relister(
+
+            def relister(target: DiscoveryTarget) -> Relister:
+                return Relister(
                     config=config, lister=target.client, catalog=self._catalog,
                     interval=settings.relist_interval, max_age=settings.max_age,
                     metrics=self._metrics.discovery, clock=self._clock,
-                    backend=target.backend, tenant=target.tenant, on_swap=discovery.merge))
+                    backend=target.backend, tenant=target.tenant)
+
+            # A backend no rule reads needs no discovery (`default` with every rule elsewhere).
+            following = [backend.name for backend in backends.namespace_backends()
+                         if rules_by_backend.get(backend.name)]
+            tenants = None
+            if following:
+                tenants = NamespaceTenants(clients=backends, backends=following,
+                                           namespaces=self._namespaces, relister=relister,
+                                           interval=float(settings.relist_interval))
+            discovery = Discovery(config=config, catalog=self._catalog,
+                                  metrics=self._metrics.discovery, clock=self._clock,
+                                  publish=not first_pass, tenants=tenants)
+            for target in backends.discovery_targets():
+                if target.backend != DEFAULT_BACKEND and not rules_by_backend.get(
+                        target.backend):
+                    continue
+                added = relister(target)
+                added.on_swap = discovery.merge
+                discovery.add(added)
             service = MetricsService(registry=lambda: discovery.registry,
                                      objects=self._objects, backends=backends,
                                      clock=self._clock)

@@ -3,12 +3,16 @@
 `default` is built from the `--prometheus-*` flags, the others from the rule file's
 `backends:`. A backend whose headers are templates over the namespace gets one client per tenant
 (its `tenants` and its headers' defaults), each sending that tenant's headers: answers, the
-single-flight and the cache never mix tenants. A request picks its client with `client_for`: a
-dictionary lookup, plus one template rendering for a tenant backend.
+single-flight and the cache never mix tenants. A backend without `tenants` follows the
+namespaces: `add_tenant` / `remove_tenant` (adapter.prometheus.tenancy) open and retire the
+clients of its namespaces' tenants as they come and go; a retired client is closed once the
+requests that took it have had their timeout to finish. A request picks its client with
+`client_for`: a dictionary lookup, plus one template rendering for a tenant backend.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from collections.abc import Iterator
 
@@ -16,10 +20,14 @@ from prometheus_client import CollectorRegistry
 
 from adapter.prometheus.client import PrometheusClient, PrometheusMetrics
 from adapter.rules.config import DEFAULT_BACKEND, AdapterConfig, BackendConfig
-from adapter.rules.tenants import backend_tenants, tenant_of
+from adapter.rules.tenants import backend_tenants, follows_namespaces, tenant_of
 from adapter.settings import PrometheusSettings, backend_prometheus_settings
 
-__all__ = ["BackendClients", "DiscoveryTarget"]
+__all__ = ["RETIRE_GRACE_SECONDS", "BackendClients", "DiscoveryTarget"]
+
+# A retired tenant's client is closed this long after its request timeout, so that a request
+# that took it just before finishes first.
+RETIRE_GRACE_SECONDS = 1.0
 
 
 class DiscoveryTarget:
@@ -44,6 +52,10 @@ class BackendClients:
                 raise TypeError("BackendClients needs a registry or metrics")
             metrics = PrometheusMetrics.register(registry)
         self._stack = contextlib.AsyncExitStack()
+        self._flags = flags
+        self._metrics = metrics
+        self._retiring: dict[PrometheusClient, asyncio.Task[None]] = {}
+        self._opened: list[PrometheusClient] = []  # by __aenter__ (its stack closes them)
         self.default = PrometheusClient(flags, metrics=metrics, backend=DEFAULT_BACKEND)
         self._fixed: dict[str, PrometheusClient] = {DEFAULT_BACKEND: self.default}
         self._tenanted: dict[str, tuple[BackendConfig, dict[str, PrometheusClient]]] = {}
@@ -63,6 +75,51 @@ class BackendClients:
         yield from self._fixed.values()
         for _, clients in self._tenanted.values():
             yield from clients.values()
+
+    def namespace_backends(self) -> list[BackendConfig]:
+        """The tenant backends whose tenants follow the namespaces (no `tenants` field)."""
+        return [backend for backend, _ in self._tenanted.values()
+                if follows_namespaces(backend)]
+
+    def tenants(self, backend: str) -> frozenset[str]:
+        """The tenants of a tenant backend that have a client now."""
+        return frozenset(self._tenanted[backend][1])
+
+    async def add_tenant(self, backend: str, tenant: str) -> DiscoveryTarget:
+        """Open a client for a new tenant of a tenant backend (its requests can use it at
+        once, and a relister of the returned target can discover on it). Raises
+        PrometheusConfigError when the backend's TLS files have become unusable."""
+        backend_config, clients = self._tenanted[backend]
+        existing = clients.get(tenant)
+        if existing is not None:
+            return DiscoveryTarget(backend, tenant, existing)
+        client = PrometheusClient(
+            backend_prometheus_settings(backend_config, flags=self._flags, tenant=tenant),
+            metrics=self._metrics, backend=backend)
+        await client.start()
+        clients[tenant] = client
+        return DiscoveryTarget(backend, tenant, client)
+
+    def remove_tenant(self, backend: str, tenant: str) -> None:
+        """Take a tenant's client out of use now (its requests get no client, as for a tenant
+        never discovered) and close it after its timeout (requests that took it finish)."""
+        client = self._tenanted[backend][1].pop(tenant, None)
+        if client is None:
+            return
+        task = asyncio.get_running_loop().create_task(
+            self._retire(client), name=f"close the client of tenant {tenant!r} of {backend!r}")
+        self._retiring[client] = task
+        task.add_done_callback(lambda _: self._retiring.pop(client, None))
+
+    @staticmethod
+    async def _retire(client: PrometheusClient) -> None:
+        await asyncio.sleep(client.settings.timeout + RETIRE_GRACE_SECONDS)
+        await client.close()
+
+    @property
+    def retiring(self) -> int:
+        """Retired tenant clients not closed yet."""
+        return len(self._retiring)
 
     def discovery_targets(self) -> list[DiscoveryTarget]:
         """One per backend, one per tenant of a tenant backend; `default` first."""
@@ -88,10 +145,22 @@ class BackendClients:
 
     async def __aenter__(self) -> BackendClients:
         async with contextlib.AsyncExitStack() as stack:
-            for client in self.clients():
+            self._opened = list(self.clients())
+            for client in self._opened:
                 await stack.enter_async_context(client)
             self._stack = stack.pop_all()
         return self
 
     async def __aexit__(self, *exc_info: object) -> None:
+        """Close every client: those opened here, the tenants added since, the retiring."""
+        for client, task in list(self._retiring.items()):
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+            await client.close()
+            self._retiring.pop(client, None)
+        opened = set(map(id, self._opened))
+        for client in list(self.clients()):
+            if id(client) not in opened:
+                await client.close()
         await self._stack.aclose()

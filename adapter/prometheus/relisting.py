@@ -11,6 +11,7 @@ A failed pass keeps the last good snapshot and is retried sooner than the interv
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import math
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
@@ -38,6 +39,8 @@ __all__ = [
     "RelistMetrics",
     "Relister",
     "SeriesLister",
+    "TenantChanges",
+    "TenantSync",
     "collect_shapes",
     "relist_once",
 ]
@@ -152,6 +155,31 @@ class RelistMetrics:
         )
 
 
+@dataclass(frozen=True)
+class TenantChanges:
+    """What one tenant pass changed: relisters for new tenants (no pass run yet) and the
+    relisters of tenants that are gone (their clients already out of use)."""
+
+    added: tuple[Relister, ...] = ()
+    removed: tuple[Relister, ...] = ()
+
+
+class TenantSync(Protocol):
+    """Keeps the tenants of the backends that follow the namespaces (adapter.prometheus.tenancy
+    .NamespaceTenants); `Discovery` runs it before its relisters, at their interval."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def last_error(self) -> str | None: ...
+
+    async def sync(self) -> TenantChanges | None:
+        """One pass; None when the namespaces could not be read (nothing changed)."""
+
+    def next_delay(self) -> float: ...
+
+
 class Relister:
     """Holds one backend's (or one tenant's) snapshot and runs its relist loop.
 
@@ -176,13 +204,16 @@ class Relister:
         self._metrics = metrics
         self._clock = clock
         self._sleep = sleep
-        self._on_swap = on_swap
+        self.on_swap = on_swap
         self.backend = backend
         self.tenant = tenant
         self._registry = empty_registry(catalog())
         self._failures = 0
         self.last_error: str | None = None
         self.passes = 0
+        # False for a tenant added while serving: readiness does not wait for its first pass
+        # (its namespaces are served once it succeeds, like a tenant never discovered before).
+        self.gates_readiness = True
 
     @property
     def name(self) -> str:
@@ -227,7 +258,7 @@ class Relister:
         self.last_error = None
         elapsed = max(0.0, self._clock() - started)
         self._record(registry, elapsed)
-        self._on_swap()
+        self.on_swap()
         return True
 
     def _built_at_text(self) -> str:
@@ -274,12 +305,20 @@ class Discovery:
 
     def __init__(self, *, config: AdapterConfig, catalog: Callable[[], ResourceCatalog],
                  metrics: RelistMetrics, clock: Callable[[], float],
-                 publish: bool = True) -> None:
+                 publish: bool = True, tenants: TenantSync | None = None,
+                 sleep: Callable[[float], Awaitable[None]] = asyncio.sleep) -> None:
         self._config = config
         self._catalog = catalog
         self._metrics = metrics
         self._clock = clock
+        self._sleep = sleep
         self.relisters: list[Relister] = []
+        # The tenants that follow the namespaces: readiness waits for their first pass too.
+        self._tenants = tenants
+        self._tenants_synced = tenants is None
+        self._tenant_lock = asyncio.Lock()
+        self._group: asyncio.TaskGroup | None = None  # while run() runs
+        self._loops: dict[Relister, asyncio.Task[NoReturn]] = {}
         self._registry = empty_registry(catalog())
         self._published = False
         if publish:
@@ -312,12 +351,14 @@ class Discovery:
 
     @property
     def has_succeeded(self) -> bool:
-        """Whether every relister has completed a pass (readiness waits for all)."""
-        return all(relister.has_succeeded for relister in self.relisters)
+        """Whether every relister has completed a pass (readiness waits for all), the
+        namespaces' tenants included once listed (but not tenants added while serving)."""
+        return self._tenants_synced and all(
+            relister.has_succeeded for relister in self.relisters if relister.gates_readiness)
 
     @property
     def last_error(self) -> str | None:
-        return next((r.last_error for r in self.relisters if r.last_error is not None), None)
+        return next(iter(self.failures), None)
 
     def merge(self) -> None:
         """Rebuild the merged snapshot from the relisters' (called after each swap)."""
@@ -346,20 +387,76 @@ class Discovery:
         return max(0.0, self._clock() - built.timestamp())
 
     async def step(self) -> bool:
-        """One pass of every relister, side by side; True if all of them succeeded."""
+        """One pass: the namespaces' tenants first (a new tenant gets its relister, a gone one
+        loses it), then every relister, side by side; True if all of it succeeded."""
+        synced = await self.sync_tenants(passed=True)
         results = await asyncio.gather(*(relister.step() for relister in self.relisters))
-        return all(results)
+        return synced and all(results)
+
+    async def sync_tenants(self, *, passed: bool) -> bool:
+        """One pass of the tenants that follow the namespaces: relisters are added for new
+        tenants (their loops started if `run()` runs: `passed` says their first pass is the
+        caller's to run) and removed for gone ones; False if the namespaces could not be read.
+        """
+        if self._tenants is None:
+            return True
+        async with self._tenant_lock:
+            changes = await self._tenants.sync()
+            if changes is None:
+                return False
+            for relister in changes.removed:
+                with contextlib.suppress(ValueError):
+                    self.relisters.remove(relister)
+                loop = self._loops.pop(relister, None)
+                if loop is not None:
+                    loop.cancel()
+            for relister in changes.added:
+                # Tenants found while serving do not hold readiness back.
+                relister.gates_readiness = not self._tenants_synced
+                relister.on_swap = self.merge
+                self.relisters.append(relister)
+                if self._group is not None:
+                    self._start(self._group, relister, passed=passed)
+            self._tenants_synced = True
+            if changes.removed:
+                self.merge()
+            return True
+
+    def _start(self, group: asyncio.TaskGroup, relister: Relister, *, passed: bool) -> None:
+        task = group.create_task(relister.run(passed=passed), name=relister.name)
+        self._loops[relister] = task
+        task.add_done_callback(lambda _: self._loops.pop(relister, None))
 
     @property
     def failures(self) -> list[str]:
-        """`name: why` of each relister whose last pass failed."""
-        return [f"{r.name}: {r.last_error}" for r in self.relisters if r.last_error is not None]
+        """`name: why` of each relister whose last pass failed (and of the tenant pass)."""
+        failed = [f"{r.name}: {r.last_error}" for r in self.relisters
+                  if r.last_error is not None]
+        if self._tenants is not None and self._tenants.last_error is not None:
+            failed.insert(0, f"{self._tenants.name}: {self._tenants.last_error}")
+        return failed
+
+    async def _run_tenants(self, tenants: TenantSync, *, passed: bool) -> NoReturn:
+        if passed:
+            await self._sleep(tenants.next_delay())
+        while True:
+            # A new tenant's loop makes its first pass at once.
+            await self.sync_tenants(passed=False)
+            await self._sleep(tenants.next_delay())
 
     async def run(self, *, passed: bool = False) -> NoReturn:
-        """Every relister's loop; an unexpected exit of one ends them all (and is raised).
+        """Every relister's loop, and the tenants' (which adds and ends relisters' loops); an
+        unexpected exit of one ends them all (and is raised).
 
         `passed`: `step()` has just run (a reloaded configuration's first pass)."""
-        async with asyncio.TaskGroup() as group:
-            for relister in self.relisters:
-                group.create_task(relister.run(passed=passed), name=relister.name)
+        try:
+            async with asyncio.TaskGroup() as group:
+                self._group = group
+                for relister in self.relisters:
+                    self._start(group, relister, passed=passed)
+                if self._tenants is not None:
+                    group.create_task(self._run_tenants(self._tenants, passed=passed),
+                                      name=self._tenants.name)
+        finally:
+            self._group = None
         raise RuntimeError("discovery loops ended")  # pragma: no cover - they never return

@@ -113,7 +113,8 @@ class BackendConfig:
     insecure_skip_verify: bool = False
     timeout_seconds: float | None = None
     verb: str | None = None
-    tenants: tuple[str, ...] = ()
+    # None: the tenant of every namespace the adapter sees (adapter.rules.tenants).
+    tenants: tuple[str, ...] | None = None
 
     @property
     def path(self) -> str:
@@ -512,15 +513,20 @@ class _ConfigBuilder:
         verb = string(fields.get("verb"), f"{path}.verb").upper() or None
         if verb not in (None, "GET", "POST"):
             self.decoder.issue(f"{path}.verb", "must be GET or POST", fields.get("verb"))
-        tenants = tuple(string(item, f"{path}.tenants[{i}]") for i, item in enumerate(
-            self.decoder.sequence(fields.get("tenants"), f"{path}.tenants", "[]string")))
+        # Absent (or null): the tenant of every namespace the adapter sees; given (even empty):
+        # only those (adapter.rules.tenants).
+        tenants: tuple[str, ...] | None = None
+        if not _is_null(fields.get("tenants")):
+            tenants = tuple(string(item, f"{path}.tenants[{i}]") for i, item in enumerate(
+                self.decoder.sequence(fields.get("tenants"), f"{path}.tenants", "[]string")))
         per_namespace = any(header.per_namespace for header in headers)
-        if tenants and not per_namespace:
+        if tenants is not None and not per_namespace:
             self.decoder.issue(f"{path}.tenants", "needs a header whose value is a template "
                                "over <<.Namespace>>", fields.get("tenants"))
-        if per_namespace and not tenants:
-            self.warn(f"{path}.tenants", "empty: discovery lists no tenant, so this backend "
-                      "serves no metric", fields.get("tenants") or node)
+        elif per_namespace and tenants == ():
+            self.warn(f"{path}.tenants", "empty: discovery lists no tenant but the header's "
+                      "default, so this backend serves no namespace (leave the field out to "
+                      "follow every namespace)", fields.get("tenants") or node)
         if len(self.issues) > before:
             return None
         return BackendConfig(

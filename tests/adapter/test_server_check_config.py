@@ -155,3 +155,28 @@ externalRules:
         "backend default (--prometheus-url): rules[1]",
         "backend thanos (http://user@thanos:9090): rules[0], externalRules[0]",
         "backend spare (http://spare:9090): no rule"]
+
+
+def test_a_tenant_backend_is_listed_with_its_tenants(tmp_path: Path) -> None:
+    text = """backends:
+- name: listed
+  url: http://listed:9090
+  headers: {X-Scope-OrgID: {value: "<<.Namespace>>", default: platform}}
+  tenants: [team-a, team-b]
+- name: following
+  url: http://following:9090
+  headers: {X-Scope-OrgID: "<<.Namespace>>"}
+rules:
+- seriesQuery: 'a_total'
+  backend: listed
+  metricsQuery: 'sum(<<.Series>>)'
+- seriesQuery: 'b_total'
+  backend: following
+  metricsQuery: 'sum(<<.Series>>)'
+"""
+    code, output = run_check(tmp_path, text)
+    assert code == 0, output
+    assert output.splitlines()[-2:] == [
+        "backend listed (http://listed:9090): rules[0]; tenants: team-a, team-b, platform",
+        "backend following (http://following:9090): rules[1]; tenants: one per namespace the "
+        "adapter sees (at most 1000)"]

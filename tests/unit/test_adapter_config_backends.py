@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from adapter.rules.config import DEFAULT_BACKEND, ConfigError, parse_config
+from adapter.rules.tenants import follows_namespaces, namespace_tenants
 
 RULE = """
 - seriesQuery: 'http_requests_total{namespace!="",pod!=""}'
@@ -125,12 +126,22 @@ def test_bad_backend_options_name_their_field(backend: str, expected: str) -> No
     assert len(found) == 1 and found[0].startswith(expected), found
 
 
-def test_a_tenant_backend_without_tenants_is_a_warning() -> None:
+def test_a_tenant_backend_without_tenants_follows_the_namespaces() -> None:
     config = parse_config('backends:\n- name: m\n  url: http://m\n'
                           '  headers: {X-Scope-OrgID: "<<.Namespace>>"}\n')
+    assert [str(w) for w in config.warnings] == []
+    assert config.backends[0].tenants is None and follows_namespaces(config.backends[0])
+    assert namespace_tenants(config.backends[0], ["b", "a", "b"]) == ["b", "a"]
+
+
+def test_an_empty_tenants_list_is_a_warning() -> None:
+    config = parse_config('backends:\n- name: m\n  url: http://m\n'
+                          '  headers: {X-Scope-OrgID: "<<.Namespace>>"}\n  tenants: []\n')
     assert [str(w) for w in config.warnings] == [
-        "backends[0].tenants: empty: discovery lists no tenant, so this backend serves no "
-        "metric (line 2)"]
+        "backends[0].tenants: empty: discovery lists no tenant but the header's default, so "
+        "this backend serves no namespace (leave the field out to follow every namespace) "
+        "(line 5)"]
+    assert not follows_namespaces(config.backends[0])
 
 
 def test_a_rule_on_a_named_backend_is_served_without_a_warning() -> None:
