@@ -744,6 +744,14 @@ def request_attributes(
     )
 
 
+def check_request_attributes(*, method: str, path: str) -> None:
+    """Raise RequestAttributesError where ``request_attributes`` would, without building the
+    attributes (when nothing reviews them). Only a verb in the path (``watch``, ``proxy``)
+    with nothing after it fails, whatever the query: the rest is only read for those."""
+    if any("/" + verb in path for verb in _SPECIAL_VERBS):
+        request_attributes(method=method, path=path)
+
+
 # --------------------------------------------------------------------------------------------
 # Authorization
 

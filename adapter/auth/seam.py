@@ -24,6 +24,7 @@ from adapter.auth.decisions import (
 __all__ = [
     "ALLOW_ALL_AUTHENTICATOR",
     "ALLOW_ALL_AUTHORIZER",
+    "ALLOW_ALL_USER",
     "AuthCheckUnavailable",
     "Authenticator",
     "Authorizer",
@@ -60,10 +61,15 @@ class Authorizer(Protocol):
                         ) -> AuthorizationDecision: ...
 
 
+# Whom the allow-all authenticator authenticates every request as (the HTTP surface uses it
+# without asking, to build nothing for a request when authentication is off).
+ALLOW_ALL_USER: UserInfo = ANONYMOUS
+
+
 class _AllowAllAuthenticator:
     async def authenticate(self, request: IncomingRequest,
                            ) -> Authenticated | AuthenticationFailure:
-        return Authenticated(ANONYMOUS, AuthMethod.ANONYMOUS)
+        return Authenticated(ALLOW_ALL_USER, AuthMethod.ANONYMOUS)
 
 
 class _AllowAllAuthorizer:

@@ -1,11 +1,11 @@
 """The adapter's aiohttp application: AppKeys, lifecycle contexts, middlewares and routes.
 
 `create_app` builds the whole server as a value: every client and background task is opened in
-a `cleanup_ctx` inside the running loop and closed in reverse order. Requests pass three
-middlewares, outermost first: request metrics, error mapping (every failure becomes a `Status`
-body, never a traceback), and the authentication/authorization seam, which runs before routing
-(an unauthorized caller gets 401/403 even for a path that would be 404), as the generic
-Kubernetes API server does. The composition root hands in the delegated authenticator and
+a `cleanup_ctx` inside the running loop and closed in reverse order. Requests pass one
+middleware that does, outermost first: request metrics, error mapping (every failure becomes a
+`Status` body, never a traceback), and the authentication/authorization seam, which runs
+before routing (an unauthorized caller gets 401/403 even for a path that would be 404), as the
+generic Kubernetes API server does. The composition root hands in the delegated authenticator and
 authorizer (adapter.security); the seam itself is adapter.auth.seam.
 """
 
@@ -24,6 +24,7 @@ from types import MappingProxyType
 from typing import Any
 
 from aiohttp import web
+from aiohttp.typedefs import Middleware
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
     CollectorRegistry,
@@ -46,6 +47,7 @@ from adapter.api.routes import (
     GroupRoute,
     ResourceListRoute,
     ResourceMetricsRoute,
+    Route,
     RouteRejection,
     parse_route,
 )
@@ -73,6 +75,7 @@ from adapter.auth.decisions import (
     RequestAttributesError,
     RequestPathError,
     UserInfo,
+    check_request_attributes,
     decode_request_path,
     forbidden_status,
     request_attributes,
@@ -80,6 +83,7 @@ from adapter.auth.decisions import (
 from adapter.auth.seam import (
     ALLOW_ALL_AUTHENTICATOR,
     ALLOW_ALL_AUTHORIZER,
+    ALLOW_ALL_USER,
     AuthCheckUnavailable,
     Authenticator,
     Authorizer,
@@ -174,6 +178,38 @@ class _RequestMetrics:
                                         0.5, 1, 2.5, 5, 10, 30)))
 
 
+class _ParsedRoutes:
+    """`parse_route`'s answers, kept by path and query for the groups they were parsed
+    against: an autoscaler asks the same few paths again and again, and the parse (selectors,
+    name checks, unescaping) is a pure function of them. A route is immutable; the memo is
+    emptied when the groups served change (a reload) or when it holds `_ROUTE_MEMO` paths."""
+
+    __slots__ = ("_groups", "_routes")
+
+    def __init__(self) -> None:
+        self._groups: Mapping[str, tuple[str, ...]] | None = None
+        self._routes: dict[tuple[str, str], Route | None] = {}
+
+    def parse(self, raw_path: str, raw_query: str,
+              groups: Mapping[str, tuple[str, ...]]) -> Route | None:
+        key = (raw_path, raw_query)
+        if groups is self._groups:
+            try:
+                return self._routes[key]
+            except KeyError:
+                pass
+        else:
+            self._groups, self._routes = groups, {}
+        route = parse_route(raw_path, raw_query, groups=groups)
+        if len(self._routes) >= _ROUTE_MEMO:
+            self._routes = {}
+        self._routes[key] = route
+        return route
+
+
+_ROUTE_MEMO = 1024
+
+
 # --------------------------------------------------------------------------------------------
 # Application keys
 
@@ -195,6 +231,7 @@ RELOADER_KEY = web.AppKey("reloader", ConfigReloader)  # only with --config
 DELEGATE_KEY = web.AppKey("delegate", DelegateClient)  # only with --delegate-*-to
 SHUTTING_DOWN_KEY = web.AppKey("shutting_down", asyncio.Event)
 REQUEST_METRICS_KEY = web.AppKey("request_metrics", _RequestMetrics)
+ROUTES_KEY = web.AppKey("routes", _ParsedRoutes)
 
 USER_KEY = web.RequestKey("user", UserInfo)
 _SNAPSHOT = web.RequestKey("snapshot", ConfigSnapshot)
@@ -288,100 +325,168 @@ def _aggregated_discovery_version(accept: str | None) -> str | None:
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
-@web.middleware
-async def _observe(request: web.Request, handler: Handler) -> web.StreamResponse:
-    metrics = request.app[REQUEST_METRICS_KEY]
-    started = time.perf_counter()
-    code = 500
-    try:
-        response = await handler(request)
-        code = response.status
-        return response
-    except web.HTTPException as exc:
-        code = exc.status
-        raise
-    finally:
-        route = request.get(_ROUTE_LABEL, "other")
-        metrics.requests.labels(route, request.method, str(code)).inc()
-        metrics.duration.labels(route).observe(time.perf_counter() - started)
-        # A failing /readyz is expected while starting and stopping; it has its own log line.
-        if code >= 500 and route != "health":
-            logger.warning("%s %s -> %d", request.method, request.rel_url.raw_path, code)
-        else:
-            logger.debug("%s %s -> %d", request.method, request.rel_url.raw_path, code)
+class _RequestSeries:
+    """The request series' children, looked up once per label set and kept: a `labels()`
+    call costs a lock, a tuple and a dict lookup on every request. As many entries as the
+    registry keeps children anyway."""
+
+    __slots__ = ("_counts", "_durations", "_metrics")
+
+    def __init__(self, metrics: _RequestMetrics) -> None:
+        self._metrics = metrics
+        self._counts: dict[tuple[str, str, int], Any] = {}
+        self._durations: dict[str, Any] = {}
+
+    def observe(self, route: str, method: str, code: int, seconds: float) -> None:
+        count = self._counts.get((route, method, code))
+        if count is None:
+            count = self._counts[route, method, code] = self._metrics.requests.labels(
+                route, method, str(code))
+        count.inc()
+        duration = self._durations.get(route)
+        if duration is None:
+            duration = self._durations[route] = self._metrics.duration.labels(route)
+        duration.observe(seconds)
 
 
 def _in_api(path: str) -> bool:
     return any(path == prefix or path.startswith(prefix + "/") for prefix in _API_PREFIXES)
 
 
-@web.middleware
-async def _errors(request: web.Request, handler: Handler) -> web.StreamResponse:
-    try:
+def _middleware(*, metrics: _RequestMetrics, authenticator: Authenticator,
+                authorizer: Authorizer) -> Middleware:
+    """The one middleware every request passes: request metrics, then error mapping (every
+    failure becomes a `Status` body, never a traceback), then authentication, path checks and
+    authorization, all before the route runs. One coroutine instead of three nested ones;
+    with `--insecure-disable-auth` (the allow-all pair) neither the `IncomingRequest` nor the
+    request's attributes are built: only the checks that can refuse a request still run."""
+    series = _RequestSeries(metrics)
+    open_authentication = authenticator is ALLOW_ALL_AUTHENTICATOR
+    open_authorization = authorizer is ALLOW_ALL_AUTHORIZER
+
+    def checked_path(request: web.Request) -> web.Response | None:
+        """The path checks, and the attributes' own failure, for the allow-all authorizer:
+        a refusal, or None (nothing else can refuse the request)."""
+        url = request.rel_url
+        try:
+            path = decode_request_path(url.raw_path)
+        except RequestPathError as error:
+            return _status(bad_request(str(error)))
+        try:
+            check_request_attributes(method=request.method, path=path)
+        except RequestAttributesError as error:
+            logger.warning("cannot authorize %s: %s", url.raw_path, error)
+            return _status(internal_error(AUTHORIZATION_FAILED_CAUSE))
+        return None
+
+    async def guarded(request: web.Request, handler: Handler) -> web.StreamResponse:
+        """Authentication, then path checks, then authorization: all before the route runs."""
+        url = request.rel_url
+        user: UserInfo
+        if open_authentication:
+            user = ALLOW_ALL_USER
+        else:
+            transport = request.transport
+            ssl_object = (transport.get_extra_info("ssl_object") if transport is not None
+                          else None)
+            incoming = IncomingRequest(
+                method=request.method, raw_path=url.raw_path, raw_query=url.raw_query_string,
+                headers=tuple((str(k), str(v)) for k, v in request.headers.items()),
+                peer_certificate_der=peer_certificate_der(ssl_object))
+            try:
+                authenticated = await authenticator.authenticate(incoming)
+            except AuthCheckUnavailable as error:
+                logger.warning("authentication could not be completed: %s", error)
+                return _status(internal_error(AUTHENTICATION_FAILED_CAUSE))
+            if isinstance(authenticated, AuthenticationFailure):
+                logger.info("401 for %s %s: %s", request.method, url.raw_path,
+                            "; ".join(authenticated.errors))
+                return _status(unauthorized())
+            user = authenticated.user
+        if open_authorization:
+            refusal = checked_path(request)
+            if refusal is not None:
+                return refusal
+        else:
+            try:
+                path = decode_request_path(url.raw_path)
+            except RequestPathError as error:
+                return _status(bad_request(str(error)))
+            try:
+                attributes = request_attributes(method=request.method, path=path,
+                                                query=tuple(url.query.items()))
+            except RequestAttributesError as error:
+                logger.warning("cannot authorize %s: %s", url.raw_path, error)
+                return _status(internal_error(AUTHORIZATION_FAILED_CAUSE))
+            try:
+                decision = await authorizer.authorize(user, attributes)
+            except AuthCheckUnavailable as error:
+                logger.warning("authorization could not be completed: %s", error)
+                return _status(internal_error(AUTHORIZATION_FAILED_CAUSE))
+            if decision.error:
+                logger.warning("authorization failed for %s: %s", url.raw_path, decision.error)
+                return _status(internal_error(AUTHORIZATION_FAILED_CAUSE))
+            if decision.decision is not Decision.ALLOW:
+                return _status(forbidden_status(user=user, attributes=attributes,
+                                                reason=decision.reason))
+        request[USER_KEY] = user
         return await handler(request)
-    except ApiError as error:
-        return _status(error.body, headers=_warning_header(error.warnings))
-    except web.HTTPNotFound:
-        request[_ROUTE_LABEL] = "not_found"
-        if _in_api(request.rel_url.raw_path):
-            return _status(route_not_found())
-        return _text("404 page not found\n", status=404)
-    except web.HTTPMethodNotAllowed:
-        if _in_api(request.rel_url.raw_path):
-            return _status(method_not_allowed())
-        return _text("405 method not allowed\n", status=405)
-    except web.HTTPException:
-        raise
-    except asyncio.CancelledError:
-        raise
-    except Exception:
-        logger.exception("unexpected error answering %s %s", request.method,
-                         request.rel_url.raw_path)
-        return _status(internal_error("an unexpected error occurred; see the adapter's log"))
 
+    open_auth = open_authentication and open_authorization
 
-@web.middleware
-async def _guard(request: web.Request, handler: Handler) -> web.StreamResponse:
-    """Authentication, then path checks, then authorization: all before the route runs."""
-    url = request.rel_url
-    transport = request.transport
-    ssl_object = transport.get_extra_info("ssl_object") if transport is not None else None
-    incoming = IncomingRequest(
-        method=request.method, raw_path=url.raw_path, raw_query=url.raw_query_string,
-        headers=tuple((str(k), str(v)) for k, v in request.headers.items()),
-        peer_certificate_der=peer_certificate_der(ssl_object))
-    try:
-        authenticated = await request.app[AUTHENTICATOR_KEY].authenticate(incoming)
-    except AuthCheckUnavailable as error:
-        logger.warning("authentication could not be completed: %s", error)
-        return _status(internal_error(AUTHENTICATION_FAILED_CAUSE))
-    if isinstance(authenticated, AuthenticationFailure):
-        logger.info("401 for %s %s: %s", request.method, url.raw_path,
-                    "; ".join(authenticated.errors))
-        return _status(unauthorized())
-    try:
-        path = decode_request_path(url.raw_path)
-    except RequestPathError as error:
-        return _status(bad_request(str(error)))
-    try:
-        attributes = request_attributes(method=request.method, path=path,
-                                        query=tuple(url.query.items()))
-    except RequestAttributesError as error:
-        logger.warning("cannot authorize %s: %s", url.raw_path, error)
-        return _status(internal_error(AUTHORIZATION_FAILED_CAUSE))
-    try:
-        decision = await request.app[AUTHORIZER_KEY].authorize(authenticated.user, attributes)
-    except AuthCheckUnavailable as error:
-        logger.warning("authorization could not be completed: %s", error)
-        return _status(internal_error(AUTHORIZATION_FAILED_CAUSE))
-    if decision.error:
-        logger.warning("authorization failed for %s: %s", url.raw_path, decision.error)
-        return _status(internal_error(AUTHORIZATION_FAILED_CAUSE))
-    if decision.decision is not Decision.ALLOW:
-        return _status(forbidden_status(user=authenticated.user, attributes=attributes,
-                                        reason=decision.reason))
-    request[USER_KEY] = authenticated.user
-    return await handler(request)
+    @web.middleware
+    async def serve(request: web.Request, handler: Handler) -> web.StreamResponse:
+        started = time.perf_counter()
+        code = 500
+        response: web.StreamResponse
+        try:
+            try:
+                if open_auth:
+                    refusal = checked_path(request)
+                    if refusal is None:
+                        request[USER_KEY] = ALLOW_ALL_USER
+                        response = await handler(request)
+                    else:
+                        response = refusal
+                else:
+                    response = await guarded(request, handler)
+            except ApiError as error:
+                response = _status(error.body, headers=_warning_header(error.warnings))
+            except web.HTTPNotFound:
+                request[_ROUTE_LABEL] = "not_found"
+                if _in_api(request.rel_url.raw_path):
+                    response = _status(route_not_found())
+                else:
+                    response = _text("404 page not found\n", status=404)
+            except web.HTTPMethodNotAllowed:
+                if _in_api(request.rel_url.raw_path):
+                    response = _status(method_not_allowed())
+                else:
+                    response = _text("405 method not allowed\n", status=405)
+            except web.HTTPException:
+                raise
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                logger.exception("unexpected error answering %s %s", request.method,
+                                 request.rel_url.raw_path)
+                response = _status(internal_error(
+                    "an unexpected error occurred; see the adapter's log"))
+            code = response.status
+            return response
+        except web.HTTPException as exc:
+            code = exc.status
+            raise
+        finally:
+            route = request.get(_ROUTE_LABEL, "other")
+            series.observe(route, request.method, code, time.perf_counter() - started)
+            # A failing /readyz is expected while starting and stopping; it has its own log line.
+            if code >= 500 and route != "health":
+                logger.warning("%s %s -> %d", request.method, request.rel_url.raw_path, code)
+            elif logger.isEnabledFor(logging.DEBUG):
+                logger.debug("%s %s -> %d", request.method, request.rel_url.raw_path, code)
+
+    return serve
 
 
 # --------------------------------------------------------------------------------------------
@@ -535,7 +640,7 @@ async def _api_answer(request: web.Request, snapshot: ConfigSnapshot) -> web.Str
     url = request.rel_url
     request[_ROUTE_LABEL] = "api"
     groups = snapshot.groups
-    route = parse_route(url.raw_path, url.raw_query_string, groups=groups)
+    route = request.app[ROUTES_KEY].parse(url.raw_path, url.raw_query_string, groups)
     if route is None:
         raise ApiError(route_not_found())
     if isinstance(route, RouteRejection):
@@ -717,15 +822,18 @@ def create_app(*, settings: AdapterSettings, config: AdapterConfig,
 
     `on_fatal` is called when a background task dies (the server then stops the process).
     """
-    app = web.Application(middlewares=[_observe, _errors, _guard])
     registry = metrics_registry or CollectorRegistry(auto_describe=True)
     if metrics_registry is None:
         ProcessCollector(registry=registry)
+    request_metrics = _RequestMetrics.register(registry)
+    app = web.Application(middlewares=[_middleware(
+        metrics=request_metrics, authenticator=authenticator, authorizer=authorizer)])
     app[SETTINGS_KEY] = settings
     app[CONFIG_KEY] = config
     app[CLOCK_KEY] = clock
     app[METRICS_REGISTRY_KEY] = registry
-    app[REQUEST_METRICS_KEY] = _RequestMetrics.register(registry)
+    app[REQUEST_METRICS_KEY] = request_metrics
+    app[ROUTES_KEY] = _ParsedRoutes()
     app[AUTHENTICATOR_KEY] = authenticator
     app[AUTHORIZER_KEY] = authorizer
     app[FATAL_KEY] = on_fatal
