@@ -134,6 +134,10 @@ async def test_prometheus_stops_and_the_pods_metric_falls_back_until_it_is_back(
                                 what="the fallback size")
                     await until(lambda: "FallbackActive" in reasons(fake_kube), within=5,
                                 what="a FallbackActive event")
+                    # A reconcile posts its events before it writes the status (as upstream's
+                    # does): the condition may land a moment after the event.
+                    await until(lambda: fallback_condition(fake_kube) is not None, within=5,
+                                what="the Fallback condition")
                     status, reason, message = fallback_condition(fake_kube) or ("", "", "")
                     assert (status, reason) == ("True", "FallbackActive")
                     assert message.startswith("metric 0 failed ") and message.endswith(
@@ -189,6 +193,8 @@ async def test_the_external_metrics_apiservice_deleted_falls_back_until_register
                             what="the fallback size")
                 await until(lambda: "FallbackActive" in reasons(fake_kube), within=5,
                             what="a FallbackActive event")
+                await until(lambda: fallback_condition(fake_kube) is not None, within=5,
+                            what="the Fallback condition (written after the events)")
                 assert (fallback_condition(fake_kube) or ("", ""))[:2] == ("True",
                                                                            "FallbackActive")
                 assert event_note(fake_kube, "FallbackActive") == (
