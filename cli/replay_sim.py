@@ -32,6 +32,7 @@ from autoscaler.model.metrics import (
     MetricValueList,
     parse_metric_input,
 )
+from autoscaler.model.objects import Autoscaler
 from autoscaler.model.pods import Pod, Scale, ScaleError, parse_pod, parse_scale
 from autoscaler.model.status import AutoscalerStatus
 
@@ -250,6 +251,10 @@ class _Models:
         self.pods: dict[tuple[str, bool], Pod] = {}
         self.scales: dict[tuple[int, int], Scale | ScaleError] = {}
         self.quantities: dict[str, Quantity] = {}
+        self._with_status: Autoscaler | None = None  # the autoscaler with the last status
+        self._pods_key: tuple[tuple[str, ...], tuple[bool, ...]] | None = None
+        self._pods: tuple[Pod, ...] = ()
+        self._containers: list[str] = []
 
     def _quantity(self, value: float) -> Quantity:
         text = _quantity(value)
@@ -299,19 +304,23 @@ class _Models:
                  status: AutoscalerStatus) -> tuple[Snapshot, tuple[float | None, ...], int]:
         """What parse_snapshot(build_snapshot(...)) gives, building only what changed."""
         namespace = autoscaler.get("metadata", {}).get("namespace", "default")
-        ready = [pod for pod in state.pods if pod.started + startup <= now]
-        pods = []
-        for index, pod in enumerate(state.pods):
-            key = (pod.name, pod.started + startup <= now)
-            parsed = self.pods.get(key)
-            if parsed is None:
-                containers = [{"name": name, **({"resources": {"requests": dict(requests)}}
-                                                if requests else {})}
-                              for name in container_names(autoscaler)]
-                parsed = self.pods[key] = parse_pod(
-                    _pod_object(pod, namespace=namespace, ready=key[1], now=now,
-                                startup=startup, containers=containers), f"pods[{index}]")
-            pods.append(parsed)
+        flags = tuple(pod.started + startup <= now for pod in state.pods)
+        ready = [pod for pod, is_ready in zip(state.pods, flags, strict=True) if is_ready]
+        names_key = (tuple(pod.name for pod in state.pods), flags)
+        if names_key != self._pods_key:  # the pods changed since the last step
+            pods = []
+            for index, pod in enumerate(state.pods):
+                key = (pod.name, flags[index])
+                parsed = self.pods.get(key)
+                if parsed is None:
+                    containers = [{"name": name, **({"resources": {"requests": dict(requests)}}
+                                                    if requests else {})}
+                                  for name in container_names(autoscaler)]
+                    parsed = self.pods[key] = parse_pod(
+                        _pod_object(pod, namespace=namespace, ready=key[1], now=now,
+                                    startup=startup, containers=containers), f"pods[{index}]")
+                pods.append(parsed)
+            self._pods_key, self._pods = names_key, tuple(pods)
         scale_key = (state.replicas, len(state.pods))
         scale = self.scales.get(scale_key)
         if scale is None:
@@ -321,7 +330,9 @@ class _Models:
                              "namespace": namespace},
                 "spec": {"replicas": state.replicas},
                 "status": {"replicas": len(state.pods), "selector": REPLAY_SELECTOR}})
-        names = container_names(autoscaler)
+        if not self._containers:
+            self._containers = container_names(autoscaler)
+        names = self._containers
         metrics: list[MetricInput] = []
         seen: list[float | None] = []
         for index, (spec, raw_spec, observation) in enumerate(zip(
@@ -338,9 +349,11 @@ class _Models:
             metrics.append(parse_metric_input(data, f"metrics[{index}]",
                                               metric_type=spec.type))
             seen.append(value)
+        if self._with_status is None or self._with_status.status is not status:
+            self._with_status = replace(self.autoscaler, status=status)
         return Snapshot(now=now, settings=self.settings,
-                        autoscaler=replace(self.autoscaler, status=status),
-                        scale=scale, pods=tuple(pods), metrics=tuple(metrics),
+                        autoscaler=self._with_status,
+                        scale=scale, pods=self._pods, metrics=tuple(metrics),
                         history=history), tuple(seen), len(ready)
 
 

@@ -263,14 +263,20 @@ def _fmt_target(target: MetricTarget) -> str:
 
 def _with_calculation(detail: MetricDetail, calc: ReplicaCalculation, *, description: str,
                       current: str) -> MetricDetail:
+    # Built directly rather than with dataclasses.replace (a tenth of a decision's time went
+    # to replace); `detail` carries only index, type, name and target at this point.
     groups = calc.groups
     if groups is None:
-        return replace(detail, description=description, proposed_replicas=calc.replicas,
-                       current=current, ratio=_finite(calc.ratio), ready_pods=calc.ready_pods)
-    return replace(detail, description=description, proposed_replicas=calc.replicas,
-                   current=current, ratio=_finite(calc.ratio), ready_pods=groups.ready,
-                   unready_pods=len(groups.unready), missing_pods=len(groups.missing),
-                   ignored_pods=len(groups.ignored))
+        return MetricDetail(index=detail.index, type=detail.type, name=detail.name,
+                            target=detail.target, description=description,
+                            proposed_replicas=calc.replicas, current=current,
+                            ratio=_finite(calc.ratio), ready_pods=calc.ready_pods)
+    return MetricDetail(index=detail.index, type=detail.type, name=detail.name,
+                        target=detail.target, description=description,
+                        proposed_replicas=calc.replicas, current=current,
+                        ratio=_finite(calc.ratio), ready_pods=groups.ready,
+                        unready_pods=len(groups.unready), missing_pods=len(groups.missing),
+                        ignored_pods=len(groups.ignored))
 
 
 # --------------------------------------------------------------------------------------------
@@ -786,10 +792,12 @@ def decide(*, autoscaler: Autoscaler, scale: Scale | ScaleError, pods: Sequence[
             autoscaler=autoscaler, scale=scale, pods=pods, metrics=metrics,
             conditions=draft.conditions, settings=settings, now=now,
             other_selectors=other_selectors or {}, failures=draft.history.metric_failures)
-        draft.history = replace(draft.history, metric_failures=result.failures)
+        if result.failures != draft.history.metric_failures:
+            draft.history = replace(draft.history, metric_failures=result.failures)
         draft.conditions = result.conditions
         _report_fallback(draft, result, autoscaler=autoscaler, now=now)
-        result = replace(result, conditions=draft.conditions)
+        if draft.conditions is not result.conditions:
+            result = replace(result, conditions=draft.conditions)
         failed = _take_metrics(draft, result)
         pinned = pause is not None and pause.mode == "replicas"
         if failed is not None and not pinned:

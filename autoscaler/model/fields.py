@@ -3,6 +3,7 @@ errors, quantities and label selectors."""
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from decimal import Decimal
@@ -181,9 +182,16 @@ class Quantity:
 
     @classmethod
     def from_milli(cls, milli: int, fmt: Format = Format.DECIMAL_SI) -> Quantity:
-        """resource.NewMilliQuantity(milli, fmt)."""
-        text = format_milli(milli, fmt)
-        return cls(value=Decimal(milli).scaleb(-3), milli=milli, text=text)
+        """resource.NewMilliQuantity(milli, fmt) (shared: quantities are immutable, and a
+        decision makes one for every metric, mostly of values it has made before)."""
+        if cls is Quantity:
+            return _quantity_from_milli(milli, fmt)
+        return cls(value=Decimal(milli).scaleb(-3), milli=milli, text=format_milli(milli, fmt))
+
+
+@functools.lru_cache(maxsize=4096)
+def _quantity_from_milli(milli: int, fmt: Format) -> Quantity:
+    return Quantity(value=Decimal(milli).scaleb(-3), milli=milli, text=format_milli(milli, fmt))
 
 
 def parse_quantity_value(raw: Any, path: str) -> Quantity:
