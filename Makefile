@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 PROMETHEUS ?=
 export PROMETHEUS
 
-.PHONY: test demo venv prometheus lint bench clean image
+.PHONY: test demo venv prometheus lint bench clean image image-tools
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -41,7 +41,7 @@ manifests: venv
 dashboards: venv
 	$(BIN)/python -m monitoring.dashboards
 
-test: venv prometheus lint
+test: venv prometheus image-tools lint
 	$(BIN)/pytest
 
 demo: venv prometheus
@@ -53,7 +53,8 @@ IMAGE ?= ghcr.io/metricscale/metricscale:$(shell sed -n 's/^version = "\(.*\)"/\
 BASE_IMAGE ?= localhost/debian:bookworm-slim
 export CONTAINERS_CONF ?= $(CURDIR)/scripts/containers.conf
 
-image: venv
+# The tests marked `image` build the image too: `make test` installs these when missing.
+image-tools:
 	@for tool in podman mmdebstrap runc; do \
 	  command -v $$tool >/dev/null 2>&1 || missing="$$missing $$tool"; \
 	done; \
@@ -61,6 +62,8 @@ image: venv
 	  echo "installing Debian's$$missing (needs root)"; \
 	  apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y $$missing; \
 	fi
+
+image: venv image-tools
 	rm -rf dist/wheels
 	$(BIN)/pip wheel --quiet . -w dist/wheels
 	scripts/base-image.sh $(BASE_IMAGE)

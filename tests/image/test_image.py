@@ -77,6 +77,27 @@ def test_image_user_is_the_manifests_uid(image: str) -> None:
     assert result.stdout.strip() == f"{UID}:{UID}"
 
 
+def test_image_is_under_150_mb(image: str) -> None:
+    result = run(["podman", "image", "inspect", "--format", "{{.Size}}", image])
+    assert result.returncode == 0, result.stderr
+    assert int(result.stdout) < 150_000_000
+
+
+def test_slimmed_packages_import_and_verify_tls(image: str) -> None:
+    """kubernetes_asyncio loads from its zip, byte code only; the CA bundle is found without
+    Debian's openssl package; a standard-library module left without byte code still imports."""
+    script = ("import ssl, kubernetes_asyncio, metricscale.kube.config, cli.main, pydoc;"
+              "print(kubernetes_asyncio.__file__);"
+              "print(len(ssl.create_default_context().get_ca_certs()) > 100)")
+    result = run(["podman", "--runtime", "runc", "run", "--rm", "--read-only",
+                  f"--user={UID}:{UID}", "--cap-drop=ALL", "--entrypoint",
+                  "/opt/metricscale/bin/python", image, "-c", script])
+    assert result.returncode == 0, result.stderr
+    where, verified = result.stdout.split()
+    assert where.endswith("kubernetes_asyncio.zip/kubernetes_asyncio/__init__.pyc")
+    assert verified == "True"
+
+
 def test_default_rules_pass_check_config(image: str, tmp_path: Path) -> None:
     rules = tmp_path / "config.yaml"
     rules.write_text(DEFAULT_CONFIG_YAML)
