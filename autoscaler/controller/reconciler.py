@@ -17,7 +17,7 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any, Protocol
 
@@ -26,13 +26,7 @@ from prometheus_client import Gauge
 from autoscaler.controller.stats import ControllerMetrics
 from autoscaler.controller.watching import AutoscalerEntry, AutoscalerKey, SelectorRegistry
 from autoscaler.decision.conditions import ACTIVE, FALLBACK, PAUSED
-from autoscaler.decision.conflicts import (
-    CONFLICT_CONDITION,
-    ConflictMemory,
-    ConflictObservation,
-    apply_conflict_condition,
-    observe_replicas,
-)
+from autoscaler.decision.conflicts import CONFLICT_CONDITION, EXTERNAL_CHANGE_REASON
 from autoscaler.decision.decide import (
     SCALE_WRITE_DRY_RUN,
     SCALE_WRITE_SUCCEEDED,
@@ -55,13 +49,7 @@ from autoscaler.decision.persistence import (
     render_persisted_history,
     restore_history,
 )
-from autoscaler.decision.pod_selection import (
-    LABEL_SELECTOR,
-    ReplicaSetOwner,
-    parse_pod_selection_strategy,
-    restrict_pod_metrics,
-    select_pods,
-)
+from autoscaler.decision.pod_selection import LABEL_SELECTOR, ReplicaSetOwner
 from autoscaler.decision.settings import Settings
 from autoscaler.kube.metrics_api import MetricsError
 from autoscaler.kube.operations import (
@@ -236,7 +224,6 @@ class _Memory:
     persisted: History | None  # the history the autoscaler carries (last written or read)
     ignored_pods: int | None = None  # KEP-5325: status.ignoredPods with OwnerReferences
     failing_metrics: frozenset[str] = frozenset()  # the metric_read_failures series set
-    conflicts: ConflictMemory = field(default_factory=ConflictMemory)
 
 
 def invalid_spec_status(current: Mapping[str, Any], *, error: str, generation: int | None,
@@ -325,11 +312,6 @@ class Reconciler:
             logger.warning("the persisted history cannot be read (%s); starting afresh", err)
             persisted = None
         memory = _Memory(history=restore_history(persisted, now=now), persisted=persisted)
-        if entry.autoscaler is not None and any(
-                c.type == CONFLICT_CONDITION for c in entry.autoscaler.status.conditions):
-            # A new leader cannot know when the last external change was: keep the
-            # condition a full window from now rather than drop it unannounced.
-            memory.conflicts = ConflictMemory(changes=(now,), conflicting=True)
         self._memory[entry.key] = memory
         return memory
 
@@ -358,9 +340,6 @@ class Reconciler:
             scale = ScaleError(message=str(err))
             if isinstance(err, KubeUnavailable):
                 failed, retry_after = True, err.retry_after
-        observation = (observe_replicas(memory.conflicts, observed=scale.spec_replicas, now=now)
-                       if isinstance(scale, Scale) else ConflictObservation(memory.conflicts, ()))
-
         pods = []
         others: dict[str, str] = {}
         inputs: list[MetricInput] = [None] * len(autoscaler.spec.metrics)
@@ -368,17 +347,20 @@ class Reconciler:
             self._watching.registry.update(key, scale.selector)
             pods = self._watching.select_pods(namespace, scale.selector)
             others = self._watching.registry.others_for(key, pods)
-            pods = self._owned_pods(entry, namespace=namespace, pods=pods, memory=memory)
             if needs_metrics(autoscaler, scale, settings=self._settings):
                 inputs = await self._fetch_metrics(autoscaler, entry=entry,
                                                    selector=scale.selector)
-                if memory.ignored_pods is not None:  # KEP-5325: the left-out pods' values too
-                    inputs = restrict_pod_metrics([m.type for m in autoscaler.spec.metrics],
-                                                  inputs, pods)
+        # KEP-5325: with OwnerReferences the decision picks the target's own pods (and their
+        # metric values) out of the selector's, by the ReplicaSets the cache holds.
+        replica_sets: Mapping[str, ReplicaSetOwner] | None = None
+        if autoscaler.spec.pod_selection_strategy != LABEL_SELECTOR:
+            replica_sets = self._watching.replica_sets(namespace)
 
         decision = decide(autoscaler=autoscaler, scale=scale, pods=pods, metrics=inputs,
                           history=memory.history, now=now, settings=self._settings,
-                          other_selectors=others)
+                          other_selectors=others, replica_sets=replica_sets)
+        if isinstance(scale, Scale) and scale.selector:
+            memory.ignored_pods = decision.ignored_pods
         dry_run = is_dry_run(entry.annotations, globally=self._dry_run)
         outcome = self._outcome(decision, scale, dry_run=dry_run)
         if decision.rescale:
@@ -398,11 +380,13 @@ class Reconciler:
                     outcome = "failed_rescale"
             decision = complete(decision, write_result=result, settings=self._settings, now=now)
         memory.history = decision.history
-        decision = self._note_conflicts(decision, autoscaler=autoscaler, scale=scale,
-                                        observation=observation, memory=memory, now=now)
+        if self._stats is not None and any(e.reason == EXTERNAL_CHANGE_REASON
+                                           for e in decision.events):
+            self._stats.external_scale_changes.labels(namespace,
+                                                      autoscaler.metadata.name).inc()
         self._log(decision, autoscaler, dry_run=dry_run)
 
-        await self._post_events(entry, (*decision.events, *observation.events), now=now)
+        await self._post_events(entry, decision.events, now=now)
         if not await self._write_status(entry, autoscaler=autoscaler, decision=decision,
                                         memory=memory, now=now):
             failed = True
@@ -456,29 +440,6 @@ class Reconciler:
         _remove(stats.ignored_pods, *who)
         _remove(stats.sync_period, *who)
 
-    def _note_conflicts(self, decision: Decision, *, autoscaler: Autoscaler,
-                        scale: Scale | ScaleError, observation: ConflictObservation,
-                        memory: _Memory, now: datetime) -> Decision:
-        """Remember the replicas we left the target at (only our own writes are excluded from
-        conflict detection: a dry run or a pause writes nothing) and set the condition."""
-        conflicts = observation.memory
-        if isinstance(scale, Scale):
-            left = decision.new_replicas if decision.rescale and decision.scale_updated \
-                else scale.spec_replicas
-            conflicts = replace(conflicts, expected_replicas=left)
-        memory.conflicts = conflicts
-        if self._stats is not None and any(e.reason == "ExternalScaleChange"
-                                           for e in observation.events):
-            namespace = autoscaler.metadata.namespace
-            self._stats.external_scale_changes.labels(namespace,
-                                                      autoscaler.metadata.name).inc()
-        conditions = apply_conflict_condition(decision.status.conditions,
-                                              previous=autoscaler.status.conditions,
-                                              conflicting=conflicts.conflicting, now=now)
-        if conditions == decision.status.conditions:
-            return decision
-        return replace(decision, status=replace(decision.status, conditions=conditions))
-
     async def _fetch_metrics(self, autoscaler: Autoscaler, *, entry: AutoscalerEntry,
                              selector: str) -> list[MetricInput]:
         return list(await asyncio.gather(*(
@@ -525,23 +486,6 @@ class Reconciler:
             await self._kube.create_event(
                 regarding=regarding, event_type="Warning" if event.type == "Warning"
                 else "Normal", reason=event.reason, note=event.message, now=now)
-
-    def _owned_pods(self, entry: AutoscalerEntry, *, namespace: str, pods: list[Pod],
-                    memory: _Memory) -> list[Pod]:
-        """KEP-5325: the pods `decide` counts under the autoscaler's podSelectionStrategy."""
-        spec = entry.raw.get("spec")
-        try:
-            strategy = parse_pod_selection_strategy(spec if isinstance(spec, Mapping) else {})
-        except ModelError:
-            strategy = LABEL_SELECTOR  # the CRD's enum refuses it; never count fewer pods
-        if strategy == LABEL_SELECTOR or entry.autoscaler is None:
-            memory.ignored_pods = None
-            return pods
-        ref = entry.autoscaler.spec.scale_target_ref
-        selection = select_pods(strategy=strategy, target_kind=ref.kind, target_name=ref.name,
-                                pods=pods, replica_sets=self._watching.replica_sets(namespace))
-        memory.ignored_pods = selection.ignored
-        return list(selection.pods)
 
     async def _write_status(self, entry: AutoscalerEntry, *, autoscaler: Autoscaler,
                             decision: Decision, memory: _Memory, now: datetime) -> bool:

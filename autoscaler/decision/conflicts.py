@@ -1,20 +1,26 @@
-"""Conflicting writers: a target's replicas that changed between two syncs and were not ours."""
+"""Conflicting writers: a target's replicas that changed between two syncs and were not ours.
+
+Part of the decision: `decide` compares the replicas it reads with those the last sync left
+the target at (`history.scaleWatch`, persisted with the rest of the history, so a new leader
+and `metricscale explain` see what the controller saw) and reports what changed.
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from autoscaler.decision.conditions import remove_condition, set_condition
-from autoscaler.decision.decide import Event
+from autoscaler.decision.events import Event
+from autoscaler.model.history import ScaleWatch
 from autoscaler.model.status import Condition
 
 __all__ = [
     "CONFLICT_CONDITION",
     "CONFLICT_WINDOW",
-    "ConflictMemory",
+    "EXTERNAL_CHANGE_REASON",
     "ConflictObservation",
-    "apply_conflict_condition",
+    "conflict_conditions",
     "observe_replicas",
 ]
 
@@ -30,33 +36,29 @@ CONFLICT_MESSAGE = (
 
 
 @dataclass(frozen=True)
-class ConflictMemory:
-    """What one autoscaler remembers between syncs; a new leader starts from the default."""
-
-    expected_replicas: int | None = None  # what we left the target at (wrote or kept)
-    changes: tuple[datetime, ...] = ()  # external changes seen within the window, oldest first
-    conflicting: bool = False
-
-
-@dataclass(frozen=True)
 class ConflictObservation:
-    memory: ConflictMemory
+    watch: ScaleWatch  # the observed replicas, as kept unless this sync writes others
     events: tuple[Event, ...]
+    changed_from: int | None = None  # the replicas we had left, when someone changed them
 
 
-def observe_replicas(memory: ConflictMemory, *, observed: int, now: datetime,
+def observe_replicas(watch: ScaleWatch | None, *, observed: int, now: datetime,
                      window: timedelta = CONFLICT_WINDOW) -> ConflictObservation:
-    """Compare the replicas read now with those we left; raise or clear the conflict."""
+    """Compare the replicas read now with those the last sync left; raise or clear the
+    conflict (two external changes within `window`; cleared after a window without one)."""
+    if watch is None:  # the first sync that reads the scale: nothing to compare with
+        return ConflictObservation(ScaleWatch(replicas=observed), ())
     events: list[Event] = []
-    changes = tuple(t for t in memory.changes if now - t < window)
-    expected = memory.expected_replicas
-    if expected is not None and observed != expected:
+    changes = tuple(t for t in watch.external_changes if now - t < window)
+    changed_from = None
+    if observed != watch.replicas:
+        changed_from = watch.replicas
         events.append(Event(
             "Warning", EXTERNAL_CHANGE_REASON,
-            f"the target's replicas changed from {expected} to {observed} since the last sync; "
-            "metricscale did not write them"))
+            f"the target's replicas changed from {watch.replicas} to {observed} since the last "
+            "sync; metricscale did not write them"))
         changes = (*changes, now)
-    conflicting = memory.conflicting
+    conflicting = watch.conflicting
     if len(changes) >= 2:
         conflicting = True
     elif conflicting and not changes:
@@ -66,18 +68,17 @@ def observe_replicas(memory: ConflictMemory, *, observed: int, now: datetime,
             "Normal", RESOLVED_REASON,
             f"no external change of the target's replicas for {minutes} minutes"))
     return ConflictObservation(
-        memory=replace(memory, changes=changes, conflicting=conflicting), events=tuple(events))
+        ScaleWatch(replicas=observed, external_changes=changes, conflicting=conflicting),
+        tuple(events), changed_from)
 
 
-def apply_conflict_condition(conditions: tuple[Condition, ...], *,
-                             previous: tuple[Condition, ...], conflicting: bool, now: datetime,
-                             window: timedelta = CONFLICT_WINDOW) -> tuple[Condition, ...]:
-    """The conditions with ScalingConflict set (kept from `previous`) or absent."""
-    base = remove_condition(conditions, CONFLICT_CONDITION)
+def conflict_conditions(conditions: tuple[Condition, ...], *, conflicting: bool,
+                        now: datetime, window: timedelta = CONFLICT_WINDOW
+                        ) -> tuple[Condition, ...]:
+    """The conditions with ScalingConflict set (its transition time kept) or absent."""
     if not conflicting:
-        return base
-    kept = tuple(c for c in previous if c.type == CONFLICT_CONDITION)[:1]
+        return remove_condition(conditions, CONFLICT_CONDITION)
     minutes = int(window.total_seconds() // 60)
-    return set_condition((*base, *kept), type=CONFLICT_CONDITION, status="True",
+    return set_condition(conditions, type=CONFLICT_CONDITION, status="True",
                          reason=CONFLICT_REASON,
                          message=CONFLICT_MESSAGE.format(minutes=minutes), now=now)

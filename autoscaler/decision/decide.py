@@ -31,7 +31,20 @@ from autoscaler.decision.conditions import (
     remove_condition,
     set_condition,
 )
+from autoscaler.decision.conflicts import (
+    CONFLICT_CONDITION,
+    CONFLICT_WINDOW,
+    conflict_conditions,
+    observe_replicas,
+)
+from autoscaler.decision.events import Event
 from autoscaler.decision.pause import Pause, read_pause
+from autoscaler.decision.pod_selection import (
+    PodSelection,
+    ReplicaSetOwner,
+    restrict_pod_metrics,
+    select_pods,
+)
 from autoscaler.decision.replicas import (
     CalculationError,
     CalculationNote,
@@ -55,6 +68,7 @@ from autoscaler.model.metrics import MetricInput
 from autoscaler.model.objects import Autoscaler
 from autoscaler.model.pods import Pod, Scale, ScaleError, pods_matching
 from autoscaler.model.spec import (
+    LABEL_SELECTOR,
     AutoscalerSpec,
     Behavior,
     MetricFallback,
@@ -99,15 +113,6 @@ __all__ = [
     "decide",
     "tolerances_for",
 ]
-
-
-@dataclass(frozen=True)
-class Event:
-    """A Kubernetes Event the controller records on the autoscaler."""
-
-    type: str  # Normal or Warning
-    reason: str
-    message: str
 
 
 @dataclass(frozen=True)
@@ -195,6 +200,8 @@ class Decision:
     explanation: tuple[str, ...]
     error: str | None = None  # what reconcileAutoscaler returns (for the log)
     pending: _Pending | None = field(default=None, repr=False, compare=False)
+    # KEP-5325 with OwnerReferences: the pods this decision left out (None: not selected here)
+    ignored_pods: int | None = None
 
     @property
     def awaiting_write(self) -> bool:
@@ -730,6 +737,7 @@ class _Draft:
     details: tuple[MetricDetail, ...] = ()
     metric_statuses: tuple[MetricStatus, ...] = ()
     error: str | None = None
+    ignored_pods: int | None = None
 
     def keep(self, *, desired_replicas: int, status: AutoscalerStatus, reason: str = "",
              error: str | None = None) -> Decision:
@@ -739,7 +747,7 @@ class _Draft:
             rescale_reason=reason, scale_updated=False, status=status,
             status_changed=_status_changed(self.old, status), events=tuple(self.events),
             metrics=self.details, limits=tuple(self.limits), history=self.history,
-            explanation=tuple(self.explanation), error=error)
+            explanation=tuple(self.explanation), error=error, ignored_pods=self.ignored_pods)
 
     def status(self, *, desired_replicas: int) -> AutoscalerStatus:
         return AutoscalerStatus(current_replicas=self.current, desired_replicas=desired_replicas,
@@ -760,14 +768,18 @@ class _Start:
 
 def decide(*, autoscaler: Autoscaler, scale: Scale | ScaleError, pods: Sequence[Pod],
            metrics: Sequence[MetricInput], history: History, now: datetime,
-           settings: Settings, other_selectors: Mapping[str, str] | None = None) -> Decision:
+           settings: Settings, other_selectors: Mapping[str, str] | None = None,
+           replica_sets: Mapping[str, ReplicaSetOwner] | None = None) -> Decision:
     """One reconcile of `autoscaler` (reconcileAutoscaler), up to the write of the scale.
 
-    `metrics[i]` is what the metrics API returned for `spec.metrics[i]` (or the error).
-    `other_selectors` maps the names of the other autoscalers in the namespace to their
-    targets' selectors (for upstream's AmbiguousSelector check); `explain` has none.
-    Phases: read the scale, apply the bounds, compute the metrics' proposal, stabilize and
-    limit it, then plan the write (or keep the size).
+    `pods` are the pods the target's selector matches; `metrics[i]` is what the metrics API
+    returned for `spec.metrics[i]` (or the error). `other_selectors` maps the names of the
+    other autoscalers in the namespace to their targets' selectors (for upstream's
+    AmbiguousSelector check); `explain` has none. `replica_sets` (the namespace's, by name)
+    lets podSelectionStrategy OwnerReferences pick the target's own pods; without it the pods
+    are counted as given. Phases: read the scale (and watch for other writers), apply the
+    bounds, compute the metrics' proposal, stabilize and limit it, then plan the write (or
+    keep the size).
     """
     ref = autoscaler.spec.scale_target_ref
     draft = _Draft(old=autoscaler.status, conditions=autoscaler.status.conditions,
@@ -778,7 +790,16 @@ def decide(*, autoscaler: Autoscaler, scale: Scale | ScaleError, pods: Sequence[
         return _failed_get_scale(draft, gv_error=gv_error, scale=scale, now=now)
     start = _read_scale_and_bounds(draft, autoscaler=autoscaler, scale=scale, now=now,
                                    settings=settings)
+    _watch_scale(draft, observed=scale.spec_replicas, now=now)
     desired, reason, rescale = start.desired, start.reason, start.rescale
+    if autoscaler.spec.pod_selection_strategy != LABEL_SELECTOR and replica_sets is not None:
+        selection = select_pods(strategy=autoscaler.spec.pod_selection_strategy,
+                                target_kind=ref.kind, target_name=ref.name, pods=pods,
+                                replica_sets=replica_sets)
+        _report_pod_selection(draft, selection, pods=len(pods))
+        pods = selection.pods
+        metrics = restrict_pod_metrics([m.type for m in autoscaler.spec.metrics], metrics,
+                                       pods)
     pause = read_pause(autoscaler.metadata.annotation)
     _report_pause(draft, pause, now=now)
     behavior = autoscaler.spec.behavior
@@ -992,6 +1013,49 @@ def _report_fallback(draft: _Draft, result: _MetricsResult, *, autoscaler: Autos
     draft.explanation.append(f"Fallback: {message}.")
     if was is None:
         draft.events.append(Event("Warning", "FallbackActive", message))
+
+
+def _watch_scale(draft: _Draft, *, observed: int, now: datetime) -> None:
+    """Conflict detection: another writer changed the replicas this autoscaler left the target
+    at (an event each time; the ScalingConflict condition after a second change within the
+    window, until a window passes without one). It changes no replica count."""
+    seen = observe_replicas(draft.history.scale_watch, observed=observed, now=now)
+    draft.history = replace(draft.history, scale_watch=seen.watch)
+    draft.events.extend(seen.events)
+    if seen.changed_from is not None:
+        draft.explanation.append(
+            f"Since the last sync the target's replicas changed from {seen.changed_from} to "
+            f"{observed}, and this autoscaler did not write them: another writer did (a "
+            "`kubectl apply` or `scale`, a GitOps tool, a second autoscaler).")
+    was = condition_status(draft.conditions, CONFLICT_CONDITION) == TRUE
+    draft.conditions = conflict_conditions(draft.conditions, conflicting=seen.watch.conflicting,
+                                           now=now)
+    minutes = int(CONFLICT_WINDOW.total_seconds() // 60)
+    if seen.watch.conflicting:
+        draft.explanation.append(
+            f"ScalingConflict: another writer changed the replicas at least twice within "
+            f"{minutes} minutes; the condition stays until {minutes} minutes pass without a "
+            "change.")
+    elif was:
+        draft.explanation.append(f"No external change for {minutes} minutes: the "
+                                 "ScalingConflict condition is lifted.")
+
+
+def _report_pod_selection(draft: _Draft, selection: PodSelection, *, pods: int) -> None:
+    """KEP-5325's OwnerReferences: which of the selector's pods the decision counts."""
+    draft.ignored_pods = selection.ignored
+    ref = draft.reference.split("/")
+    target = f"{ref[0]}/{ref[-1]}"
+    parts = []
+    if selection.not_owned:
+        parts.append(f"{selection.not_owned} not owned by {target}")
+    if selection.rollout_unready:
+        parts.append(f"{selection.rollout_unready} not Ready in its newest ReplicaSet during a "
+                     "rollout")
+    left_out = f": {', '.join(parts)} left out" if parts else ""
+    draft.explanation.append(
+        f"Pod selection (OwnerReferences, KEP-5325): {len(selection.pods)} of the selector's "
+        f"{pods} pods count{left_out}.")
 
 
 def _report_pause(draft: _Draft, pause: Pause | None, *, now: datetime) -> None:
@@ -1223,7 +1287,7 @@ def _plan_write(draft: _Draft, *, autoscaler: Autoscaler, desired: int,
         scale_updated=False, status=planned, status_changed=_status_changed(draft.old, planned),
         events=tuple(draft.events), metrics=draft.details, limits=tuple(draft.limits),
         history=draft.history, explanation=tuple(draft.explanation), error=draft.error,
-        pending=pending)
+        pending=pending, ignored_pods=draft.ignored_pods)
 
 
 def _after_write(decision: Decision, result: ScaleWriteResult, *, settings: Settings,
@@ -1280,7 +1344,10 @@ def _after_write(decision: Decision, result: ScaleWriteResult, *, settings: Sett
             up_events=history.scale_up_events, down_events=history.scale_down_events,
             previous_replicas=pending.current_replicas, new_replicas=pending.new_replicas,
             now=now)
-        history = replace(history, scale_up_events=up, scale_down_events=down)
+        watch = history.scale_watch
+        history = replace(history, scale_up_events=up, scale_down_events=down,
+                          scale_watch=replace(watch, replicas=pending.new_replicas)
+                          if watch is not None else None)
         last_scale_time = now
     if settings.scale_to_zero:
         if pending.current_replicas > 0 and pending.new_replicas == 0 \

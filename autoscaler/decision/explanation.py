@@ -5,8 +5,8 @@ from __future__ import annotations
 from datetime import datetime
 
 from autoscaler.decision.decide import Decision
-from autoscaler.decision.pod_selection import LABEL_SELECTOR
 from autoscaler.decision.snapshot import Snapshot
+from autoscaler.model.spec import LABEL_SELECTOR
 from autoscaler.model.times import format_time
 
 __all__ = ["render_text"]
@@ -47,11 +47,16 @@ def render_text(snapshot: Snapshot, decision: Decision) -> str:
             lines.append(f"  {limit.rule}: {limit.from_replicas} -> {limit.to_replicas} "
                          f"({limit.detail})")
         lines.append("")
-    if snapshot.pod_selection != LABEL_SELECTOR:
+    if decision.ignored_pods is not None:
+        lines.append(f"Pod selection: {snapshot.pod_selection} (KEP-5325): left out "
+                     f"{decision.ignored_pods} of the selector's pods")
+        lines.append("")
+    elif snapshot.pod_selection != LABEL_SELECTOR:
         left_out = ("?" if snapshot.ignored_pods is None else str(snapshot.ignored_pods))
         lines.append(f"Pod selection: {snapshot.pod_selection} (KEP-5325): the controller's "
                      f"last decision left out {left_out} of the selector's pods "
-                     "(status.ignoredPods); the snapshot's pods count as given")
+                     "(status.ignoredPods); the snapshot has no replicaSets, so its pods "
+                     "count as given")
         lines.append("")
     lines.append("Why:")
     lines.extend(f"  - {line}" for line in decision.explanation)

@@ -110,7 +110,8 @@ def needs_persisting(persisted: History | None, current: History, *, now: dateti
     if (persisted.scale_up_events != current.scale_up_events
             or persisted.scale_down_events != current.scale_down_events
             or persisted.metric_failures != current.metric_failures
-            or persisted.inactive_since != current.inactive_since):
+            or persisted.inactive_since != current.inactive_since
+            or persisted.scale_watch != current.scale_watch):
         return True
     last = _latest(persisted.recommendations).replicas
     if all(rec.replicas == last for rec in current.recommendations):

@@ -6,9 +6,15 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from autoscaler.model.fields import ModelError, read_object, read_str, read_string_map
+from autoscaler.model.fields import read_object, read_str, read_string_map
 from autoscaler.model.metrics import MetricInput, MetricValueList, PodMetricsList
 from autoscaler.model.pods import ControllerRef, Pod, parse_controller_ref
+from autoscaler.model.spec import (
+    LABEL_SELECTOR,
+    OWNER_REFERENCES,
+    POD_SELECTION_STRATEGIES,
+    parse_pod_selection_strategy,
+)
 
 __all__ = [
     "LABEL_SELECTOR",
@@ -22,9 +28,6 @@ __all__ = [
     "select_pods",
 ]
 
-LABEL_SELECTOR = "LabelSelector"
-OWNER_REFERENCES = "OwnerReferences"
-POD_SELECTION_STRATEGIES = (LABEL_SELECTOR, OWNER_REFERENCES)
 REVISION_ANNOTATION = "deployment.kubernetes.io/revision"
 
 
@@ -49,15 +52,6 @@ class PodSelection:
     @property
     def ignored(self) -> int:
         return self.not_owned + self.rollout_unready
-
-
-def parse_pod_selection_strategy(spec: Mapping[str, Any], path: str = "spec") -> str:
-    """`spec.podSelectionStrategy`, defaulted to LabelSelector (upstream's behaviour)."""
-    strategy = read_str(spec, "podSelectionStrategy", path) or LABEL_SELECTOR
-    if strategy not in POD_SELECTION_STRATEGIES:
-        raise ModelError(f"{path}.podSelectionStrategy",
-                         f"must be one of {', '.join(POD_SELECTION_STRATEGIES)}")
-    return strategy
 
 
 def parse_replica_set(raw: Any, path: str = "replicaset") -> ReplicaSetOwner:

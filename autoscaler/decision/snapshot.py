@@ -15,7 +15,7 @@ from autoscaler.decision.decide import (
     complete,
     decide,
 )
-from autoscaler.decision.pod_selection import LABEL_SELECTOR, parse_pod_selection_strategy
+from autoscaler.decision.pod_selection import ReplicaSetOwner, parse_replica_set
 from autoscaler.decision.settings import Settings, SettingsError, parse_settings
 from autoscaler.model.fields import ModelError
 from autoscaler.model.history import History, parse_history, render_history
@@ -46,7 +46,7 @@ SNAPSHOT_API_VERSION = "metricscale.dev/v1alpha1"
 SNAPSHOT_KIND = "DecisionSnapshot"
 
 _KNOWN_KEYS = {"apiVersion", "kind", "now", "settings", "autoscaler", "scale", "pods", "metrics",
-               "history"}
+               "history", "replicaSets"}
 # What each metric type reads from the metrics APIs.
 _EXPECTED_INPUT: Mapping[str, type] = {
     "Resource": PodMetricsList,
@@ -75,8 +75,15 @@ class Snapshot:
     pods: tuple[Pod, ...]
     metrics: tuple[MetricInput, ...]
     history: History
-    pod_selection: str = LABEL_SELECTOR  # KEP-5325's spec.podSelectionStrategy
+    # KEP-5325 with OwnerReferences: the namespace's ReplicaSets, to pick the target's own
+    # pods with; None (no `replicaSets` key): the pods are counted as given
+    replica_sets: dict[str, ReplicaSetOwner] | None = None
     ignored_pods: int | None = None  # status.ignoredPods: what the controller left out
+
+    @property
+    def pod_selection(self) -> str:
+        """KEP-5325's spec.podSelectionStrategy."""
+        return self.autoscaler.spec.pod_selection_strategy
 
 
 def _parse(raw: Any) -> Snapshot:
@@ -121,13 +128,21 @@ def _parse(raw: Any) -> Snapshot:
                                                 f"{expected.__name__}; got "
                                                 f"{type(value).__name__}")
         metrics.append(value)
-    document = raw["autoscaler"]
-    spec, status = document.get("spec"), document.get("status")
+    status = raw["autoscaler"].get("status")
     ignored = status.get("ignoredPods") if isinstance(status, Mapping) else None
+    replica_sets = None
+    if raw.get("replicaSets") is not None:
+        items = raw["replicaSets"]
+        if isinstance(items, Mapping) and items.get("kind") == "ReplicaSetList":
+            items = items.get("items") or []  # `kubectl get rs -o json` as it prints
+        if not isinstance(items, list | tuple):
+            raise SnapshotError("replicaSets", "must be a list of ReplicaSets (or a "
+                                               "ReplicaSetList)")
+        owners = [parse_replica_set(item, f"replicaSets[{i}]") for i, item in enumerate(items)]
+        replica_sets = {owner.name: owner for owner in owners}
     return Snapshot(now=now, settings=settings, autoscaler=autoscaler, scale=scale,
                     pods=pods, metrics=tuple(metrics), history=parse_history(raw.get("history")),
-                    pod_selection=parse_pod_selection_strategy(
-                        spec if isinstance(spec, Mapping) else {}, "autoscaler.spec"),
+                    replica_sets=replica_sets,
                     ignored_pods=ignored if isinstance(ignored, int) else None)
 
 
@@ -144,7 +159,8 @@ def decide_snapshot(snapshot: Snapshot, *, other_selectors: Mapping[str, str] | 
     """The decision for a snapshot, with the scale write (if any) taken as successful."""
     decision = decide(autoscaler=snapshot.autoscaler, scale=snapshot.scale, pods=snapshot.pods,
                       metrics=snapshot.metrics, history=snapshot.history, now=snapshot.now,
-                      settings=snapshot.settings, other_selectors=other_selectors)
+                      settings=snapshot.settings, other_selectors=other_selectors,
+                      replica_sets=snapshot.replica_sets)
     return complete(decision, write_result=SCALE_WRITE_SUCCEEDED, settings=snapshot.settings,
                     now=snapshot.now)
 
@@ -186,4 +202,5 @@ def render_decision(decision: Decision) -> dict[str, Any]:
                     "detail": limit.detail} for limit in decision.limits],
         "history": render_history(decision.history),
         "explanation": list(decision.explanation),
+        **({"ignoredPods": decision.ignored_pods} if decision.ignored_pods is not None else {}),
     }

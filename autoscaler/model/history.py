@@ -1,4 +1,5 @@
-"""The controller's memory for one autoscaler: recommendations and scale events."""
+"""The controller's memory for one autoscaler: recommendations and scale events (upstream's),
+metric failures, inactivity and the replicas it left the target at (ours)."""
 
 from __future__ import annotations
 
@@ -24,6 +25,7 @@ __all__ = [
     "MetricFailure",
     "Recommendation",
     "ScaleEvent",
+    "ScaleWatch",
     "parse_history",
     "render_history",
 ]
@@ -52,6 +54,16 @@ class MetricFailure:
 
 
 @dataclass(frozen=True)
+class ScaleWatch:
+    """Conflict detection (ours): the replicas this autoscaler left its target at the end of its
+    last sync (written, or kept), and the changes it saw and did not make."""
+
+    replicas: int
+    external_changes: tuple[datetime, ...] = ()  # within the conflict window, oldest first
+    conflicting: bool = False  # the ScalingConflict condition is set
+
+
+@dataclass(frozen=True)
 class History:
     """Recommendations and scale events; `recommendations is None` means a first sync."""
 
@@ -60,6 +72,7 @@ class History:
     scale_down_events: tuple[ScaleEvent, ...] = ()
     metric_failures: tuple[MetricFailure, ...] = ()
     inactive_since: datetime | None = None  # ours: since when no metric has been active
+    scale_watch: ScaleWatch | None = None  # ours: None before the first sync that read a scale
 
 
 def _parse_events(raw: Mapping[str, Any], key: str, path: str) -> tuple[ScaleEvent, ...]:
@@ -109,12 +122,29 @@ def parse_history(raw: Any, path: str = "history") -> History:
             since=parse_time(since, f"{where}.since")))
     return History(
         recommendations=recommendations,
+        scale_watch=_parse_scale_watch(obj, path),
         scale_up_events=_parse_events(obj, "scaleUpEvents", path),
         scale_down_events=_parse_events(obj, "scaleDownEvents", path),
         metric_failures=tuple(failures),
         inactive_since=(parse_time(obj["inactiveSince"], f"{path}.inactiveSince")
                         if obj.get("inactiveSince") is not None else None),
     )
+
+
+def _parse_scale_watch(obj: Mapping[str, Any], path: str) -> ScaleWatch | None:
+    raw = obj.get("scaleWatch")
+    if raw is None:
+        return None
+    where = f"{path}.scaleWatch"
+    watch = read_object(raw, where)
+    replicas = read_int(watch, "replicas", where, required=True) or 0
+    if replicas < 0:
+        raise ModelError(f"{where}.replicas", "must be 0 or more")
+    changes = []
+    for i, item in enumerate(read_list(watch, "externalChanges", where) or []):
+        changes.append(parse_time(item, f"{where}.externalChanges[{i}]"))
+    return ScaleWatch(replicas=replicas, external_changes=tuple(changes),
+                      conflicting=read_bool(watch, "conflicting", where))
 
 
 def render_history(history: History) -> dict[str, Any]:
@@ -131,6 +161,15 @@ def render_history(history: History) -> dict[str, Any]:
                                  for f in history.metric_failures]
     if history.inactive_since is not None:  # only with spec.idle: upstream's shape otherwise
         out["inactiveSince"] = format_time_precise(history.inactive_since)
+    watch = history.scale_watch
+    if watch is not None:
+        rendered: dict[str, Any] = {"replicas": watch.replicas}
+        if watch.external_changes:
+            rendered["externalChanges"] = [format_time_precise(t)
+                                           for t in watch.external_changes]
+        if watch.conflicting:
+            rendered["conflicting"] = True
+        out["scaleWatch"] = rendered
     return out
 
 

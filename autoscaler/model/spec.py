@@ -26,7 +26,10 @@ from metricscale.core.selectors import (
 
 __all__ = [
     "FALLBACK_BEHAVIORS",
+    "LABEL_SELECTOR",
     "METRIC_SOURCE_KEYS",
+    "OWNER_REFERENCES",
+    "POD_SELECTION_STRATEGIES",
     "AutoscalerSpec",
     "Behavior",
     "ContainerResourceMetricSource",
@@ -43,12 +46,19 @@ __all__ = [
     "ScalingPolicy",
     "ScalingRules",
     "parse_identifier",
+    "parse_pod_selection_strategy",
     "parse_reference",
     "parse_spec",
     "render_identifier",
     "render_reference",
     "render_spec",
 ]
+
+
+# KEP-5325's spec.podSelectionStrategy: which of the selector's pods a decision counts.
+LABEL_SELECTOR = "LabelSelector"
+OWNER_REFERENCES = "OwnerReferences"
+POD_SELECTION_STRATEGIES = (LABEL_SELECTOR, OWNER_REFERENCES)
 
 
 @dataclass(frozen=True)
@@ -175,6 +185,16 @@ class AutoscalerSpec:
     metrics: tuple[MetricSpec, ...] = ()
     behavior: Behavior | None = None
     idle: Idle | None = None
+    pod_selection_strategy: str = LABEL_SELECTOR  # KEP-5325 (ours until upstream has it)
+
+
+def parse_pod_selection_strategy(spec: Mapping[str, Any], path: str = "spec") -> str:
+    """`spec.podSelectionStrategy`, defaulted to LabelSelector (upstream's behaviour)."""
+    strategy = read_str(spec, "podSelectionStrategy", path) or LABEL_SELECTOR
+    if strategy not in POD_SELECTION_STRATEGIES:
+        raise ModelError(f"{path}.podSelectionStrategy",
+                         f"must be one of {', '.join(POD_SELECTION_STRATEGIES)}")
+    return strategy
 
 
 def parse_reference(raw: Any, path: str) -> CrossVersionObjectReference:
@@ -381,6 +401,7 @@ def parse_spec(raw: Any, path: str) -> AutoscalerSpec:
         metrics=metrics,
         behavior=behavior,
         idle=idle,
+        pod_selection_strategy=parse_pod_selection_strategy(obj, path),
     )
 
 
@@ -477,4 +498,6 @@ def render_spec(spec: AutoscalerSpec) -> dict[str, Any]:
     if spec.idle is not None:
         out["idle"] = {"replicas": spec.idle.replicas,
                        "cooldownSeconds": spec.idle.cooldown_seconds}
+    if spec.pod_selection_strategy != LABEL_SELECTOR:
+        out["podSelectionStrategy"] = spec.pod_selection_strategy
     return out

@@ -18,7 +18,7 @@ from autoscaler.decision.pod_selection import (
     restrict_pod_metrics,
     select_pods,
 )
-from autoscaler.decision.snapshot import decide_snapshot, parse_snapshot
+from autoscaler.decision.snapshot import decide_snapshot, parse_snapshot, render_decision
 from autoscaler.model.fields import ModelError, Quantity
 from autoscaler.model.metrics import MetricValue, MetricValueList, PodMetrics, PodMetricsList
 from autoscaler.model.pods import ControllerRef, Pod, PodReadyCondition, parse_pod
@@ -180,3 +180,93 @@ def test_explain_names_the_strategy_and_the_pods_the_controller_left_out() -> No
     del document["autoscaler"]["spec"]["podSelectionStrategy"]  # type: ignore[attr-defined]
     snapshot = parse_snapshot(document)
     assert "Pod selection" not in render_text(snapshot, decide_snapshot(snapshot))
+
+
+def _owned_pod(name: str, replica_set: str | None, *, ready: bool = True) -> dict[str, object]:
+    meta: dict[str, object] = {"name": name, "namespace": "default", "labels": {"app": "web"}}
+    if replica_set is not None:
+        meta["ownerReferences"] = [{"apiVersion": "apps/v1", "kind": "ReplicaSet",
+                                    "name": replica_set, "uid": f"u-{replica_set}",
+                                    "controller": True}]
+    return {"metadata": meta, "status": {
+        "phase": "Running", "startTime": "2025-12-31T23:00:00Z",
+        "conditions": [{"type": "Ready", "status": "True" if ready else "False",
+                        "lastTransitionTime": "2025-12-31T23:00:00Z"}]}}
+
+
+def _replica_set(name: str, owner: str, revision: int) -> dict[str, object]:
+    return {"metadata": {"name": name, "namespace": "default",
+                         "annotations": {"deployment.kubernetes.io/revision": str(revision)},
+                         "ownerReferences": [{"apiVersion": "apps/v1", "kind": "Deployment",
+                                              "name": owner, "uid": f"u-{owner}",
+                                              "controller": True}]}}
+
+
+def _rps(names_and_values: list[tuple[str, str]]) -> dict[str, object]:
+    return {"kind": "MetricValueList", "apiVersion": "custom.metrics.k8s.io/v1beta2",
+            "items": [{"describedObject": {"kind": "Pod", "namespace": "default", "name": name,
+                                           "apiVersion": "/v1"},
+                       "metric": {"name": "rps"}, "timestamp": "2026-01-01T00:00:00Z",
+                       "value": value} for name, value in names_and_values]}
+
+
+def _selection_snapshot(*, replica_sets: list[dict[str, object]] | None) -> dict[str, object]:
+    document: dict[str, object] = {
+        "now": "2026-01-01T00:00:00Z",
+        "autoscaler": {"apiVersion": "metricscale.dev/v1alpha1", "kind": "Autoscaler",
+                       "metadata": {"name": "web", "namespace": "default"},
+                       "spec": {"scaleTargetRef": {"apiVersion": "apps/v1",
+                                                   "kind": "Deployment", "name": "web"},
+                                "minReplicas": 1, "maxReplicas": 10,
+                                "podSelectionStrategy": OWNER_REFERENCES,
+                                "metrics": [{"type": "Pods", "pods": {
+                                    "metric": {"name": "rps"},
+                                    "target": {"type": "AverageValue",
+                                               "averageValue": "10"}}}]}},
+        "scale": {"spec": {"replicas": 2}, "status": {"replicas": 3, "selector": "app=web"}},
+        # Two pods of web's old ReplicaSet at the target; a not-Ready surge pod of its new one
+        # and a Job's pod sharing the label, each reporting a spike.
+        "pods": {"kind": "PodList", "items": [
+            _owned_pod("web-a", "web-1"), _owned_pod("web-b", "web-1"),
+            _owned_pod("web-surge", "web-2", ready=False), _owned_pod("job-x", None)]},
+        "metrics": [_rps([("web-a", "10"), ("web-b", "10"), ("web-surge", "90"),
+                          ("job-x", "90")])],
+    }
+    if replica_sets is not None:
+        document["replicaSets"] = replica_sets
+    return document
+
+
+def test_the_decision_selects_the_targets_own_pods_from_a_snapshots_replica_sets() -> None:
+    snapshot = parse_snapshot(_selection_snapshot(replica_sets=[
+        _replica_set("web-1", "web", 1), _replica_set("web-2", "web", 2)]))
+    decision = decide_snapshot(snapshot)
+    assert decision.ignored_pods == 2
+    assert decision.desired_replicas == 2  # the spikes are left out: the size holds
+    assert "Pod selection (OwnerReferences, KEP-5325): 2 of the selector's 4 pods count: 1 " \
+           "not owned by Deployment/web, 1 not Ready in its newest ReplicaSet during a " \
+           "rollout left out." in decision.explanation
+    text = render_text(snapshot, decision)
+    assert "Pod selection: OwnerReferences (KEP-5325): left out 2 of the selector's pods" in text
+    assert render_decision(decision)["ignoredPods"] == 2
+
+
+def test_a_replica_set_list_as_kubectl_prints_it_is_accepted() -> None:
+    snapshot = parse_snapshot(_selection_snapshot(replica_sets={  # type: ignore[arg-type]
+        "kind": "ReplicaSetList", "items": [_replica_set("web-1", "web", 1)]}))
+    assert snapshot.replica_sets is not None and set(snapshot.replica_sets) == {"web-1"}
+
+
+def test_without_replica_sets_a_snapshots_pods_count_as_given() -> None:
+    snapshot = parse_snapshot(_selection_snapshot(replica_sets=None))
+    decision = decide_snapshot(snapshot)
+    assert decision.ignored_pods is None
+    assert decision.desired_replicas > 2  # every pod's spike counts, as upstream's would
+    assert "ignoredPods" not in render_decision(decision)
+
+
+def test_label_selector_ignores_replica_sets() -> None:
+    document = _selection_snapshot(replica_sets=[_replica_set("web-1", "web", 1)])
+    del document["autoscaler"]["spec"]["podSelectionStrategy"]  # type: ignore[index]
+    decision = decide_snapshot(parse_snapshot(document))
+    assert decision.ignored_pods is None and decision.desired_replicas > 2
