@@ -192,7 +192,9 @@ async def test_a_watch_cut_by_compaction_relists_and_a_later_spec_change_acts_at
             fake_kube.store.mutate(GROUP, VERSION, PLURAL, "web", lower, namespace=NS)
             await until(lambda: replicas_of(fake_kube, "web") == 3, within=5,
                         what="the new minReplicas")
-    assert status_of(fake_kube, "late")  # seen through the re-list, and reconciled
+            # Seen through the re-list, and reconciled (its first sync may come after web's).
+            await until(lambda: bool(status_of(fake_kube, "late")), within=10,
+                        what="the late autoscaler's status")
 
 
 async def test_steady_state_costs_a_scale_get_and_one_metrics_get_per_metric(
