@@ -57,6 +57,7 @@ from metricscale.kube.config import (
 from metricscale.kube.errors import KubeConfigError, KubeError
 from metricscale.kube.http import open_kube_http
 from metricscale.kube.informer import InformerCollector, PathSource
+from metricscale.serving import StatusAppRunner
 from metricscale.tasks import start_guarded_task
 
 __all__ = ["AutoscalerServer", "Options", "StartupError", "add_arguments", "configure_logging",
@@ -394,7 +395,7 @@ class AutoscalerServer:
         app.router.add_get("/healthz", self._healthz)
         app.router.add_get("/livez", self._healthz)
         app.router.add_get("/readyz", self._readyz)
-        self._runner = web.AppRunner(app, access_log=None)
+        self._runner = StatusAppRunner(app, access_log=None)
         await self._runner.setup()
         site = web.TCPSite(self._runner, address[0], address[1])
         try:

@@ -246,6 +246,9 @@ async def raw_exchange(world: World, request: bytes) -> tuple[int, bytes]:
     pytest.param(b"GET /" + b"Q" * 9000 + b" HTTP/1.1\r\nHost: a\r\n\r\n", id="long-line"),
     pytest.param(b"GET /livez HTTP/1.1\r\nHost: a\r\nContent-Length: QQQQQQQQ\r\n\r\n",
                  id="bad-content-length"),
+    pytest.param(b"GET /livez HTTP/1.1\r\nHost: a\r\n"
+                 + b"".join(b"X-QQQQ-%d: QQQQ\r\n" % n for n in range(200)) + b"\r\n",
+                 id="too-many-headers"),
 ])
 async def test_a_request_aiohttp_cannot_parse_gets_a_status_without_its_bytes(
         world: World, request_bytes: bytes) -> None:

@@ -118,6 +118,36 @@ def test_adapter_bad_duration_names_the_format(tmp_path: Path, too_deep: Path) -
                      message=f"--metrics-relist-interval: invalid duration '5x': {_DURATION_HINT}")
 
 
+# --- adapter: the kubeconfigs (bad usage, as the autoscaler: exit 2) ------------------------
+
+
+def _adapter(*flags: str, too_deep: Path) -> list[str]:
+    # The rule file is never read: a named kubeconfig is checked first.
+    return ["adapter", "--config", str(too_deep), "--prometheus-url", "http://x:9090", *flags]
+
+
+@pytest.mark.parametrize("flag", ["--kubeconfig", "--lister-kubeconfig",
+                                  "--authentication-kubeconfig", "--authorization-kubeconfig"])
+def test_adapter_missing_kubeconfig_is_named(tmp_path: Path, too_deep: Path, flag: str) -> None:
+    result = _run(_adapter(flag, "/nonexistent", too_deep=too_deep), tmp_path)
+    _assert_one_line(result, status=2,
+                     message=f"{flag}: cannot read kubeconfig /nonexistent: no such file")
+
+
+def test_adapter_kubeconfig_not_utf8(tmp_path: Path, not_utf8: Path, too_deep: Path) -> None:
+    result = _run(_adapter("--kubeconfig", str(not_utf8), too_deep=too_deep), tmp_path)
+    _assert_one_line(result, status=2,
+                     message=f"--kubeconfig: kubeconfig {not_utf8}: not UTF-8 text")
+
+
+def test_adapter_unknown_context_lists_the_contexts(tmp_path: Path, too_deep: Path,
+                                                    kubeconfig_file: Path) -> None:
+    result = _run(_adapter("--kubeconfig", str(kubeconfig_file), "--context", "nope",
+                           too_deep=too_deep), tmp_path)
+    _assert_one_line(result, status=2, message=f'--kubeconfig: kubeconfig {kubeconfig_file}: '
+                                               'context "nope" not found (contexts: a, b)')
+
+
 # --- autoscaler: the kubeconfig -----------------------------------------------------------
 
 

@@ -1,0 +1,67 @@
+"""The autoscaler's metrics port: requests aiohttp's parser rejects get a 400 `Status` that
+repeats none of the request's bytes (the adapter's port is covered in
+tests/adapter/test_hostile_names.py)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+from collections.abc import AsyncIterator
+
+import pytest
+
+from autoscaler.decision.settings import Settings
+from autoscaler.server import AutoscalerServer, Options
+from tests.e2e.test_autoscaler_support import election, install_crd
+from tests.fakes.kube_api import FakeKubeAPI
+
+
+@pytest.fixture
+async def metrics_port(fake_kube: FakeKubeAPI) -> AsyncIterator[int]:
+    install_crd(fake_kube)
+    options = Options(settings=Settings(), leader_election=election(enabled=False),
+                      concurrent_syncs=1, identity="replica-a", lease_namespace="metricscale",
+                      reporting_instance="replica-a", metrics_bind_address="127.0.0.1:0")
+    async with AutoscalerServer(fake_kube.api_client_configuration(None), options) as server:
+        yield server.port
+
+
+async def raw_exchange(port: int, request: bytes) -> tuple[int, bytes]:
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    try:
+        writer.write(request)
+        await writer.drain()
+        answer = await asyncio.wait_for(reader.read(), timeout=10)
+    finally:
+        writer.close()
+        with contextlib.suppress(ConnectionError):
+            await writer.wait_closed()
+    head, _, body = answer.partition(b"\r\n\r\n")
+    return int(head.split(b" ", 2)[1]), body
+
+
+@pytest.mark.parametrize("request_bytes", [
+    pytest.param(b"GET /" + b"Q" * 9000 + b" HTTP/1.1\r\nHost: a\r\n\r\n", id="long-line"),
+    pytest.param(b"GET /metrics HTTP/1.1\r\nHost: a\r\nContent-Length: QQQQQQQQ\r\n\r\n",
+                 id="bad-content-length"),
+    pytest.param(b"GET /metrics HTTP/1.1\r\nHost: a\r\n"
+                 + b"".join(b"X-QQQQ-%d: QQQQ\r\n" % n for n in range(200)) + b"\r\n",
+                 id="too-many-headers"),
+])
+async def test_a_request_the_parser_rejects_gets_a_status_without_its_bytes(
+        metrics_port: int, request_bytes: bytes) -> None:
+    status, body = await raw_exchange(metrics_port, request_bytes)
+    assert status == 400
+    assert b"QQQQ" not in body
+    status_json = json.loads(body)
+    assert (status_json["kind"], status_json["code"], status_json["reason"]) == (
+        "Status", 400, "BadRequest")
+
+
+async def test_connect_gets_a_client_error_without_its_bytes(metrics_port: int) -> None:
+    # aiohttp's C parser takes CONNECT as an upgrade: the router answers (404), not the parser.
+    status, body = await raw_exchange(
+        metrics_port, b"CONNECT QQQQQQQQ:443 HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n")
+    assert 400 <= status < 500
+    assert b"QQQQ" not in body
