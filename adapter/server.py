@@ -32,7 +32,6 @@ from yarl import URL
 from adapter.http.app import HEALTH_KEY, RELOADER_KEY, create_app, mark_shutting_down
 from adapter.http.delegate import DelegateConfigError
 from adapter.http.reloading import read_config_file
-from adapter.http.runner import StatusAppRunner
 from adapter.kube.catalog import ClusterCatalog
 from adapter.kube.objects import USER_AGENT
 from adapter.prometheus.backends import BackendClients
@@ -65,8 +64,10 @@ from adapter.settings import (
     settings_from_args,
 )
 from metricscale.core.selectors import Selector
+from metricscale.kube.config import open_configuration
 from metricscale.kube.errors import KubeConfigError, KubeError
 from metricscale.kube.http import connect
+from metricscale.serving import StatusAppRunner
 from metricscale.tasks import start_guarded_task
 
 __all__ = ["add_arguments", "check_config", "configure_logging", "run", "serve"]
@@ -445,7 +446,7 @@ async def _check_discovery(settings: AdapterSettings, *, config: AdapterConfig,
             if config.rules_by_backend().get(backend.name):
                 print(f"backend {backend.name}: its namespaces' tenants are discovered by the "
                       "running adapter; this check discovers only its default tenant", file=out)
-        for target in backends.discovery_targets():
+        for target in backends.relist_targets():
             if target.backend != DEFAULT_BACKEND and not config.rules_by_backend().get(
                     target.backend):
                 continue
@@ -486,6 +487,32 @@ async def _check_discovery(settings: AdapterSettings, *, config: AdapterConfig,
 # The subcommand
 
 
+async def _named_kubeconfig_problem(args: argparse.Namespace,
+                                    settings: AdapterSettings) -> str | None:
+    """What is wrong with a kubeconfig (or --context) the flags name, before anything starts.
+
+    A file the user named that cannot be used is bad usage (exit 2, as the autoscaler); the
+    in-cluster account or a $KUBECONFIG that fails later is a runtime failure (exit 1).
+    """
+    named: list[tuple[str, str | None, str | None]] = []
+    lister_flag = ("--kubeconfig" if args.kubeconfig else
+                   "--lister-kubeconfig" if args.lister_kubeconfig else None)
+    if lister_flag is not None or (args.context and settings.kubeconfig):
+        named.append((lister_flag or "--context", settings.kubeconfig, settings.context))
+    # The delegation clients use the file's current context, not --context.
+    for flag, path in (("--authentication-kubeconfig", args.authentication_kubeconfig),
+                       ("--authorization-kubeconfig", args.authorization_kubeconfig)):
+        if path:
+            named.append((flag, path, None))
+    for flag, path, context in named:
+        try:
+            async with open_configuration(kubeconfig=path, context=context):
+                pass
+        except KubeConfigError as error:
+            return f"{flag}: {error}"
+    return None
+
+
 def run(args: argparse.Namespace) -> int:
     """`metricscale adapter ...`: serve, or check a configuration file."""
     try:
@@ -496,6 +523,10 @@ def run(args: argparse.Namespace) -> int:
     configure_logging(level=settings.log_level, fmt=settings.log_format)
     if settings.check_config is not None:
         return check_config(settings)
+    problem = asyncio.run(_named_kubeconfig_problem(args, settings))
+    if problem is not None:
+        print(f"metricscale adapter: error: {problem}", file=sys.stderr)
+        return 2
     assert settings.config_file is not None  # settings_from_args requires it for serving
     try:
         config = _load_config(settings.config_file)

@@ -24,7 +24,7 @@ from typing import NoReturn
 
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
-from adapter.http.snapshots import FirstDiscoveryFailed, LiveConfig, SnapshotOpener
+from adapter.http.snapshots import FirstRelistFailed, LiveConfig, SnapshotOpener
 from adapter.rules.config import AdapterConfig, ConfigError, ConfigIssue, parse_config
 from adapter.settings import PrometheusConfigError
 
@@ -167,7 +167,7 @@ class ConfigReloader:
             return self._failed(why, "; ".join(str(issue) for issue in error.issues))
         try:
             snapshot = await self._opener.open(config, first_pass=True)
-        except FirstDiscoveryFailed as error:
+        except FirstRelistFailed as error:
             self._failures += 1
             delay = min(_MAX_RETRY_SECONDS, _FIRST_RETRY_SECONDS * 2.0 ** (self._failures - 1))
             self._retry_at = asyncio.get_running_loop().time() + delay

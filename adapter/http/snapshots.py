@@ -23,9 +23,9 @@ from prometheus_client import CollectorRegistry
 from adapter.api.groups import served_group_versions
 from adapter.http.handlers import MetricsService, ObjectSelector
 from adapter.http.usage import ResourceMetricsService, UsageObjects
-from adapter.prometheus.backends import BackendClients, DiscoveryTarget
+from adapter.prometheus.backends import BackendClients, RelistTarget
 from adapter.prometheus.client import PrometheusMetrics
-from adapter.prometheus.relisting import Discovery, Relister, RelistMetrics
+from adapter.prometheus.relisting import Relister, Relisting, RelistMetrics
 from adapter.prometheus.tenancy import NamespaceTenants
 from adapter.rules.config import DEFAULT_BACKEND, AdapterConfig
 from adapter.rules.resources import NAMESPACES, ResourceCatalog
@@ -36,7 +36,7 @@ from metricscale.tasks import start_guarded_task
 __all__ = [
     "DRAIN_LIMIT_SECONDS",
     "ConfigSnapshot",
-    "FirstDiscoveryFailed",
+    "FirstRelistFailed",
     "LiveConfig",
     "SnapshotMetrics",
     "SnapshotObjects",
@@ -51,7 +51,7 @@ DRAIN_LIMIT_SECONDS = 60.0
 _DRAIN_POLL_SECONDS = 0.05
 
 
-class FirstDiscoveryFailed(Exception):
+class FirstRelistFailed(Exception):
     """A reloaded configuration's first discovery pass failed on some backend; `str()` names
     each failing backend (and tenant) and why."""
 
@@ -77,7 +77,7 @@ class ConfigSnapshot:
                  "service", "usage")
 
     def __init__(self, *, config: AdapterConfig, backends: BackendClients,
-                 discovery: Discovery, service: MetricsService,
+                 discovery: Relisting, service: MetricsService,
                  usage: ResourceMetricsService | None) -> None:
         self.config = config
         self.backends = backends
@@ -139,7 +139,7 @@ class SnapshotOpener:
 
         With `first_pass`, also run every relister's first pass, unpublished: the snapshot is
         returned only if all of them succeeded (the same bar as readiness at start), else its
-        clients are closed and FirstDiscoveryFailed is raised. Raises PrometheusConfigError
+        clients are closed and FirstRelistFailed is raised. Raises PrometheusConfigError
         when a backend's TLS files are unusable.
         """
         settings = self._settings
@@ -149,7 +149,7 @@ class SnapshotOpener:
         try:
             rules_by_backend = config.rules_by_backend()
 
-            def relister(target: DiscoveryTarget) -> Relister:
+            def relister(target: RelistTarget) -> Relister:
                 return Relister(
                     config=config, lister=target.client, catalog=self._catalog,
                     interval=settings.relist_interval, max_age=settings.max_age,
@@ -164,10 +164,10 @@ class SnapshotOpener:
                 tenants = NamespaceTenants(clients=backends, backends=following,
                                            namespaces=self._namespaces, relister=relister,
                                            interval=float(settings.relist_interval))
-            discovery = Discovery(config=config, catalog=self._catalog,
+            discovery = Relisting(config=config, catalog=self._catalog,
                                   metrics=self._metrics.discovery, clock=self._clock,
                                   publish=not first_pass, tenants=tenants)
-            for target in backends.discovery_targets():
+            for target in backends.relist_targets():
                 if target.backend != DEFAULT_BACKEND and not rules_by_backend.get(
                         target.backend):
                     continue
@@ -182,7 +182,7 @@ class SnapshotOpener:
                 usage = ResourceMetricsService(rules=config.resource_rules, objects=self._objects,
                                                backends=backends, clock=self._clock)
             if first_pass and not await discovery.step():
-                raise FirstDiscoveryFailed("; ".join(discovery.failures))
+                raise FirstRelistFailed("; ".join(discovery.failures))
         except BaseException:
             await backends.__aexit__(None, None, None)
             raise

@@ -23,14 +23,14 @@ from adapter.rules.config import DEFAULT_BACKEND, AdapterConfig, BackendConfig
 from adapter.rules.tenants import backend_tenants, follows_namespaces, tenant_of
 from adapter.settings import PrometheusSettings, backend_prometheus_settings
 
-__all__ = ["RETIRE_GRACE_SECONDS", "BackendClients", "DiscoveryTarget"]
+__all__ = ["RETIRE_GRACE_SECONDS", "BackendClients", "RelistTarget"]
 
 # A retired tenant's client is closed this long after its request timeout, so that a request
 # that took it just before finishes first.
 RETIRE_GRACE_SECONDS = 1.0
 
 
-class DiscoveryTarget:
+class RelistTarget:
     """What one relister lists: a backend (a tenant of it) and the client to ask."""
 
     def __init__(self, backend: str, tenant: str | None, client: PrometheusClient) -> None:
@@ -85,20 +85,20 @@ class BackendClients:
         """The tenants of a tenant backend that have a client now."""
         return frozenset(self._tenanted[backend][1])
 
-    async def add_tenant(self, backend: str, tenant: str) -> DiscoveryTarget:
+    async def add_tenant(self, backend: str, tenant: str) -> RelistTarget:
         """Open a client for a new tenant of a tenant backend (its requests can use it at
         once, and a relister of the returned target can discover on it). Raises
         PrometheusConfigError when the backend's TLS files have become unusable."""
         backend_config, clients = self._tenanted[backend]
         existing = clients.get(tenant)
         if existing is not None:
-            return DiscoveryTarget(backend, tenant, existing)
+            return RelistTarget(backend, tenant, existing)
         client = PrometheusClient(
             backend_prometheus_settings(backend_config, flags=self._flags, tenant=tenant),
             metrics=self._metrics, backend=backend)
         await client.start()
         clients[tenant] = client
-        return DiscoveryTarget(backend, tenant, client)
+        return RelistTarget(backend, tenant, client)
 
     def remove_tenant(self, backend: str, tenant: str) -> None:
         """Take a tenant's client out of use now (its requests get no client, as for a tenant
@@ -121,11 +121,11 @@ class BackendClients:
         """Retired tenant clients not closed yet."""
         return len(self._retiring)
 
-    def discovery_targets(self) -> list[DiscoveryTarget]:
+    def relist_targets(self) -> list[RelistTarget]:
         """One per backend, one per tenant of a tenant backend; `default` first."""
-        targets = [DiscoveryTarget(name, None, client) for name, client in self._fixed.items()]
+        targets = [RelistTarget(name, None, client) for name, client in self._fixed.items()]
         for name, (_, clients) in self._tenanted.items():
-            targets.extend(DiscoveryTarget(name, tenant, client)
+            targets.extend(RelistTarget(name, tenant, client)
                            for tenant, client in clients.items())
         return targets
 

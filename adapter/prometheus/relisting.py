@@ -34,10 +34,10 @@ from adapter.rules.registry import (
 from adapter.rules.resources import ResourceCatalog
 
 __all__ = [
-    "Discovery",
     "RelistFailed",
     "RelistMetrics",
     "Relister",
+    "Relisting",
     "SeriesLister",
     "TenantChanges",
     "TenantSync",
@@ -166,7 +166,7 @@ class TenantChanges:
 
 class TenantSync(Protocol):
     """Keeps the tenants of the backends that follow the namespaces (adapter.prometheus.tenancy
-    .NamespaceTenants); `Discovery` runs it before its relisters, at their interval."""
+    .NamespaceTenants); `Relisting` runs it before its relisters, at their interval."""
 
     @property
     def name(self) -> str: ...
@@ -184,7 +184,7 @@ class Relister:
     """Holds one backend's (or one tenant's) snapshot and runs its relist loop.
 
     Drive it with `step()` in tests (the clock and the sleep are injected), or `run()` as a
-    guarded background task. `Discovery` merges the snapshots of every backend.
+    guarded background task. `Relisting` merges the snapshots of every backend.
     """
 
     def __init__(self, *, config: AdapterConfig, lister: SeriesLister,
@@ -296,7 +296,7 @@ class Relister:
             await self._sleep(self.next_delay())
 
 
-class Discovery:
+class Relisting:
     """Every backend's (and tenant's) relister, and the snapshot merged from theirs.
 
     Each relister keeps its own last good snapshot and its own retry pace, so a failing

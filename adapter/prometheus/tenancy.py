@@ -3,7 +3,7 @@
 A tenant backend without a `tenants` field (adapter.rules.tenants.follows_namespaces) discovers
 the tenant of every namespace: its templated header rendered over each name the adapter's
 namespace cache holds, plus the header's `default` (which is always there). `NamespaceTenants`
-is that list kept up to date: each pass (`Discovery` runs one before its relisters, at their
+is that list kept up to date: each pass (`Relisting` runs one before its relisters, at their
 interval) reads the namespaces from memory, opens a client and makes a relister for each new
 tenant, and takes the client of each tenant whose namespaces are all gone out of use (closed
 after its timeout). The other tenants' clients and snapshots are not touched. Each tenant costs
@@ -17,7 +17,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Awaitable, Callable, Collection
 
-from adapter.prometheus.backends import BackendClients, DiscoveryTarget
+from adapter.prometheus.backends import BackendClients, RelistTarget
 from adapter.prometheus.relisting import Relister, TenantChanges
 from adapter.rules.tenants import backend_tenants, namespace_tenants
 from adapter.settings import PrometheusConfigError
@@ -38,7 +38,7 @@ class NamespaceTenants:
 
     def __init__(self, *, clients: BackendClients, backends: Collection[str],
                  namespaces: Callable[[], Awaitable[Collection[str]]],
-                 relister: Callable[[DiscoveryTarget], Relister], interval: float,
+                 relister: Callable[[RelistTarget], Relister], interval: float,
                  limit: int = MAX_NAMESPACE_TENANTS) -> None:
         """`namespaces()` raises KubeError when they cannot be read; `relister` makes the
         relister of a new tenant's target."""

@@ -27,13 +27,13 @@ from adapter.http.app import (
     SNAPSHOTS_KEY,
     create_app,
 )
-from adapter.http.runner import StatusAppRunner
 from adapter.prometheus.client import PrometheusClient
-from adapter.prometheus.relisting import Discovery
+from adapter.prometheus.relisting import Relisting
 from adapter.rules.config import parse_config
 from adapter.security.tls import build_server_context
 from adapter.settings import parse_settings
 from metricscale import pki
+from metricscale.serving import StatusAppRunner
 from tests.fakes.exporter import Exporter
 from tests.fakes.prometheus import PrometheusServer
 
@@ -98,7 +98,7 @@ class RunningAdapter:
     fatal: list[BaseException] = field(default_factory=list)
 
     @property
-    def relister(self) -> Discovery:
+    def relister(self) -> Relisting:
         """The discovery of the configuration in use (a reload replaces it)."""
         return self.app[SNAPSHOTS_KEY].current.discovery
 

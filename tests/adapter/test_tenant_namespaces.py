@@ -15,8 +15,8 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from adapter.http.app import SNAPSHOTS_KEY
-from adapter.prometheus.backends import BackendClients, DiscoveryTarget
-from adapter.prometheus.relisting import Discovery, Relister, RelistMetrics
+from adapter.prometheus.backends import BackendClients, RelistTarget
+from adapter.prometheus.relisting import Relister, Relisting, RelistMetrics
 from adapter.prometheus.tenancy import NamespaceTenants
 from adapter.rules.config import parse_config
 from adapter.rules.resources import NAMESPACES, builtin_catalog
@@ -162,7 +162,7 @@ class Namespaces:
 
 @contextlib.asynccontextmanager
 async def tenant_pass(namespaces: Namespaces, *, limit: int,
-                      ) -> AsyncIterator[tuple[BackendClients, Discovery]]:
+                      ) -> AsyncIterator[tuple[BackendClients, Relisting]]:
     config = parse_config("backends:\n- name: mimir\n  url: http://127.0.0.1:9\n"
                           "  headers:\n    X-Scope-OrgID: {value: \"<<.Namespace>>\", "
                           "default: platform}\nrules:"
@@ -171,14 +171,14 @@ async def tenant_pass(namespaces: Namespaces, *, limit: int,
     metrics = RelistMetrics.register(registry)
     async with BackendClients(config=config, flags=PrometheusSettings(url="http://127.0.0.1:9"),
                               registry=registry) as backends:
-        def relister(target: DiscoveryTarget) -> Relister:
+        def relister(target: RelistTarget) -> Relister:
             return Relister(config=config, lister=target.client, catalog=builtin_catalog,
                             interval=Decimal(60), max_age=Decimal(600), metrics=metrics,
                             clock=lambda: 0.0, backend=target.backend, tenant=target.tenant)
 
         tenants = NamespaceTenants(clients=backends, backends=["mimir"], namespaces=namespaces,
                                    relister=relister, interval=60.0, limit=limit)
-        discovery = Discovery(config=config, catalog=builtin_catalog, metrics=metrics,
+        discovery = Relisting(config=config, catalog=builtin_catalog, metrics=metrics,
                               clock=lambda: 0.0, tenants=tenants)
         yield backends, discovery
 
