@@ -21,6 +21,7 @@ from autoscaler.decision.snapshot import (
     render_decision,
 )
 from metricscale.kube.config import add_kubeconfig_arguments
+from metricscale.kube.errors import KubeConfigError
 
 __all__ = ["add_arguments", "load_document", "run"]
 
@@ -29,7 +30,9 @@ logger = logging.getLogger(__name__)
 NO_SETTINGS_NOTE = "no settings published by the controller; upstream defaults are assumed"
 
 EXIT_OK = 0
+EXIT_FAILED = 1
 EXIT_INVALID = 2
+EXIT_USAGE = 2  # as the autoscaler: a kubeconfig the user named that cannot be used
 
 
 class _Loader(yaml.SafeLoader):
@@ -115,6 +118,11 @@ def run(args: argparse.Namespace) -> int:
     except SnapshotError as err:
         print(f"metricscale explain: invalid snapshot: {err}", file=sys.stderr)
         return EXIT_INVALID
+    except KubeConfigError as err:
+        # One line naming the file and what is wrong, as the autoscaler and the adapter say it;
+        # a file the user named is bad usage, no configuration at all is not.
+        print(f"metricscale explain: {err}", file=sys.stderr)
+        return EXIT_USAGE if getattr(args, "kubeconfig", None) else EXIT_FAILED
     try:
         decision = decide_snapshot(snapshot)
     except OverflowError:

@@ -52,7 +52,7 @@ from autoscaler.model.spec import MetricSpec
 from autoscaler.model.times import format_time_precise
 from metricscale.kube.config import open_configuration, resolve_kubeconfig
 from metricscale.kube.discovery import ResourceMapping
-from metricscale.kube.errors import ErrorContext, KubeConfigError, KubeError
+from metricscale.kube.errors import ErrorContext, KubeError
 
 __all__ = ["CaptureAPI", "capture_document", "capture_snapshot", "object_path"]
 
@@ -162,21 +162,20 @@ def _split(target: str) -> tuple[str, str]:
 
 async def _capture(args: argparse.Namespace) -> dict[str, Any]:
     namespace, name = _split(args.live)
-    try:
-        async with contextlib.AsyncExitStack() as stack:
-            configuration = await stack.enter_async_context(open_configuration(
-                kubeconfig=resolve_kubeconfig(getattr(args, "kubeconfig", None)),
-                context=getattr(args, "context", None)))
-            kube = await stack.enter_async_context(open_kube_client(
-                configuration, registry=CollectorRegistry(),
-                reporting_instance="metricscale-explain"))
-            settings = await _controller_settings(kube, args)
-            return await capture_snapshot(
-                kube, MetricsClient(kube), namespace=namespace, name=name,
-                hpa=bool(getattr(args, "hpa", False)), now=datetime.now(UTC),
-                settings=settings)
-    except KubeConfigError as err:
-        raise SnapshotError("live", f"no cluster configuration: {err}") from None
+    # A KubeConfigError passes through: it is the user's configuration, not the snapshot, that
+    # is wrong, and `explain` reports it as the other commands do.
+    async with contextlib.AsyncExitStack() as stack:
+        configuration = await stack.enter_async_context(open_configuration(
+            kubeconfig=resolve_kubeconfig(getattr(args, "kubeconfig", None)),
+            context=getattr(args, "context", None)))
+        kube = await stack.enter_async_context(open_kube_client(
+            configuration, registry=CollectorRegistry(),
+            reporting_instance="metricscale-explain"))
+        settings = await _controller_settings(kube, args)
+        return await capture_snapshot(
+            kube, MetricsClient(kube), namespace=namespace, name=name,
+            hpa=bool(getattr(args, "hpa", False)), now=datetime.now(UTC),
+            settings=settings)
 
 
 async def _controller_settings(kube: Any, args: argparse.Namespace) -> Settings:
@@ -212,7 +211,8 @@ async def _controller_settings(kube: Any, args: argparse.Namespace) -> Settings:
 
 def capture_document(args: argparse.Namespace) -> dict[str, Any]:
     """`explain --live NAMESPACE/NAME`: capture the snapshot (and write it to
-    `--save-snapshot FILE` when asked); raises SnapshotError naming what failed."""
+    `--save-snapshot FILE` when asked); raises SnapshotError naming what failed, or
+    KubeConfigError when there is no usable cluster configuration."""
     document = asyncio.run(_capture(args))
     save = getattr(args, "save_snapshot", None)
     if save:

@@ -132,3 +132,22 @@ def test_an_active_metric_wakes_a_target_resting_at_its_idle_size() -> None:
     conditions = {c["type"]: (c["status"], c["reason"]) for c in out["status"]["conditions"]}
     assert conditions["Active"] == ("True", "ScalerActive")
     assert "inactiveSince" not in out["history"]  # active again: the clock is cleared
+
+
+def test_live_with_an_unreadable_kubeconfig_is_one_line_naming_the_file(tmp_path: Path) -> None:
+    # the autoscaler's wording and exit status for the same mistake: never "invalid snapshot"
+    missing = tmp_path / "nonexistent"
+    result = explain("--live", "demo/web", "--kubeconfig", str(missing))
+    assert result.returncode == 2
+    assert result.stderr == (f"metricscale explain: cannot read kubeconfig {missing}: "
+                             "no such file or directory\n")
+
+
+def test_live_with_a_broken_kubeconfig_says_what_is_wrong_in_one_line(tmp_path: Path) -> None:
+    broken = tmp_path / "config"
+    broken.write_text("apiVersion: v1\nkind: Config\nclusters: []\n", encoding="utf-8")
+    result = explain("--live", "demo/web", "--kubeconfig", str(broken))
+    assert result.returncode == 2
+    assert result.stderr.startswith("metricscale explain: ") and str(broken) in result.stderr
+    assert "invalid snapshot" not in result.stderr and "Traceback" not in result.stderr
+    assert result.stderr.count("\n") == 1
