@@ -48,6 +48,8 @@ def observe_replicas(watch: ScaleWatch | None, *, observed: int, now: datetime,
     conflict (two external changes within `window`; cleared after a window without one)."""
     if watch is None:  # the first sync that reads the scale: nothing to compare with
         return ConflictObservation(ScaleWatch(replicas=observed), ())
+    if observed == watch.replicas and not watch.external_changes and not watch.conflicting:
+        return ConflictObservation(watch, ())  # the steady state: nothing to note
     events: list[Event] = []
     changes = tuple(t for t in watch.external_changes if now - t < window)
     changed_from = None
@@ -77,7 +79,9 @@ def conflict_conditions(conditions: tuple[Condition, ...], *, conflicting: bool,
                         ) -> tuple[Condition, ...]:
     """The conditions with ScalingConflict set (its transition time kept) or absent."""
     if not conflicting:
-        return remove_condition(conditions, CONFLICT_CONDITION)
+        if any(c.type == CONFLICT_CONDITION for c in conditions):
+            return remove_condition(conditions, CONFLICT_CONDITION)
+        return conditions
     minutes = int(window.total_seconds() // 60)
     return set_condition(conditions, type=CONFLICT_CONDITION, status="True",
                          reason=CONFLICT_REASON,

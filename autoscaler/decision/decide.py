@@ -1020,7 +1020,8 @@ def _watch_scale(draft: _Draft, *, observed: int, now: datetime) -> None:
     at (an event each time; the ScalingConflict condition after a second change within the
     window, until a window passes without one). It changes no replica count."""
     seen = observe_replicas(draft.history.scale_watch, observed=observed, now=now)
-    draft.history = replace(draft.history, scale_watch=seen.watch)
+    if seen.watch is not draft.history.scale_watch:
+        draft.history = replace(draft.history, scale_watch=seen.watch)
     draft.events.extend(seen.events)
     if seen.changed_from is not None:
         draft.explanation.append(
