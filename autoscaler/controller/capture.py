@@ -48,7 +48,7 @@ from autoscaler.model.fields import ModelError
 from autoscaler.model.history import render_history
 from autoscaler.model.objects import HPA_KIND, parse_autoscaler
 from autoscaler.model.pods import Scale
-from autoscaler.model.spec import MetricSpec
+from autoscaler.model.spec import LABEL_SELECTOR, MetricSpec
 from autoscaler.model.times import format_time_precise
 from metricscale.kube.config import open_configuration, resolve_kubeconfig
 from metricscale.kube.discovery import ResourceMapping
@@ -131,6 +131,21 @@ async def capture_snapshot(kube: CaptureAPI, metrics: MetricsAPI, *, namespace: 
         "now": format_time_precise(now), "settings": render_settings(settings),
         "autoscaler": document, "scale": scale_document, "pods": pods, "metrics": answers,
     }
+    if autoscaler.spec.pod_selection_strategy != LABEL_SELECTOR:
+        # KEP-5325: the decision picks the target's pods by the ReplicaSets that own them,
+        # as the controller does with its ReplicaSet cache.
+        replica_sets: Any = []
+        if ref.kind == "Deployment":
+            try:
+                listed = await kube.get_json(f"/apis/apps/v1/namespaces/{namespace}/replicasets",
+                                             operation="explain", resource="replicasets")
+            except KubeError as err:
+                raise SnapshotError("live", f"cannot list the ReplicaSets of {where}'s "
+                                            f"namespace: {err}") from None
+            replica_sets = [{"metadata": item.get("metadata") or {}}
+                            for item in (listed.get("items") or [] if isinstance(listed, Mapping)
+                                         else []) if isinstance(item, Mapping)]
+        snapshot["replicaSets"] = replica_sets
     try:
         annotations = (document.get("metadata") or {}).get("annotations")
         persisted = (history_from_annotations(annotations) if hpa

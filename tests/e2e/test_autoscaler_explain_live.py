@@ -13,6 +13,7 @@ import pytest
 from cli.main import main
 from tests.e2e.test_autoscaler_support import (
     GROUP,
+    NS,
     PLURAL,
     VERSION,
     Workload,
@@ -91,3 +92,48 @@ async def test_explain_live_without_published_settings_says_defaults_are_assumed
                                    str(kubeconfig),
                                    "--horizontal-pod-autoscaler-downscale-stabilization", "20s"])
     assert json.loads(capsys.readouterr().out)["settingsSource"] == "flags"
+
+
+async def test_explain_live_redoes_the_owner_based_pod_selection_with_the_replica_sets(
+        fake_kube: FakeKubeAPI, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """KEP-5325: the capture holds the namespace's ReplicaSets, so explain picks web's own pods
+    out of the selector's (a Job's pod sharing the labels is left out) as the controller does."""
+    install_crd(fake_kube)
+    kubeconfig = fake_kube.write_kubeconfig(tmp_path / "kubeconfig")
+    saved = tmp_path / "snapshot.json"
+    labels = {"app": "web"}
+    deployment = fake_kube.create_deployment("web", namespace=NS, replicas=2, labels=labels)
+    fake_kube.create("apps", "v1", "replicasets", {
+        "apiVersion": "apps/v1", "kind": "ReplicaSet",
+        "metadata": {"name": "web-1", "namespace": NS, "labels": labels,
+                     "annotations": {"deployment.kubernetes.io/revision": "1"},
+                     "ownerReferences": [{"apiVersion": "apps/v1", "kind": "Deployment",
+                                          "name": "web", "controller": True,
+                                          "uid": deployment["metadata"].get("uid", "")}]},
+        "spec": {"replicas": 2, "selector": {"matchLabels": labels},
+                 "template": deployment["spec"]["template"]}})
+    for pod in ("web-1-a", "web-1-b"):
+        fake_kube.create_pod(pod, namespace=NS, labels=labels,
+                             owner={"kind": "ReplicaSet", "name": "web-1"})
+    fake_kube.create_pod("migrate-x", namespace=NS, labels=labels,
+                         owner={"apiVersion": "batch/v1", "kind": "Job", "name": "migrate"})
+    obj = autoscaler("web", target="web", metrics=[pods_metric("rps", "10")], max_replicas=10)
+    obj["spec"]["podSelectionStrategy"] = "OwnerReferences"
+    fake_kube.create(GROUP, VERSION, PLURAL, obj)
+    async with metrics_backend(fake_kube, tmp_path / "metrics") as backend:
+        # web's pods at the target, the Job's busy: counted, (10 + 10 + 70) / 3 = 30 a pod.
+        backend.publisher("rps")({"web-1-a": Decimal(10), "web-1-b": Decimal(10),
+                                  "migrate-x": Decimal(70)})
+        capsys.readouterr()
+        code = await asyncio.to_thread(main, [
+            "explain", "--live", f"{NS}/web", "--kubeconfig", str(kubeconfig),
+            "--save-snapshot", str(saved)])
+    decision = json.loads(capsys.readouterr().out)
+    assert code == 0
+    assert decision["ignoredPods"] == 1
+    assert decision["desiredReplicas"] == 2  # the Job's load is left out: the size holds
+    assert any(line.startswith("Pod selection (OwnerReferences, KEP-5325): 2 of the "
+                               "selector's 3 pods count: 1 not owned by Deployment/web")
+               for line in decision["explanation"])
+    snapshot = json.loads(saved.read_text())
+    assert [rs["metadata"]["name"] for rs in snapshot["replicaSets"]] == ["web-1"]
