@@ -612,6 +612,11 @@ def replay(args: argparse.Namespace, client: Any) -> str:
     else:
         print(f"metricscale replay: settings from the {result.settings_source}",
               file=sys.stderr)
+    queries = -(-len(result.steps) // MAX_POINTS)
+    if queries > 1:
+        print(f"metricscale replay: {len(result.steps):,} steps: Prometheus answers at most "
+              f"{MAX_POINTS:,} points per series in one range query, so each metric's history "
+              f"is read in {queries} range queries", file=sys.stderr)
     if args.output == "csv":  # CSV stays one table: the assumptions go to standard error
         for line in result.assumptions:
             print(f"metricscale replay: assumed: {line}", file=sys.stderr)

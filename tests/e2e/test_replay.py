@@ -199,6 +199,23 @@ def test_replay_decisions_equal_the_pure_decision_step_by_step(
     assert summary["scale_ups"] >= 2 and summary["scale_downs"] >= 2
 
 
+def test_a_range_past_the_points_limit_is_read_in_several_queries_and_says_so(
+        backfilled: PrometheusServer, files: tuple[Path, Path],
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """Two days at 15 s are 11,521 steps: more than Prometheus' 11,000 points per series."""
+    autoscaler, rules = files
+    end = START + timedelta(days=2)
+    status = main(["replay", str(autoscaler), "--prometheus-url", backfilled.url,
+                   "--config", str(rules), "--from", _time(START), "--to", _time(end),
+                   "--step", "15s", "--initial-replicas", "2", "-o", "csv"])
+    captured = capsys.readouterr()
+    assert status == 0, captured.err
+    assert ("11,521 steps: Prometheus answers at most 11,000 points per series in one range "
+            "query, so each metric's history is read in 2 range queries") in captured.err
+    rows = captured.out.splitlines()
+    assert len(rows) > 11_521  # a header, every step, then the summary
+
+
 def test_replay_with_query_instead_of_rules_gives_the_same_decisions(
         backfilled: PrometheusServer, files: tuple[Path, Path],
         capsys: pytest.CaptureFixture[str]) -> None:
