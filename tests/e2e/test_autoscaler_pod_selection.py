@@ -1,9 +1,13 @@
-"""KEP-5325's podSelectionStrategy against the fake API: with OwnerReferences a Job's pods that
-share the Deployment's labels and a rollout's not-Ready surge pods no longer move the size;
-with LabelSelector (upstream) they do."""
+"""KEP-5325's podSelectionStrategy against the fake API server, the real adapter and a real
+Prometheus: with OwnerReferences a Job's pods that share the Deployment's labels and a rollout's
+not-Ready surge pods no longer move the size; with LabelSelector (upstream) they do. Every pod's
+metric, the Job's and the surge pod's too, comes from Prometheus through the adapter, so it is
+the owner-based selection that leaves them out."""
 
 from __future__ import annotations
 
+import asyncio
+import time
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -17,17 +21,55 @@ from tests.e2e.test_autoscaler_support import (
     VERSION,
     autoscaler,
     controller,
+    exporter_publisher,
     holds,
     install_crd,
-    metrics_backend,
     pods_metric,
+    prometheus_adapter,
     replicas_of,
     status_of,
     until,
 )
+from tests.fakes.exporter import Exporter
 from tests.fakes.kube_api import FakeKubeAPI
+from tests.fakes.kube_http import KubeHTTPClient
+from tests.fakes.prometheus import PrometheusServer
+
+pytestmark = pytest.mark.prometheus
 
 LABELS = {"app": "web"}
+SERIES = "mspodsel_rps"
+SERVED = f"/apis/custom.metrics.k8s.io/v1beta2/namespaces/{NS}/pods/*/rps"
+
+
+def rules(job: str) -> str:
+    return f"""\
+rules:
+- seriesQuery: '{{__name__="{SERIES}",job="{job}",namespace!="",pod!=""}}'
+  resources:
+    overrides:
+      namespace: {{resource: namespace}}
+      pod: {{resource: pod}}
+  name: {{matches: "^mspodsel_(.*)$", as: "${{1}}"}}
+  metricsQuery: 'sum(<<.Series>>{{<<.LabelMatchers>>,job="{job}"}}) by (<<.GroupBy>>)'
+"""
+
+
+async def adapter_serves(http: KubeHTTPClient, pods: set[str], *, within: float) -> None:
+    """Until the adapter's answer for `app=web` (through the aggregator) has `pods`' values: the
+    pods the autoscaler must leave out are in what the metrics API returns."""
+    deadline = time.monotonic() + within
+    served: set[str] = set()
+    while True:
+        reply = await http.get(SERVED, params={"labelSelector": "app=web"})
+        if reply.status == 200:
+            served = {item["describedObject"]["name"] for item in reply.json["items"]}
+            if pods <= served:
+                return
+        if time.monotonic() > deadline:
+            raise AssertionError(f"not within {within}s: the adapter serves {sorted(pods)}, "
+                                 f"have {reply.status} {sorted(served)}")
+        await asyncio.sleep(0.2)
 
 
 def _replica_set(fake: FakeKubeAPI, name: str, *, revision: int, replicas: int) -> None:
@@ -66,15 +108,20 @@ def _autoscaler(strategy: str) -> dict[str, Any]:
 @pytest.mark.parametrize(("strategy", "replicas", "ignored"),
                          [("OwnerReferences", 2, 1), ("LabelSelector", 9, None)])
 async def test_a_jobs_pods_sharing_the_labels_count_only_with_the_label_selector(
-        fake_kube: FakeKubeAPI, tmp_path: Path, strategy: str, replicas: int,
+        fake_kube: FakeKubeAPI, kube_http: KubeHTTPClient, tmp_path: Path,
+        prometheus: PrometheusServer, exporter: Exporter, strategy: str, replicas: int,
         ignored: int | None) -> None:
     install_crd(fake_kube)
     _web(fake_kube)
     _pod(fake_kube, "migrate-x", kind="Job", owner="migrate")
-    async with metrics_backend(fake_kube, tmp_path / "metrics") as backend:
-        # web's pods sit at the target; the Job's pod is busy: (10 + 10 + 70) / 3 = 30.
-        backend.publisher("rps")({"web-1-a": Decimal(10), "web-1-b": Decimal(10),
-                                  "migrate-x": Decimal(70)})
+    # web's pods sit at the target; the Job's pod is busy: (10 + 10 + 70) / 3 = 30.
+    exporter_publisher(exporter, SERIES)({"web-1-a": Decimal(10), "web-1-b": Decimal(10),
+                                          "migrate-x": Decimal(70)})
+    await prometheus.wait_for_async(f'{SERIES}{{job="{exporter.job}"}}',
+                                    lambda samples: len(samples) == 3, timeout=30)
+    async with prometheus_adapter(fake_kube, tmp_path, prometheus_url=prometheus.url,
+                                  rules=rules(exporter.job)):
+        await adapter_serves(kube_http, {"web-1-a", "web-1-b", "migrate-x"}, within=15)
         fake_kube.create(GROUP, VERSION, PLURAL, _autoscaler(strategy))
         async with controller(fake_kube):
             await until(lambda: "currentMetrics" in status_of(fake_kube, "web"), within=15,
@@ -90,13 +137,17 @@ async def test_a_jobs_pods_sharing_the_labels_count_only_with_the_label_selector
                 assert "ignoredPods" not in status_of(fake_kube, "web")
 
 
-async def test_steady_load_during_a_rollout_holds_the_size(fake_kube: FakeKubeAPI,
-                                                           tmp_path: Path) -> None:
+async def test_steady_load_during_a_rollout_holds_the_size(
+        fake_kube: FakeKubeAPI, kube_http: KubeHTTPClient, tmp_path: Path,
+        prometheus: PrometheusServer, exporter: Exporter) -> None:
     install_crd(fake_kube)
     _web(fake_kube)
-    async with metrics_backend(fake_kube, tmp_path / "metrics") as backend:
-        publish = backend.publisher("rps")
-        publish({"web-1-a": Decimal(10), "web-1-b": Decimal(10)})
+    publish = exporter_publisher(exporter, SERIES)
+    publish({"web-1-a": Decimal(10), "web-1-b": Decimal(10)})
+    await prometheus.wait_for_async(f'{SERIES}{{job="{exporter.job}"}}',
+                                    lambda samples: len(samples) == 2, timeout=30)
+    async with prometheus_adapter(fake_kube, tmp_path, prometheus_url=prometheus.url,
+                                  rules=rules(exporter.job)):
         fake_kube.create(GROUP, VERSION, PLURAL, _autoscaler("OwnerReferences"))
         async with controller(fake_kube):
             await until(lambda: status_of(fake_kube, "web").get("ignoredPods") == 0, within=15,
@@ -106,7 +157,8 @@ async def test_steady_load_during_a_rollout_holds_the_size(fake_kube: FakeKubeAP
             _replica_set(fake_kube, "web-2", revision=2, replicas=1)
             _pod(fake_kube, "web-2-a", kind="ReplicaSet", owner="web-2", ready=False)
             publish({"web-1-a": Decimal(10), "web-1-b": Decimal(10), "web-2-a": Decimal(70)})
+            await adapter_serves(kube_http, {"web-1-a", "web-1-b", "web-2-a"}, within=15)
             await until(lambda: status_of(fake_kube, "web").get("ignoredPods") == 1, within=10,
                         what=f"the surge pod left out, have {status_of(fake_kube, 'web')}")
-            await holds(lambda: replicas_of(fake_kube, "web") == 2, for_seconds=1.0,
+            await holds(lambda: replicas_of(fake_kube, "web") == 2, for_seconds=1.5,
                         what="a not-Ready surge pod drove a scale-up")
