@@ -48,7 +48,8 @@ demo: venv prometheus
 	$(BIN)/python -m metricscale demo
 
 # The container image: Debian's podman/mmdebstrap/runc, a base made from Debian's packages, and the
-# wheels built here (pip inside a container cannot verify TLS on this machine kind).
+# dependencies' wheels fetched here (pip inside a container cannot verify TLS on this machine
+# kind); metricscale's own wheel is built in the image's build stage.
 IMAGE ?= ghcr.io/metricscale/metricscale:$(shell sed -n 's/^version = "\(.*\)"/\1/p' pyproject.toml)
 BASE_IMAGE ?= localhost/debian:bookworm-slim
 export CONTAINERS_CONF ?= $(CURDIR)/scripts/containers.conf
@@ -65,7 +66,8 @@ image-tools:
 
 image: venv image-tools
 	rm -rf dist/wheels
-	$(BIN)/pip wheel --quiet . -w dist/wheels
+	$(BIN)/pip wheel --quiet . 'setuptools>=77' wheel -w dist/wheels
+	rm -f dist/wheels/metricscale-*.whl  # the image's build stage makes its own
 	scripts/base-image.sh $(BASE_IMAGE)
 	podman --runtime runc build --network=host --build-arg BASE=$(BASE_IMAGE) -t $(IMAGE) -f Containerfile .
 
