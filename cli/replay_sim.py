@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -235,6 +235,9 @@ def _resize(state: _State, *, replicas: int, now: datetime, started: datetime) -
     state.replicas = replicas
 
 
+_NEVER = datetime.max.replace(tzinfo=UTC)
+
+
 def _whole_second(moment: datetime) -> datetime:
     """The time a metric value's `timestamp` (RFC 3339, whole seconds) parses back to."""
     return datetime.fromtimestamp(int(moment.timestamp()), UTC)
@@ -250,21 +253,24 @@ class _Models:
         self.settings = first.settings
         self.pods: dict[tuple[str, bool], Pod] = {}
         self.scales: dict[tuple[int, int], Scale | ScaleError] = {}
-        self.quantities: dict[str, Quantity] = {}
+        self.quantities: dict[int, Quantity] = {}  # by milli-units
         self._with_status: Autoscaler | None = None  # the autoscaler with the last status
         self._pods_key: tuple[tuple[str, ...], tuple[bool, ...]] | None = None
         self._pods: tuple[Pod, ...] = ()
+        self._version: tuple[int, int] | None = None  # the simulated pods' serial and count
+        self._next_ready = _NEVER  # when the next of them turns ready
+        self._ready: list[_Pod] = []
         self._containers: list[str] = []
 
     def _quantity(self, value: float) -> Quantity:
-        text = _quantity(value)
-        found = self.quantities.get(text)
+        milli = round(value * 1000)  # _quantity(value), keyed by its number
+        found = self.quantities.get(milli)
         if found is None:
-            found = self.quantities[text] = Quantity.parse(text)
+            found = self.quantities[milli] = Quantity.parse(f"{milli}m")
         return found
 
     def _direct(self, spec: Mapping[str, Any], observation: Observation, *, namespace: str,
-                ready: Sequence[_Pod], now: datetime
+                ready: Sequence[_Pod], stamp: datetime
                 ) -> tuple[MetricInput, float] | None:
         """A Pods, Object or External metric's input as the model values its answer parses
         to (what _metric_input's document gives through parse_metric_input), without the
@@ -274,18 +280,15 @@ class _Models:
         if value is None or not math.isfinite(value) or kind not in ("Pods", "Object",
                                                                       "External"):
             return None
-        stamp = _whole_second(now)
         if kind == "Pods":
             if not ready:
                 return None
             per_pod = value * (observation.pods or 1) / len(ready)
             quantity = self._quantity(per_pod)
             name = spec["pods"]["metric"]["name"]
-            return MetricValueList(items=tuple(
-                MetricValue(described_kind="Pod", described_name=pod.name,
-                            described_namespace=namespace, described_api_version="/v1",
-                            metric_name=name, timestamp=stamp, window_seconds=60,
-                            value=quantity) for pod in ready)), per_pod
+            return MetricValueList(items=tuple([
+                MetricValue("Pod", pod.name, name, stamp, quantity, 60, namespace, "/v1")
+                for pod in ready])), per_pod
         if kind == "Object":
             described = spec["object"]["describedObject"]
             return MetricValueList(items=(MetricValue(
@@ -304,23 +307,33 @@ class _Models:
                  status: AutoscalerStatus) -> tuple[Snapshot, tuple[float | None, ...], int]:
         """What parse_snapshot(build_snapshot(...)) gives, building only what changed."""
         namespace = autoscaler.get("metadata", {}).get("namespace", "default")
-        flags = tuple(pod.started + startup <= now for pod in state.pods)
-        ready = [pod for pod, is_ready in zip(state.pods, flags, strict=True) if is_ready]
-        names_key = (tuple(pod.name for pod in state.pods), flags)
-        if names_key != self._pods_key:  # the pods changed since the last step
-            pods = []
-            for index, pod in enumerate(state.pods):
-                key = (pod.name, flags[index])
-                parsed = self.pods.get(key)
-                if parsed is None:
-                    containers = [{"name": name, **({"resources": {"requests": dict(requests)}}
-                                                    if requests else {})}
-                                  for name in container_names(autoscaler)]
-                    parsed = self.pods[key] = parse_pod(
-                        _pod_object(pod, namespace=namespace, ready=key[1], now=now,
-                                    startup=startup, containers=containers), f"pods[{index}]")
-                pods.append(parsed)
-            self._pods_key, self._pods = names_key, tuple(pods)
+        # The pods change only when the simulation resizes (serial and count say which pods)
+        # or when one of them turns ready: until then the last step's are this step's.
+        version = (state.serial, len(state.pods))
+        if version != self._version or now >= self._next_ready:
+            flags = tuple(pod.started + startup <= now for pod in state.pods)
+            self._ready = [pod for pod, is_ready in zip(state.pods, flags, strict=True)
+                           if is_ready]
+            self._version = version
+            self._next_ready = min((pod.started + startup for pod in state.pods
+                                    if pod.started + startup > now), default=_NEVER)
+            names_key = (tuple(pod.name for pod in state.pods), flags)
+            if names_key != self._pods_key:  # the pods changed since the last step
+                pods = []
+                for index, pod in enumerate(state.pods):
+                    key = (pod.name, flags[index])
+                    parsed = self.pods.get(key)
+                    if parsed is None:
+                        containers = [{"name": name, **(
+                            {"resources": {"requests": dict(requests)}} if requests else {})}
+                            for name in container_names(autoscaler)]
+                        parsed = self.pods[key] = parse_pod(
+                            _pod_object(pod, namespace=namespace, ready=key[1], now=now,
+                                        startup=startup, containers=containers),
+                            f"pods[{index}]")
+                    pods.append(parsed)
+                self._pods_key, self._pods = names_key, tuple(pods)
+        ready = self._ready
         scale_key = (state.replicas, len(state.pods))
         scale = self.scales.get(scale_key)
         if scale is None:
@@ -335,11 +348,12 @@ class _Models:
         names = self._containers
         metrics: list[MetricInput] = []
         seen: list[float | None] = []
+        stamp = _whole_second(now)
         for index, (spec, raw_spec, observation) in enumerate(zip(
                 self.autoscaler.spec.metrics, autoscaler["spec"]["metrics"], observations,
                 strict=True)):
             direct = self._direct(raw_spec, observation, namespace=namespace, ready=ready,
-                                  now=now)
+                                  stamp=stamp)
             if direct is not None:
                 metrics.append(direct[0])
                 seen.append(direct[1])
@@ -350,7 +364,10 @@ class _Models:
                                               metric_type=spec.type))
             seen.append(value)
         if self._with_status is None or self._with_status.status is not status:
-            self._with_status = replace(self.autoscaler, status=status)
+            base = self.autoscaler
+            self._with_status = Autoscaler(api_version=base.api_version, kind=base.kind,
+                                           metadata=base.metadata, spec=base.spec,
+                                           status=status)
         return Snapshot(now=now, settings=self.settings,
                         autoscaler=self._with_status,
                         scale=scale, pods=self._pods, metrics=tuple(metrics),

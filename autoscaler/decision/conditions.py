@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from dataclasses import replace
 from datetime import datetime
 
 from autoscaler.model.status import Condition
@@ -66,8 +65,8 @@ def set_condition(conditions: tuple[Condition, ...], *, type: str, status: str, 
             if (existing.status, existing.reason, existing.message) == (status, reason, message):
                 return conditions  # the steady state: nothing to replace
             transition = now if existing.status != status else existing.last_transition_time
-            updated = replace(existing, status=status, reason=reason, message=message,
-                              last_transition_time=transition)
+            updated = Condition(type=type, status=status, reason=reason, message=message,
+                                last_transition_time=transition)
             return (*conditions[:index], updated, *conditions[index + 1:])
     return (*conditions, Condition(type=type, status=status, reason=reason, message=message,
                                    last_transition_time=now))

@@ -9,11 +9,13 @@ their dry-run form. `explain` completes with a successful write.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from decimal import Decimal
+from typing import NamedTuple
 
 from autoscaler.decision import behavior as rules
 from autoscaler.decision.conditions import (
@@ -192,7 +194,6 @@ class Decision:
     rescale_reason: str
     scale_updated: bool  # the write happened and succeeded
     status: AutoscalerStatus
-    status_changed: bool  # upstream skips the status write when False
     events: tuple[Event, ...]
     metrics: tuple[MetricDetail, ...]
     limits: tuple[Limit, ...]
@@ -202,6 +203,14 @@ class Decision:
     pending: _Pending | None = field(default=None, repr=False, compare=False)
     # KEP-5325 with OwnerReferences: the pods this decision left out (None: not selected here)
     ignored_pods: int | None = None
+    # The autoscaler's status before this reconcile (for status_changed).
+    previous_status: AutoscalerStatus | None = field(default=None, repr=False, compare=False)
+
+    @property
+    def status_changed(self) -> bool:
+        """Upstream skips the status write when False (compared only when asked: a deep
+        comparison the replay's thousands of decisions never need)."""
+        return self.previous_status is None or self.status != self.previous_status
 
     @property
     def awaiting_write(self) -> bool:
@@ -261,6 +270,7 @@ def _fmt_milli(milli: int) -> str:
     return format_milli(milli, Format.DECIMAL_SI)
 
 
+@functools.lru_cache(maxsize=1024)
 def _fmt_target(target: MetricTarget) -> str:
     if target.average_utilization is not None and target.average_value is None:
         return f"{target.average_utilization}%"
@@ -268,18 +278,16 @@ def _fmt_target(target: MetricTarget) -> str:
     return quantity.text if quantity is not None else "(none)"
 
 
-def _with_calculation(detail: MetricDetail, calc: ReplicaCalculation, *, description: str,
+def _with_calculation(head: _Head, calc: ReplicaCalculation, *, description: str,
                       current: str) -> MetricDetail:
-    # Built directly rather than with dataclasses.replace (a tenth of a decision's time went
-    # to replace); `detail` carries only index, type, name and target at this point.
     groups = calc.groups
     if groups is None:
-        return MetricDetail(index=detail.index, type=detail.type, name=detail.name,
-                            target=detail.target, description=description,
+        return MetricDetail(index=head.metric_index, type=head.type, name=head.name,
+                            target=head.target, description=description,
                             proposed_replicas=calc.replicas, current=current,
                             ratio=_finite(calc.ratio), ready_pods=calc.ready_pods)
-    return MetricDetail(index=detail.index, type=detail.type, name=detail.name,
-                        target=detail.target, description=description,
+    return MetricDetail(index=head.metric_index, type=head.type, name=head.name,
+                        target=head.target, description=description,
                         proposed_replicas=calc.replicas, current=current,
                         ratio=_finite(calc.ratio), ready_pods=groups.ready,
                         unready_pods=len(groups.unready), missing_pods=len(groups.missing),
@@ -313,11 +321,21 @@ class _MetricContext:
     readiness: ReadinessRules
 
 
-def _failed(detail: MetricDetail, *, reason: str, event_error: str,
+class _Head(NamedTuple):
+    """A metric's identity in its MetricDetail, before the outcome is known."""
+
+    metric_index: int
+    type: str
+    name: str
+    target: str | None
+
+
+def _failed(head: _Head, *, reason: str, event_error: str,
             returned_error: str) -> _MetricOutcome:
     """getUnableComputeReplicaCountCondition: a Warning event and a proposed condition."""
     return _MetricOutcome(
-        detail=replace(detail, error=event_error, reason=reason),
+        detail=MetricDetail(index=head.metric_index, type=head.type, name=head.name,
+                            target=head.target, error=event_error, reason=reason),
         events=(Event("Warning", reason, event_error),),
         error=returned_error,
         condition=(reason, Messages.UNABLE_TO_COMPUTE.format(event_error)),
@@ -345,8 +363,7 @@ def _resource_metric(index: int, metric: MetricSpec, data: MetricInput,
         resource, target, container = metric.resource.name, metric.resource.target, ""
         reason = "FailedGetResourceMetric"
         wrap = f"failed to get {resource} resource metric value: "
-    detail = MetricDetail(index=index, type=metric.type, name=resource,
-                          target=_fmt_target(target))
+    head = _Head(index, metric.type, resource, _fmt_target(target))
     try:
         if target.average_value is not None:
             try:
@@ -381,7 +398,7 @@ def _resource_metric(index: int, metric: MetricSpec, data: MetricInput,
                                         average_utilization=calc.utilization)
             shown = f"{calc.utilization}% ({quantity.text} average)"
     except CalculationError as err:
-        return _failed(detail, reason=reason, event_error=str(err),
+        return _failed(head, reason=reason, event_error=str(err),
                        returned_error=wrap + str(err))
     if container_source is not None:
         status = MetricStatus(type=metric.type, container_resource=ContainerResourceMetricStatus(
@@ -389,7 +406,7 @@ def _resource_metric(index: int, metric: MetricSpec, data: MetricInput,
     else:
         status = MetricStatus(type=metric.type, resource=ResourceMetricStatus(
             name=resource, current=current))
-    detail = _with_calculation(detail, calc, description=name, current=shown)
+    detail = _with_calculation(head, calc, description=name, current=shown)
     return _MetricOutcome(detail=detail, replicas=calc.replicas, name=name,
                           timestamp=calc.timestamp, status=status, notes=calc.notes)
 
@@ -399,11 +416,10 @@ def _pods_metric(index: int, metric: MetricSpec, data: MetricInput,
     source = metric.pods
     assert source is not None and source.target.average_value is not None
     reason = "FailedGetPodsMetric"
-    detail = MetricDetail(index=index, type=metric.type, name=source.metric.name,
-                          target=_fmt_target(source.target))
+    head = _Head(index, metric.type, source.metric.name, _fmt_target(source.target))
     selector_error = _selector_error(source.metric.selector)
     if selector_error is not None:
-        return _failed(detail, reason=reason, event_error=selector_error,
+        return _failed(head, reason=reason, event_error=selector_error,
                        returned_error=f"failed to get pods metric value: {selector_error}")
     try:
         calc = get_metric_replicas(current_replicas=ctx.spec_replicas,
@@ -411,14 +427,14 @@ def _pods_metric(index: int, metric: MetricSpec, data: MetricInput,
                                    metric_name=source.metric.name, tolerances=ctx.tolerances,
                                    pods=ctx.pods, metrics=data, rules=ctx.readiness)
     except CalculationError as err:
-        return _failed(detail, reason=reason, event_error=str(err),
+        return _failed(head, reason=reason, event_error=str(err),
                        returned_error=f"failed to get pods metric value: {err}")
     name = f"pods metric {source.metric.name}"
     quantity = Quantity.from_milli(calc.usage)
     status = MetricStatus(type=metric.type, pods=PodsMetricStatus(
         metric=MetricIdentifier(source.metric.name, source.metric.selector),
         current=MetricValueStatus(average_value=quantity)))
-    detail = _with_calculation(detail, calc, description=name, current=quantity.text)
+    detail = _with_calculation(head, calc, description=name, current=quantity.text)
     return _MetricOutcome(detail=detail, replicas=calc.replicas, name=name,
                           timestamp=calc.timestamp, status=status, notes=calc.notes)
 
@@ -430,11 +446,10 @@ def _object_metric(index: int, metric: MetricSpec, data: MetricInput,
     reason = "FailedGetObjectMetric"
     wrap = "failed to get object metric value: "
     target = source.target
-    detail = MetricDetail(index=index, type=metric.type, name=source.metric.name,
-                          target=_fmt_target(target))
+    head = _Head(index, metric.type, source.metric.name, _fmt_target(target))
     selector_error = _selector_error(source.metric.selector)
     if selector_error is not None:
-        return _failed(detail, reason=reason, event_error=selector_error,
+        return _failed(head, reason=reason, event_error=selector_error,
                        returned_error=wrap + selector_error)
     identifier = MetricIdentifier(source.metric.name, source.metric.selector)
     ref = source.described_object
@@ -445,7 +460,7 @@ def _object_metric(index: int, metric: MetricSpec, data: MetricInput,
                 metric_name=source.metric.name, object_kind=ref.kind, object_name=ref.name,
                 namespace=ctx.namespace, tolerances=ctx.tolerances, pods=ctx.pods, metrics=data)
         except CalculationError as err:
-            return _failed(detail, reason=reason, event_error=str(err),
+            return _failed(head, reason=reason, event_error=str(err),
                            returned_error=wrap + str(err))
         quantity = Quantity.from_milli(calc.usage)
         current = MetricValueStatus(value=quantity)
@@ -458,7 +473,7 @@ def _object_metric(index: int, metric: MetricSpec, data: MetricInput,
                 metric_name=source.metric.name, object_kind=ref.kind, object_name=ref.name,
                 namespace=ctx.namespace, tolerances=ctx.tolerances, metrics=data)
         except CalculationError as err:
-            return _failed(detail, reason=reason, event_error=str(err),
+            return _failed(head, reason=reason, event_error=str(err),
                            returned_error=f"{wrap}failed to get {source.metric.name} "
                                           f"object metric: {err}")
         quantity = Quantity.from_milli(calc.usage)
@@ -469,10 +484,10 @@ def _object_metric(index: int, metric: MetricSpec, data: MetricInput,
     else:
         message = ("invalid object metric source: neither a value target nor an average value "
                    "target was set")
-        return _failed(detail, reason=reason, event_error=message, returned_error=wrap + message)
+        return _failed(head, reason=reason, event_error=message, returned_error=wrap + message)
     status = MetricStatus(type=metric.type, object=ObjectMetricStatus(
         metric=identifier, current=current, described_object=ref))
-    detail = _with_calculation(detail, calc, description=name, current=quantity.text)
+    detail = _with_calculation(head, calc, description=name, current=quantity.text)
     return _MetricOutcome(detail=detail, replicas=calc.replicas, name=name,
                           timestamp=calc.timestamp, status=status, notes=calc.notes)
 
@@ -485,8 +500,7 @@ def _external_metric(index: int, metric: MetricSpec, data: MetricInput,
     metric_name = source.metric.name
     wrap = f"failed to get {metric_name} external metric value: "
     target = source.target
-    detail = MetricDetail(index=index, type=metric.type, name=metric_name,
-                          target=_fmt_target(target))
+    head = _Head(index, metric.type, metric_name, _fmt_target(target))
     selector_text = format_label_selector(source.metric.selector)
     name = f"external metric {metric_name}({selector_text})"
     identifier = MetricIdentifier(metric_name, source.metric.selector)
@@ -501,7 +515,7 @@ def _external_metric(index: int, metric: MetricSpec, data: MetricInput,
                 namespace=ctx.namespace, selector_text=selector_text,
                 tolerances=ctx.tolerances, metrics=data)
         except CalculationError as err:
-            return _failed(detail, reason=reason, event_error=str(err),
+            return _failed(head, reason=reason, event_error=str(err),
                            returned_error=f"{wrap}failed to get {metric_name} external "
                                           f"metric: {err}")
         quantity = Quantity.from_milli(calc.usage)
@@ -516,7 +530,7 @@ def _external_metric(index: int, metric: MetricSpec, data: MetricInput,
                 metric_name=metric_name, namespace=ctx.namespace, selector_text=selector_text,
                 tolerances=ctx.tolerances, pods=ctx.pods, metrics=data)
         except CalculationError as err:
-            return _failed(detail, reason=reason, event_error=str(err),
+            return _failed(head, reason=reason, event_error=str(err),
                            returned_error=f"{wrap}failed to get external metric "
                                           f"{metric_name}: {err}")
         quantity = Quantity.from_milli(calc.usage)
@@ -524,10 +538,10 @@ def _external_metric(index: int, metric: MetricSpec, data: MetricInput,
     else:
         message = ("invalid external metric source: neither a value target nor an average value "
                    "target was set")
-        return _failed(detail, reason=reason, event_error=message, returned_error=wrap + message)
+        return _failed(head, reason=reason, event_error=message, returned_error=wrap + message)
     status = MetricStatus(type=metric.type, external=ExternalMetricStatus(
         metric=identifier, current=current))
-    detail = _with_calculation(detail, calc, description=name, current=quantity.text)
+    detail = _with_calculation(head, calc, description=name, current=quantity.text)
     return _MetricOutcome(detail=detail, replicas=calc.replicas, name=name,
                           timestamp=calc.timestamp, status=status, notes=calc.notes)
 
@@ -543,8 +557,8 @@ def _compute_replicas_for_metric(index: int, metric: MetricSpec, data: MetricInp
     if metric.type == "External":
         return _external_metric(index, metric, data, ctx)
     message = f"unknown metric source type {quote_go_string(metric.type)}"
-    detail = MetricDetail(index=index, type=metric.type, name="")
-    return _failed(detail, reason="InvalidMetricSourceType", event_error=message,
+    head = _Head(index, metric.type, "", None)
+    return _failed(head, reason="InvalidMetricSourceType", event_error=message,
                    returned_error=message)
 
 
@@ -710,10 +724,6 @@ def _compute_replicas_for_metrics(*, autoscaler: Autoscaler, scale: Scale, pods:
 # The reconcile
 
 
-def _status_changed(old: AutoscalerStatus, new: AutoscalerStatus) -> bool:
-    return old != new
-
-
 _LIMIT_RULES_LEGACY = {"TooFewReplicas": "MinReplicas", "TooManyReplicas": "MaxReplicas",
                        "ScaleUpLimit": "ScaleUpLimit"}
 _LIMIT_RULES_BEHAVIOR = {"TooFewReplicas": "MinReplicas", "TooManyReplicas": "MaxReplicas",
@@ -745,7 +755,7 @@ class _Draft:
         return Decision(
             desired_replicas=desired_replicas, rescale=False, new_replicas=desired_replicas,
             rescale_reason=reason, scale_updated=False, status=status,
-            status_changed=_status_changed(self.old, status), events=tuple(self.events),
+            previous_status=self.old, events=tuple(self.events),
             metrics=self.details, limits=tuple(self.limits), history=self.history,
             explanation=tuple(self.explanation), error=error, ignored_pods=self.ignored_pods)
 
@@ -800,7 +810,8 @@ def decide(*, autoscaler: Autoscaler, scale: Scale | ScaleError, pods: Sequence[
         pods = selection.pods
         metrics = restrict_pod_metrics([m.type for m in autoscaler.spec.metrics], metrics,
                                        pods)
-    pause = read_pause(autoscaler.metadata.annotation)
+    pause = read_pause(autoscaler.metadata.annotation) if autoscaler.metadata.annotations \
+        else None
     _report_pause(draft, pause, now=now)
     behavior = autoscaler.spec.behavior
     if behavior is not None and behavior.sync_period_seconds is not None:
@@ -1019,8 +1030,12 @@ def _watch_scale(draft: _Draft, *, observed: int, now: datetime) -> None:
     """Conflict detection: another writer changed the replicas this autoscaler left the target
     at (an event each time; the ScalingConflict condition after a second change within the
     window, until a window passes without one). It changes no replica count."""
-    seen = observe_replicas(draft.history.scale_watch, observed=observed, now=now)
-    if seen.watch is not draft.history.scale_watch:
+    watch = draft.history.scale_watch
+    seen = observe_replicas(watch, observed=observed, now=now)
+    if seen.watch is watch and not seen.events and not seen.watch.conflicting \
+            and not any(c.type == CONFLICT_CONDITION for c in draft.conditions):
+        return  # the steady state: the size we left, no conflict to keep or lift
+    if seen.watch is not watch:
         draft.history = replace(draft.history, scale_watch=seen.watch)
     draft.events.extend(seen.events)
     if seen.changed_from is not None:
@@ -1104,13 +1119,13 @@ def _read_scale_and_bounds(draft: _Draft, *, autoscaler: Autoscaler, scale: Scal
                                      reason="SucceededGetScale",
                                      message=Messages.SUCCEEDED_GET_SCALE, now=now)
     current = draft.current = scale.spec_replicas
-    recommendations = rules.record_initial_recommendation(
-        draft.history.recommendations, current_replicas=current, now=now)
     if draft.history.recommendations is None:
+        recommendations = rules.record_initial_recommendation(
+            draft.history.recommendations, current_replicas=current, now=now)
         draft.explanation.append(f"First sync: the current size {current} is remembered as a "
                                  "recommendation, so a scale-down waits a whole stabilization "
                                  "window.")
-    draft.history = replace(draft.history, recommendations=recommendations)
+        draft.history = replace(draft.history, recommendations=recommendations)
     min_replicas = draft.min_replicas = spec.min_replicas if spec.min_replicas is not None \
         else 1
     max_replicas = draft.max_replicas = spec.max_replicas
@@ -1285,7 +1300,7 @@ def _plan_write(draft: _Draft, *, autoscaler: Autoscaler, desired: int,
     planned = draft.status(desired_replicas=desired)
     return Decision(
         desired_replicas=desired, rescale=True, new_replicas=desired, rescale_reason=reason,
-        scale_updated=False, status=planned, status_changed=_status_changed(draft.old, planned),
+        scale_updated=False, status=planned, previous_status=draft.old,
         events=tuple(draft.events), metrics=draft.details, limits=tuple(draft.limits),
         history=draft.history, explanation=tuple(draft.explanation), error=draft.error,
         pending=pending, ignored_pods=draft.ignored_pods)
@@ -1318,7 +1333,7 @@ def _after_write(decision: Decision, result: ScaleWriteResult, *, settings: Sett
                            "value.")
         return replace(
             decision, desired_replicas=pending.current_replicas, scale_updated=False,
-            status=status, status_changed=_status_changed(old, status), events=tuple(events),
+            status=status, events=tuple(events),
             history=history, explanation=tuple(explanation),
             error=f"failed to rescale {pending.reference}: {result.error}",
             pending=None)
@@ -1368,7 +1383,7 @@ def _after_write(decision: Decision, result: ScaleWriteResult, *, settings: Sett
                               current_metrics=pending.metric_statuses, conditions=conditions)
     return replace(
         decision, desired_replicas=pending.new_replicas, scale_updated=result.succeeded,
-        status=status, status_changed=_status_changed(old, status), events=tuple(events),
+        status=status, events=tuple(events),
         history=history, explanation=tuple(explanation), pending=None)
 
 

@@ -79,6 +79,10 @@ class PodMetricsList:
     items: tuple[PodMetrics, ...]
 
 
+_ONE_MINUTE = timedelta(minutes=1)
+_WINDOWS: dict[int, timedelta] = {}  # the few windows adapters report, made once
+
+
 @dataclass(frozen=True)
 class MetricValue:
     """custom.metrics.k8s.io MetricValue (v1beta2, or v1beta1's metricName)."""
@@ -95,8 +99,16 @@ class MetricValue:
     window: timedelta = field(init=False, compare=False, repr=False)
 
     def __post_init__(self) -> None:
-        window = (timedelta(minutes=1) if self.window_seconds is None
-                  else timedelta(seconds=self.window_seconds))
+        seconds = self.window_seconds
+        if seconds is None:
+            window = _ONE_MINUTE
+        else:
+            found = _WINDOWS.get(seconds)
+            if found is None:
+                found = timedelta(seconds=seconds)
+                if len(_WINDOWS) < 64:
+                    _WINDOWS[seconds] = found
+            window = found
         object.__setattr__(self, "window", window)
 
 

@@ -283,6 +283,11 @@ class Selector:
         """The (key, value) pairs an object must all carry when every requirement is
         `key=value` (the common case), else None. Pairs, not a dict: `app=b,app=a` is two
         requirements that nothing meets, where a dict would keep only the last."""
+        return self._exact_labels
+
+    @functools.cached_property
+    def _exact_labels(self) -> tuple[tuple[str, str], ...] | None:
+        # Computed once per selector (selectors are immutable; parse_selector caches them).
         if self.nothing or any(r.operator not in _EXACT or len(r.values) != 1
                                for r in self.requirements):
             return None
