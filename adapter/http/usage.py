@@ -7,7 +7,9 @@ parallel; nodes take one CPU and one memory `nodeQuery` for all of them (prometh
 it cannot serve without a word, here a list says in a `Warning` header how many objects were
 left out and why, a single object without metrics is metrics-server's 404 (with the reason in
 a `Warning`), and an unreachable Prometheus is a 503, so an autoscaler holds instead of acting
-on a partial answer.
+on a partial answer. On a tenant backend each namespace is queried with its own tenant; a
+namespace whose tenant the backend does not serve (not in its `tenants`, or not discovered yet)
+is not queried at all: its pods are left out, as pods without samples are.
 """
 
 from __future__ import annotations
@@ -35,7 +37,7 @@ from adapter.api.usage import (
     usage_not_found,
 )
 from adapter.api.wire import internal_error, service_unavailable
-from adapter.http.handlers import Answer, ApiError, BackendRouter
+from adapter.http.handlers import Answer, ApiError, BackendRouter, QueryBackend
 from adapter.kube.objects import KubeCacheFailed, PodMeta
 from adapter.prometheus.client import (
     PrometheusError,
@@ -125,23 +127,46 @@ class ResourceMetricsService:
         for pod in pods:
             by_namespace.setdefault(pod.namespace, []).append(
                 PodRef(pod.namespace, pod.name, pod.labels, pod.labels_json))
+        # A namespace whose tenant its backend does not serve is left out, and not queried.
+        served: dict[str, tuple[QueryBackend, QueryBackend]] = {}
+        unserved: list[PodRef] = []
+        unserved_namespaces: list[str] = []
+        unserved_why = ""
+        for namespace, refs in by_namespace.items():
+            cpu_client = self._client(self._rules.cpu, namespace=namespace)
+            memory_client = self._client(self._rules.memory, namespace=namespace)
+            if cpu_client is not None and memory_client is not None:
+                served[namespace] = (cpu_client, memory_client)
+                continue
+            unserved.extend(refs)
+            unserved_namespaces.append(namespace)
+            rule, what = ((self._rules.cpu, "cpu") if cpu_client is None
+                          else (self._rules.memory, "memory"))
+            unserved_why = unserved_why or _no_tenant_reason(rule, what=what,
+                                                             namespace=namespace)
+        if route.name is not None and unserved:
+            logger.info("pod %s/%s has no metrics: %s", route.namespace, route.name,
+                        unserved_why)
+            raise ApiError(usage_not_found("pods", namespace=route.namespace, name=route.name),
+                           warnings=(unserved_why,))
         limit = asyncio.Semaphore(_CONCURRENT_NAMESPACES)
         at = self._clock()
 
         async def namespace_usage(namespace: str, refs: list[PodRef]
                                   ) -> tuple[list[PodUsage], list[PodRef], int, int]:
             names = [ref.name for ref in refs]
+            cpu_client, memory_client = served[namespace]
             async with limit:
                 cpu, memory = await asyncio.gather(
                     self._query(build_pod_usage_query(rule=self._rules.cpu, labels=self._cpu,
                                                       namespace=namespace, pods=names),
                                 at=at, what="resourceRules.cpu.containerQuery",
-                                rule=self._rules.cpu, namespace=route.namespace),
+                                backend=cpu_client),
                     self._query(build_pod_usage_query(rule=self._rules.memory,
                                                       labels=self._memory,
                                                       namespace=namespace, pods=names),
                                 at=at, what="resourceRules.memory.containerQuery",
-                                rule=self._rules.memory, namespace=route.namespace))
+                                backend=memory_client))
             usages, missing = assemble_pod_usage(
                 refs, cpu=cpu, memory=memory, pod_label=self._cpu.pod,
                 container_label=self._cpu.container)
@@ -152,7 +177,7 @@ class ResourceMetricsService:
             return usages, missing, no_cpu, no_memory
 
         results = await asyncio.gather(*(namespace_usage(ns, refs)
-                                         for ns, refs in by_namespace.items()))
+                                         for ns, refs in by_namespace.items() if ns in served))
         usages = [u for found, _, _, _ in results for u in found]
         missing = [ref for _, gone, _, _ in results for ref in gone]
         why = _missing_reason(sum(r[2] for r in results), sum(r[3] for r in results),
@@ -165,11 +190,18 @@ class ResourceMetricsService:
                                                name=route.name), warnings=(why,))
             return Answer(render_pod_metrics(usages[0], window=self._window, now=now))
         body = encode_pod_metrics_list(usages, window=self._window, now=now)
-        if not missing:
-            return Answer(body)
-        warning = f"{len(missing)} of {len(pods)} running pods have no metrics: {why}"
-        logger.info("%s (first: %s/%s)", warning, missing[0].namespace, missing[0].name)
-        return Answer(body, warnings=(warning,))
+        warnings = []
+        if unserved:
+            more = len(unserved_namespaces) - 1
+            warning = (f"{len(unserved)} of {len(pods)} running pods are left out: "
+                       f"{unserved_why}" + (f"; and {more} more namespaces" if more else ""))
+            logger.info("%s (first: %s/%s)", warning, unserved[0].namespace, unserved[0].name)
+            warnings.append(warning)
+        if missing:
+            warning = f"{len(missing)} of {len(pods)} running pods have no metrics: {why}"
+            logger.info("%s (first: %s/%s)", warning, missing[0].namespace, missing[0].name)
+            warnings.append(warning)
+        return Answer(body, warnings=tuple(warnings))
 
     # -- nodes ---------------------------------------------------------------------------
 
@@ -194,11 +226,11 @@ class ResourceMetricsService:
             self._query(build_node_usage_query(rule=self._rules.cpu, labels=self._cpu,
                                                nodes=names),
                         at=at, what="resourceRules.cpu.nodeQuery",
-                        rule=self._rules.cpu, namespace=None),
+                        backend=self._node_client(self._rules.cpu, what="cpu")),
             self._query(build_node_usage_query(rule=self._rules.memory, labels=self._memory,
                                                nodes=names),
                         at=at, what="resourceRules.memory.nodeQuery",
-                        rule=self._rules.memory, namespace=None))
+                        backend=self._node_client(self._rules.memory, what="memory")))
         usages, missing = assemble_node_usage(refs, cpu=cpu, memory=memory,
                                               node_label=self._cpu.node)
         cpu_nodes = {labels.get(self._cpu.node) for labels, _, _ in cpu}
@@ -234,13 +266,20 @@ class ResourceMetricsService:
             logger.error("cannot read the object caches: %s", error)
             raise ApiError(internal_error("unable to list objects")) from None
 
-    async def _query(self, promql: str, *, at: float, what: str, rule: ResourceRule,
-                     namespace: str | None) -> list[Sample]:
-        backend = self._backends.client_for(rule.backend, namespace=namespace, tenants=None)
+    def _client(self, rule: ResourceRule, *, namespace: str | None) -> QueryBackend | None:
+        """The client of `rule`'s backend for `namespace`'s tenant; None: not served."""
+        return self._backends.client_for(rule.backend, namespace=namespace, tenants=None)
+
+    def _node_client(self, rule: ResourceRule, *, what: str) -> QueryBackend:
+        backend = self._client(rule, namespace=None)
         if backend is None:
-            where = f"namespace {namespace}" if namespace else "cluster-scoped requests"
-            raise ApiError(internal_error(f"unable to fetch metrics: backend {rule.backend!r} "
-                                          f"of {what} has no tenant for {where}"))
+            # The configuration requires a default tenant for resourceRules: not reached.
+            raise ApiError(internal_error(
+                f"unable to fetch metrics: {_no_tenant_reason(rule, what=what, namespace=None)}"))
+        return backend
+
+    async def _query(self, promql: str, *, at: float, what: str,
+                     backend: QueryBackend) -> list[Sample]:
         try:
             result = await backend.query(promql, at=at)
         except PrometheusUnavailable as error:
@@ -261,6 +300,12 @@ class ResourceMetricsService:
             raise ApiError(internal_error(f"unable to fetch metrics: the {what} returned a "
                                           "scalar"))
         return [(s.labels, s.timestamp, s.value) for s in result.samples]
+
+
+def _no_tenant_reason(rule: ResourceRule, *, what: str, namespace: str | None) -> str:
+    where = f"namespace {namespace}" if namespace else "cluster-scoped requests"
+    return (f"backend {rule.backend!r} of resourceRules.{what} does not serve the tenant of "
+            f"{where} (not in its tenants, or not discovered yet)")
 
 
 def _missing_reason(no_cpu: int, no_memory: int, *, query: str, label: str = "") -> str:

@@ -1,8 +1,8 @@
 """The tenants of the backends that follow the namespaces: one per namespace the adapter sees.
 
 A tenant backend without a `tenants` field (adapter.rules.tenants.follows_namespaces) discovers
-the tenant of every namespace: its templated header rendered over each name the adapter's
-namespace cache holds, plus the header's `default` (which is always there). `NamespaceTenants`
+the tenant of every namespace: its templated headers rendered over each name the adapter's
+namespace cache holds, plus the headers' `default` (which is always there). `NamespaceTenants`
 is that list kept up to date: each pass (`Relisting` runs one before its relisters, at their
 interval) reads the namespaces from memory, opens a client and makes a relister for each new
 tenant, and takes the client of each tenant whose namespaces are all gone out of use (closed

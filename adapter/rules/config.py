@@ -523,6 +523,11 @@ class _ConfigBuilder:
         if tenants is not None and not per_namespace:
             self.decoder.issue(f"{path}.tenants", "needs a header whose value is a template "
                                "over <<.Namespace>>", fields.get("tenants"))
+        elif tenants and sum(header.per_namespace for header in headers) > 1:
+            # A tenant is then the tuple of the headers' values: it follows the namespaces.
+            self.decoder.issue(f"{path}.tenants", "cannot list tenants with several headers "
+                               "templated over <<.Namespace>>: leave it out to follow every "
+                               "namespace", fields.get("tenants"))
         elif per_namespace and tenants == ():
             self.warn(f"{path}.tenants", "empty: discovery lists no tenant but the header's "
                       "default, so this backend serves no namespace (leave the field out to "
