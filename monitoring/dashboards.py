@@ -92,11 +92,16 @@ def adapter_dashboard() -> dashboard.Dashboard:
         .with_panel(_stat("Series shapes",
                           expr=f"max(metricscale_discovered_series_shapes{{{job}}})"))
         .with_panel(_graph("Discovery passes", unit="ops", queries=[
-            (f"sum by (result) (rate(metricscale_discovery_passes_total{{{job}}}[5m]))",
-             "{{result}}")]))
+            ("sum by (backend, result) "
+             f"(rate(metricscale_discovery_passes_total{{{job}}}[5m]))",
+             "{{backend}} {{result}}")]))
         .with_panel(_graph("Discovery duration", unit="s", queries=[
-            ("histogram_quantile(0.9, sum by (le) "
-             f"(rate(metricscale_discovery_duration_seconds_bucket{{{job}}}[15m])))", "p90")]))
+            ("histogram_quantile(0.9, sum by (backend, le) "
+             f"(rate(metricscale_discovery_duration_seconds_bucket{{{job}}}[15m])))",
+             "p90 {{backend}}")]))
+        .with_panel(_graph("Discovery age by backend", unit="s", queries=[
+            (f"max by (backend) (metricscale_discovery_age_seconds{{{job}}})",
+             "{{backend}}")]))
         .with_panel(_graph("Metrics by rule", unit="none", queries=[
             (f"max by (rule) (metricscale_rule_discovered_metrics{{{job}}})", "{{rule}}")]))
         .with_panel(_graph("Cluster resources discovered", unit="none", queries=[

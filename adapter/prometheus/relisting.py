@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import math
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
@@ -23,7 +24,7 @@ from typing import NoReturn, Protocol
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from adapter.prometheus.client import PrometheusError
-from adapter.rules.config import AdapterConfig
+from adapter.rules.config import DEFAULT_BACKEND, AdapterConfig
 from adapter.rules.registry import (
     MetricRegistry,
     SeriesShape,
@@ -128,18 +129,19 @@ class RelistMetrics:
     def register(cls, registry: CollectorRegistry) -> RelistMetrics:
         return cls(
             passes=Counter("metricscale_discovery_passes_total",
-                           "Discovery passes, by result (success, failure).", ["result"],
-                           registry=registry),
+                           "Discovery passes, by backend and result (success, failure).",
+                           ["backend", "result"], registry=registry),
             duration=Histogram("metricscale_discovery_duration_seconds",
-                               "Time of a discovery pass (failures included).",
-                               registry=registry,
+                               "Time of a discovery pass (failures included), by backend.",
+                               ["backend"], registry=registry,
                                buckets=(0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120)),
             last_success=Gauge("metricscale_discovery_last_success_timestamp_seconds",
-                               "Unix time of the last successful discovery pass (0: none yet).",
+                               "Unix time of a backend's last successful discovery pass (of "
+                               "its tenants, the oldest; 0: none yet).", ["backend"],
                                registry=registry),
             age=Gauge("metricscale_discovery_age_seconds",
-                      "Seconds since the snapshot in use was built (NaN before the first).",
-                      registry=registry),
+                      "Seconds since a backend's snapshot in use was built (of its tenants', "
+                      "the oldest; NaN before the first).", ["backend"], registry=registry),
             metrics=Gauge("metricscale_discovered_metrics",
                           "Metrics in the snapshot in use, by API (custom, external).", ["api"],
                           registry=registry),
@@ -216,6 +218,11 @@ class Relister:
         self.gates_readiness = True
 
     @property
+    def backend_label(self) -> str:
+        """The `backend` label of its /metrics series (`default` for the single backend)."""
+        return self.backend or DEFAULT_BACKEND
+
+    @property
     def name(self) -> str:
         """For logs: `backend "x"` (`tenant "t"`), or nothing for the single backend."""
         if self.backend is None:
@@ -246,8 +253,9 @@ class Relister:
         except RelistFailed as error:
             self._failures += 1
             self.last_error = str(error)
-            self._metrics.passes.labels("failure").inc()
-            self._metrics.duration.observe(max(0.0, self._clock() - started))
+            self._metrics.passes.labels(self.backend_label, "failure").inc()
+            self._metrics.duration.labels(self.backend_label).observe(
+                max(0.0, self._clock() - started))
             cause = error.__cause__
             detail = getattr(cause, "detail", "") or ""
             logger.warning("%s: pass failed (%d in a row), keeping the snapshot of %s: %s %s",
@@ -268,8 +276,8 @@ class Relister:
     def _record(self, registry: MetricRegistry, elapsed: float) -> None:
         stats = registry.stats
         metrics = self._metrics
-        metrics.passes.labels("success").inc()
-        metrics.duration.observe(elapsed)
+        metrics.passes.labels(self.backend_label, "success").inc()
+        metrics.duration.labels(self.backend_label).observe(elapsed)
         for rule in stats.rules:
             metrics.rule_metrics.labels(rule.rule).set(rule.metrics)
         for problem in stats.override_problems:
@@ -321,6 +329,7 @@ class Relisting:
         self._loops: dict[Relister, asyncio.Task[NoReturn]] = {}
         self._registry = empty_registry(catalog())
         self._published = False
+        self._aged: set[str] = set()  # the backends with an age series
         if publish:
             self.publish()
 
@@ -331,7 +340,10 @@ class Relisting:
         self._published = True
         config = self._config
         metrics = self._metrics
-        metrics.age.set_function(self._age)
+        metrics.age.clear()
+        metrics.last_success.clear()
+        self._aged = set()
+        self._publish_backends()
         metrics.rules.labels("rules").set(len(config.rules))
         metrics.rules.labels("externalRules").set(len(config.external_rules))
         metrics.rules.labels("resourceRules").set(0 if config.resource_rules is None else 1)
@@ -343,6 +355,14 @@ class Relisting:
 
     def add(self, relister: Relister) -> None:
         self.relisters.append(relister)
+        if self._published:
+            self._publish_backends()
+
+    def _publish_backends(self) -> None:
+        """An age series per backend (computed when scraped), from its first relister on."""
+        for backend in {r.backend_label for r in self.relisters} - self._aged:
+            self._aged.add(backend)
+            self._metrics.age.labels(backend).set_function(functools.partial(self._age, backend))
 
     @property
     def registry(self) -> MetricRegistry:
@@ -372,19 +392,34 @@ class Relisting:
         registry = self._registry
         stats = registry.stats
         metrics = self._metrics
-        if registry.built_at is not None:
-            metrics.last_success.set(max(r.registry.built_at.timestamp()
-                                         for r in self.relisters
-                                         if r.registry.built_at is not None))
+        self._publish_backends()
+        for backend, built in self._oldest_snapshots().items():
+            if built is not None:
+                metrics.last_success.labels(backend).set(built)
         metrics.metrics.labels("custom").set(stats.custom_metrics)
         metrics.metrics.labels("external").set(stats.external_metrics)
         metrics.shapes.set(stats.series_shapes)
 
-    def _age(self) -> float:
-        built = self._registry.built_at
+    def _oldest_snapshots(self) -> dict[str, float | None]:
+        """Per backend, when the oldest of its relisters' snapshots was built (None while
+        one of them has none yet)."""
+        oldest: dict[str, float | None] = {}
+        for relister in self.relisters:
+            built = relister.registry.built_at
+            backend = relister.backend_label
+            stamp = built.timestamp() if built is not None else None
+            if backend not in oldest:
+                oldest[backend] = stamp
+            else:
+                known = oldest[backend]
+                oldest[backend] = None if known is None or stamp is None else min(known, stamp)
+        return oldest
+
+    def _age(self, backend: str) -> float:
+        built = self._oldest_snapshots().get(backend)
         if built is None:
             return math.nan
-        return max(0.0, self._clock() - built.timestamp())
+        return max(0.0, self._clock() - built)
 
     async def step(self) -> bool:
         """One pass: the namespaces' tenants first (a new tenant gets its relister, a gone one

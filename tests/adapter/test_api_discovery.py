@@ -237,7 +237,7 @@ async def test_metrics_expose_requests_prometheus_discovery_and_rules(
             'metricscale_http_request_duration_seconds_bucket{le="0.001",route="custom_metric"}',
             'metricscale_prometheus_request_duration_seconds_count{backend="default",endpoint="query"}',
             'metricscale_prometheus_request_duration_seconds_count{backend="default",endpoint="series"}',
-            'metricscale_discovery_passes_total{result="success"} 1.0',
+            'metricscale_discovery_passes_total{backend="default",result="success"} 1.0',
             'metricscale_discovery_duration_seconds_count',
             'metricscale_discovery_last_success_timestamp_seconds',
             'metricscale_discovery_age_seconds',

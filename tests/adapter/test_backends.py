@@ -129,6 +129,19 @@ async def test_a_stopped_backend_fails_only_its_own_metrics(
             late = await adapter.get(f"{CUSTOM}/namespaces/shop/pods/web-0/alpha_late")
             assert value_of(late.json()) == "5"
             assert (await adapter.get("/readyz")).status == 200
+            # /metrics tells the backends' discovery apart: beta's pass failed, its snapshot
+            # ages; default's passed.
+            text = (await adapter.get("/metrics")).text
+            assert 'metricscale_discovery_passes_total{backend="beta",result="failure"} 1.0' \
+                in text
+            assert 'metricscale_discovery_passes_total{backend="default",result="success"} 2.0' \
+                in text
+            ages = {line.split("{", 1)[1].split("}")[0]: float(line.rsplit(" ", 1)[1])
+                    for line in text.splitlines()
+                    if line.startswith("metricscale_discovery_age_seconds{")}
+            assert set(ages) == {'backend="beta"', 'backend="default"'}
+            assert ages['backend="beta"'] > ages['backend="default"']
+            assert 'metricscale_discovery_last_success_timestamp_seconds{backend="beta"}' in text
 
 
 # --------------------------------------------------------------------------------------------

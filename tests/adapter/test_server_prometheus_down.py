@@ -132,7 +132,7 @@ async def test_failed_relist_keeps_the_last_good_snapshot(
                                                          "namespaces/down_requests"}
     assert (await adapter.get("/readyz")).status == 200
     text = (await adapter.get("/metrics")).text
-    assert 'metricscale_discovery_passes_total{result="failure"} 1.0' in text
+    assert 'metricscale_discovery_passes_total{backend="default",result="failure"} 1.0' in text
     world.prometheus.start()
     assert await adapter.relister.step() is True
     assert adapter.relister.registry is not before

@@ -76,10 +76,12 @@ CASES: dict[str, tuple[str, list[tuple[str, str]], list[tuple[str, str]],
     "MetricscaleDiscoveryStale": (
         "10m",
         [('metricscale_discovery_age_seconds{job="metricscale-adapter", '
-          'instance="10.0.0.1:6443"}', "1000+60x10")],
+          'instance="10.0.0.1:6443", backend="thanos"}', "1000+60x10"),
+         ('metricscale_discovery_age_seconds{job="metricscale-adapter", '
+          'instance="10.0.0.1:6443", backend="default"}', "30x10")],
         [('metricscale_discovery_age_seconds{job="metricscale-adapter", '
-          'instance="10.0.0.1:6443"}', "30x10")],
-        [ADAPTER]),
+          'instance="10.0.0.1:6443", backend="default"}', "30x10")],
+        [{**ADAPTER, "backend": "thanos"}]),
     "MetricscaleConfigReloadFailed": (
         "10m",
         [('metricscale_config_last_reload_successful{job="metricscale-adapter", '
