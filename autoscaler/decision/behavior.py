@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from datetime import datetime, timedelta
+from typing import NamedTuple
 
 from autoscaler.decision.conditions import Messages
 from autoscaler.decision.replicas import INT32_MAX, INT32_MIN, go_float_to_int32
@@ -35,8 +36,7 @@ __all__ = [
 ]
 
 
-@dataclass(frozen=True)
-class Stabilized:
+class Stabilized(NamedTuple):
     """A stabilized recommendation, the AbleToScale reason/message for it, and the new log."""
 
     replicas: int
@@ -45,8 +45,7 @@ class Stabilized:
     recommendations: tuple[Recommendation, ...]
 
 
-@dataclass(frozen=True)
-class Normalized:
+class Normalized(NamedTuple):
     """A rate-limited replica count and the ScalingLimited reason/message for it."""
 
     replicas: int

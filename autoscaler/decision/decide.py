@@ -166,8 +166,7 @@ DRY_RUN_EVENT_REASON = "DryRunRescale"
 DRY_RUN_CONDITION_REASON = "DryRun"
 
 
-@dataclass(frozen=True)
-class _Pending:
+class _Pending(NamedTuple):
     """Everything the after-write step needs (upstream keeps it in local variables)."""
 
     old_status: AutoscalerStatus
@@ -298,8 +297,7 @@ def _with_calculation(head: _Head, calc: ReplicaCalculation, *, description: str
 # One metric: computeReplicasForMetric and computeStatusFor*Metric
 
 
-@dataclass(frozen=True)
-class _MetricOutcome:
+class _MetricOutcome(NamedTuple):
     detail: MetricDetail
     events: tuple[Event, ...] = ()
     replicas: int = 0
@@ -311,8 +309,7 @@ class _MetricOutcome:
     notes: tuple[CalculationNote, ...] = ()
 
 
-@dataclass(frozen=True)
-class _MetricContext:
+class _MetricContext(NamedTuple):
     spec_replicas: int
     status_replicas: int
     pods: Sequence[Pod]
@@ -498,7 +495,6 @@ def _external_metric(index: int, metric: MetricSpec, data: MetricInput,
     assert source is not None
     reason = "FailedGetExternalMetric"
     metric_name = source.metric.name
-    wrap = f"failed to get {metric_name} external metric value: "
     target = source.target
     head = _Head(index, metric.type, metric_name, _fmt_target(target))
     selector_text = format_label_selector(source.metric.selector)
@@ -516,7 +512,8 @@ def _external_metric(index: int, metric: MetricSpec, data: MetricInput,
                 tolerances=ctx.tolerances, metrics=data)
         except CalculationError as err:
             return _failed(head, reason=reason, event_error=str(err),
-                           returned_error=f"{wrap}failed to get {metric_name} external "
+                           returned_error=f"failed to get {metric_name} external metric "
+                                          f"value: failed to get {metric_name} external "
                                           f"metric: {err}")
         quantity = Quantity.from_milli(calc.usage)
         current = MetricValueStatus(average_value=quantity)
@@ -531,14 +528,17 @@ def _external_metric(index: int, metric: MetricSpec, data: MetricInput,
                 tolerances=ctx.tolerances, pods=ctx.pods, metrics=data)
         except CalculationError as err:
             return _failed(head, reason=reason, event_error=str(err),
-                           returned_error=f"{wrap}failed to get external metric "
+                           returned_error=f"failed to get {metric_name} external metric "
+                                          f"value: failed to get external metric "
                                           f"{metric_name}: {err}")
         quantity = Quantity.from_milli(calc.usage)
         current = MetricValueStatus(value=quantity)
     else:
         message = ("invalid external metric source: neither a value target nor an average value "
                    "target was set")
-        return _failed(head, reason=reason, event_error=message, returned_error=wrap + message)
+        return _failed(head, reason=reason, event_error=message,
+                       returned_error=f"failed to get {metric_name} external metric value: "
+                                      + message)
     status = MetricStatus(type=metric.type, external=ExternalMetricStatus(
         metric=identifier, current=current))
     detail = _with_calculation(head, calc, description=name, current=quantity.text)
@@ -566,8 +566,7 @@ def _compute_replicas_for_metric(index: int, metric: MetricSpec, data: MetricInp
 # All metrics: computeReplicasForMetrics
 
 
-@dataclass(frozen=True)
-class _MetricsResult:
+class _MetricsResult(NamedTuple):
     replicas: int  # -1: failure, nothing to scale on
     name: str
     statuses: tuple[MetricStatus, ...]
@@ -577,9 +576,12 @@ class _MetricsResult:
     details: tuple[MetricDetail, ...]
     notes: tuple[CalculationNote, ...]
     blocked_scale_down: int | None  # the valid proposal a failing metric refused
-    index: int = -1  # the metric whose proposal won
+    winner: int = -1  # the index of the metric whose proposal won
     failures: tuple[MetricFailure, ...] = ()  # metrics with a fallback whose reads fail
     fallbacks: tuple[tuple[int, int, int], ...] = ()  # (metric, proposal, failures) in use
+
+
+_NO_STATUS = MetricStatus()  # a metric that could not be used (immutable: shared)
 
 
 def _selector_problem(autoscaler: Autoscaler, scale: Scale, pods: Sequence[Pod],
@@ -654,7 +656,7 @@ def _compute_replicas_for_metrics(*, autoscaler: Autoscaler, scale: Scale, pods:
         readiness=ReadinessRules(cpu_initialization_period=settings.cpu_initialization_period,
                                  initial_readiness_delay=settings.initial_readiness_delay,
                                  now=now))
-    statuses = [MetricStatus() for _ in specs]
+    statuses = [_NO_STATUS] * len(specs)
     events: list[Event] = []
     details: list[MetricDetail] = []
     invalid = 0
@@ -664,7 +666,7 @@ def _compute_replicas_for_metrics(*, autoscaler: Autoscaler, scale: Scale, pods:
     name = ""
     notes: tuple[CalculationNote, ...] = ()
     winner = -1
-    previous = {failure.metric: failure for failure in failures}
+    previous = {failure.metric: failure for failure in failures} if failures else {}
     failing: list[MetricFailure] = []
     fallbacks: list[tuple[int, int, int]] = []
     for index, metric in enumerate(specs):
@@ -716,7 +718,7 @@ def _compute_replicas_for_metrics(*, autoscaler: Autoscaler, scale: Scale, pods:
                                message=Messages.VALID_METRIC_FOUND.format(name), now=now)
     return _MetricsResult(replicas=replicas, name=name, statuses=tuple(statuses), error=error,
                           conditions=conditions, events=tuple(events), details=tuple(details),
-                          notes=notes, blocked_scale_down=None, index=winner,
+                          notes=notes, blocked_scale_down=None, winner=winner,
                           failures=tuple(failing), fallbacks=tuple(fallbacks))
 
 
@@ -765,8 +767,7 @@ class _Draft:
                                 current_metrics=self.metric_statuses, conditions=self.conditions)
 
 
-@dataclass(frozen=True)
-class _Start:
+class _Start(NamedTuple):
     """Where the replica count starts from before metrics: the bounds' say."""
 
     desired: int
@@ -829,7 +830,7 @@ def decide(*, autoscaler: Autoscaler, scale: Scale | ScaleError, pods: Sequence[
         draft.conditions = result.conditions
         _report_fallback(draft, result, autoscaler=autoscaler, now=now)
         if draft.conditions is not result.conditions:
-            result = replace(result, conditions=draft.conditions)
+            result = result._replace(conditions=draft.conditions)
         failed = _take_metrics(draft, result)
         pinned = pause is not None and pause.mode == "replicas"
         if failed is not None and not pinned:
@@ -1132,7 +1133,7 @@ def _read_scale_and_bounds(draft: _Draft, *, autoscaler: Autoscaler, scale: Scal
     draft.explanation.append(f"{draft.reference} has {current} replicas (spec), "
                              f"{scale.status_replicas} (status); the autoscaler allows "
                              f"{min_replicas} to {max_replicas}.")
-    has_object_or_external = any(m.type in {"Object", "External"} for m in spec.metrics)
+    has_object_or_external = spec.has_object_or_external
     scaled_to_zero = settings.scale_to_zero and \
         condition_status(draft.conditions, SCALED_TO_ZERO) == TRUE
     can_scale_from_zero = scaled_to_zero and has_object_or_external
@@ -1188,7 +1189,7 @@ def _take_metrics(draft: _Draft, result: _MetricsResult) -> Decision | None:
         for note in result.notes:
             if note.from_replicas != note.to_replicas:
                 draft.limits.append(Limit(note.rule, note.from_replicas, note.to_replicas,
-                                          f"metric {result.index}: {note.detail}"))
+                                          f"metric {result.winner}: {note.detail}"))
         return None
     assert result.error is not None
     if result.blocked_scale_down is not None:
@@ -1259,7 +1260,7 @@ def _stabilize_and_limit(draft: _Draft, *, autoscaler: Autoscaler, desired: int,
             down_events=history.scale_down_events, now=now)
         limit_names = _LIMIT_RULES_BEHAVIOR
         window_text = f"the stabilization windows (up {up_window or 0} s, down {down_window} s)"
-    draft.history = replace(history, recommendations=stabilized.recommendations)
+    draft.history = history.with_recommendations(stabilized.recommendations)
     draft.conditions = set_condition(draft.conditions, type=ABLE_TO_SCALE, status=TRUE,
                                      reason=stabilized.reason, message=stabilized.message,
                                      now=now)
@@ -1294,7 +1295,7 @@ def _plan_write(draft: _Draft, *, autoscaler: Autoscaler, desired: int,
         metric_statuses=draft.metric_statuses, current_replicas=draft.current,
         new_replicas=desired, min_replicas=draft.min_replicas, reason=reason,
         history=draft.history,
-        has_object_or_external=any(m.type in {"Object", "External"} for m in spec.metrics),
+        has_object_or_external=spec.has_object_or_external,
         reference=draft.reference, error=draft.error, behavior=spec.behavior)
     # The status as this reconcile sees it before the write; complete() finishes it.
     planned = draft.status(desired_replicas=desired)

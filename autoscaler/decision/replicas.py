@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
 from datetime import datetime, timedelta
 from decimal import Decimal
+from typing import NamedTuple
 
 from autoscaler.model.metrics import (
     ExternalMetricValueList,
@@ -120,8 +120,7 @@ def _ceil_int32(value: float) -> int:
 # Tolerances and readiness settings
 
 
-@dataclass(frozen=True)
-class Tolerances:
+class Tolerances(NamedTuple):
     """Usage-ratio tolerances; both ends inclusive, the two sides may differ."""
 
     scale_down: float
@@ -134,8 +133,7 @@ class Tolerances:
         return f"[down:{self.scale_down * 100:.1f}%, up:{self.scale_up * 100:.1f}%]"
 
 
-@dataclass(frozen=True)
-class ReadinessRules:
+class ReadinessRules(NamedTuple):
     """What groupPods needs besides pods and metrics: the two periods and `now`."""
 
     cpu_initialization_period: timedelta
@@ -147,8 +145,7 @@ class ReadinessRules:
 # Results
 
 
-@dataclass(frozen=True)
-class CalculationNote:
+class CalculationNote(NamedTuple):
     """A rule of the calculator that changed the proposal: tolerance, rebalancing, direction."""
 
     rule: str
@@ -157,16 +154,14 @@ class CalculationNote:
     detail: str
 
 
-@dataclass(frozen=True)
-class PodGroups:
+class PodGroups(NamedTuple):
     ready: int
     unready: frozenset[str]
     missing: frozenset[str]
     ignored: frozenset[str]
 
 
-@dataclass(frozen=True)
-class ReplicaCalculation:
+class ReplicaCalculation(NamedTuple):
     """One metric's proposal, with what it is based on."""
 
     replicas: int

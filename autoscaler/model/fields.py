@@ -185,6 +185,8 @@ class Quantity:
         """resource.NewMilliQuantity(milli, fmt) (shared: quantities are immutable, and a
         decision makes one for every metric, mostly of values it has made before)."""
         if cls is Quantity:
+            if fmt is Format.DECIMAL_SI:  # the common case, cached by the number alone
+                return _decimal_from_milli(milli)
             return _quantity_from_milli(milli, fmt)
         return cls(value=Decimal(milli).scaleb(-3), milli=milli, text=format_milli(milli, fmt))
 
@@ -192,6 +194,11 @@ class Quantity:
 @functools.lru_cache(maxsize=4096)
 def _quantity_from_milli(milli: int, fmt: Format) -> Quantity:
     return Quantity(value=Decimal(milli).scaleb(-3), milli=milli, text=format_milli(milli, fmt))
+
+
+@functools.lru_cache(maxsize=4096)
+def _decimal_from_milli(milli: int) -> Quantity:
+    return _quantity_from_milli.__wrapped__(milli, Format.DECIMAL_SI)
 
 
 def parse_quantity_value(raw: Any, path: str) -> Quantity:

@@ -74,6 +74,12 @@ class History:
     inactive_since: datetime | None = None  # ours: since when no metric has been active
     scale_watch: ScaleWatch | None = None  # ours: None before the first sync that read a scale
 
+    def with_recommendations(self, recommendations: tuple[Recommendation, ...]) -> History:
+        """`replace(self, recommendations=...)`, built directly: every decision makes one,
+        and replace() walks the fields (a test checks that no field is left behind)."""
+        return History(recommendations, self.scale_up_events, self.scale_down_events,
+                       self.metric_failures, self.inactive_since, self.scale_watch)
+
 
 def _parse_events(raw: Mapping[str, Any], key: str, path: str) -> tuple[ScaleEvent, ...]:
     events = []

@@ -3,6 +3,7 @@ with the API server's defaults applied, and its rendering."""
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
@@ -186,6 +187,12 @@ class AutoscalerSpec:
     behavior: Behavior | None = None
     idle: Idle | None = None
     pod_selection_strategy: str = LABEL_SELECTOR  # KEP-5325 (ours until upstream has it)
+
+    @functools.cached_property
+    def has_object_or_external(self) -> bool:
+        """Whether a metric is Object or External (scale to zero needs one); asked by every
+        decision, so computed once per (immutable) spec."""
+        return any(m.type in ("Object", "External") for m in self.metrics)
 
 
 def parse_pod_selection_strategy(spec: Mapping[str, Any], path: str = "spec") -> str:
