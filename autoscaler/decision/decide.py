@@ -74,7 +74,6 @@ from autoscaler.model.spec import (
     AutoscalerSpec,
     Behavior,
     MetricFallback,
-    MetricIdentifier,
     MetricSpec,
     MetricTarget,
 )
@@ -429,7 +428,7 @@ def _pods_metric(index: int, metric: MetricSpec, data: MetricInput,
     name = f"pods metric {source.metric.name}"
     quantity = Quantity.from_milli(calc.usage)
     status = MetricStatus(type=metric.type, pods=PodsMetricStatus(
-        metric=MetricIdentifier(source.metric.name, source.metric.selector),
+        metric=source.metric,
         current=MetricValueStatus(average_value=quantity)))
     detail = _with_calculation(head, calc, description=name, current=quantity.text)
     return _MetricOutcome(detail=detail, replicas=calc.replicas, name=name,
@@ -448,7 +447,7 @@ def _object_metric(index: int, metric: MetricSpec, data: MetricInput,
     if selector_error is not None:
         return _failed(head, reason=reason, event_error=selector_error,
                        returned_error=wrap + selector_error)
-    identifier = MetricIdentifier(source.metric.name, source.metric.selector)
+    identifier = source.metric
     ref = source.described_object
     if target.type == "Value" and target.value is not None:
         try:
@@ -499,7 +498,7 @@ def _external_metric(index: int, metric: MetricSpec, data: MetricInput,
     head = _Head(index, metric.type, metric_name, _fmt_target(target))
     selector_text = format_label_selector(source.metric.selector)
     name = f"external metric {metric_name}({selector_text})"
-    identifier = MetricIdentifier(metric_name, source.metric.selector)
+    identifier = source.metric
     if target.average_value is not None:
         try:
             selector_error = _selector_error(source.metric.selector)

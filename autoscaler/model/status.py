@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, NamedTuple
 
 from autoscaler.model.fields import (
     Quantity,
@@ -44,47 +44,42 @@ __all__ = [
 ]
 
 
-@dataclass(frozen=True)
-class MetricValueStatus:
+# The status values are NamedTuples, not frozen dataclasses: every decision makes several per
+# metric, and a frozen dataclass sets each field through object.__setattr__.
+class MetricValueStatus(NamedTuple):
     value: Quantity | None = None
     average_value: Quantity | None = None
     average_utilization: int | None = None
 
 
-@dataclass(frozen=True)
-class ResourceMetricStatus:
+class ResourceMetricStatus(NamedTuple):
     name: str
     current: MetricValueStatus
 
 
-@dataclass(frozen=True)
-class ContainerResourceMetricStatus:
+class ContainerResourceMetricStatus(NamedTuple):
     name: str
     container: str
     current: MetricValueStatus
 
 
-@dataclass(frozen=True)
-class PodsMetricStatus:
+class PodsMetricStatus(NamedTuple):
     metric: MetricIdentifier
     current: MetricValueStatus
 
 
-@dataclass(frozen=True)
-class ObjectMetricStatus:
+class ObjectMetricStatus(NamedTuple):
     metric: MetricIdentifier
     current: MetricValueStatus
     described_object: CrossVersionObjectReference
 
 
-@dataclass(frozen=True)
-class ExternalMetricStatus:
+class ExternalMetricStatus(NamedTuple):
     metric: MetricIdentifier
     current: MetricValueStatus
 
 
-@dataclass(frozen=True)
-class MetricStatus:
+class MetricStatus(NamedTuple):
     """One entry of status.currentMetrics; `type == ""` is the empty entry of a failed metric."""
 
     type: str = ""
@@ -95,8 +90,7 @@ class MetricStatus:
     external: ExternalMetricStatus | None = None
 
 
-@dataclass(frozen=True)
-class Condition:
+class Condition(NamedTuple):
     type: str
     status: str
     reason: str = ""
