@@ -17,7 +17,7 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, Protocol
 
@@ -259,7 +259,7 @@ def invalid_spec_status(current: Mapping[str, Any], *, error: str, generation: i
 
 
 def _status_core(status: AutoscalerStatus) -> AutoscalerStatus:
-    return replace(status, observed_generation=None)
+    return status._replace(observed_generation=None)
 
 
 class Reconciler:

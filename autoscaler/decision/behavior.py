@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import NamedTuple
 
@@ -252,7 +251,7 @@ def mark_scale_events_outdated(events: Sequence[ScaleEvent], *, longest_period: 
                                now: datetime) -> tuple[ScaleEvent, ...]:
     """markScaleEventsOutdated: events older than every policy's period may be overwritten."""
     cutoff = now - timedelta(seconds=longest_period)
-    return tuple(replace(e, outdated=True) if e.timestamp < cutoff else e for e in events)
+    return tuple(e._replace(outdated=True) if e.timestamp < cutoff else e for e in events)
 
 
 def _store(events: Sequence[ScaleEvent], *, change: int, rules: ScalingRules | None,

@@ -116,8 +116,7 @@ __all__ = [
 ]
 
 
-@dataclass(frozen=True)
-class Limit:
+class Limit(NamedTuple):
     """A rule that changed the replica count, from what to what."""
 
     rule: str
@@ -825,7 +824,7 @@ def decide(*, autoscaler: Autoscaler, scale: Scale | ScaleError, pods: Sequence[
             conditions=draft.conditions, settings=settings, now=now,
             other_selectors=other_selectors or {}, failures=draft.history.metric_failures)
         if result.failures != draft.history.metric_failures:
-            draft.history = replace(draft.history, metric_failures=result.failures)
+            draft.history = draft.history._replace(metric_failures=result.failures)
         draft.conditions = result.conditions
         _report_fallback(draft, result, autoscaler=autoscaler, now=now)
         if draft.conditions is not result.conditions:
@@ -952,7 +951,7 @@ def _apply_activation(draft: _Draft, result: _MetricsResult, *, autoscaler: Auto
     # Active, the target runs at least minReplicas, and at least one pod above its idle size.
     floor = max(1, min(max(draft.min_replicas, level + 1), draft.max_replicas))
     if active:
-        draft.history = replace(draft.history, inactive_since=None)
+        draft.history = draft.history._replace(inactive_since=None)
         draft.conditions = set_condition(draft.conditions, type=ACTIVE, status=TRUE,
                                          reason="ScalerActive",
                                          message="active: " + ", ".join(active), now=now)
@@ -966,7 +965,7 @@ def _apply_activation(draft: _Draft, result: _MetricsResult, *, autoscaler: Auto
                                      f"leaves its idle size {level} for {desired}.")
         return desired, reason
     since = draft.history.inactive_since or now
-    draft.history = replace(draft.history, inactive_since=since)
+    draft.history = draft.history._replace(inactive_since=since)
     cooldown = timedelta(seconds=spec.idle.cooldown_seconds)
     if draft.current <= level:
         draft.conditions = set_condition(
@@ -1036,7 +1035,7 @@ def _watch_scale(draft: _Draft, *, observed: int, now: datetime) -> None:
             and not any(c.type == CONFLICT_CONDITION for c in draft.conditions):
         return  # the steady state: the size we left, no conflict to keep or lift
     if seen.watch is not watch:
-        draft.history = replace(draft.history, scale_watch=seen.watch)
+        draft.history = draft.history._replace(scale_watch=seen.watch)
     draft.events.extend(seen.events)
     if seen.changed_from is not None:
         draft.explanation.append(
@@ -1107,7 +1106,7 @@ def _failed_get_scale(draft: _Draft, *, gv_error: str | None, scale: Scale | Sca
                              "Nothing else is decided until it can be.")
     draft.events.append(Event("Warning", "FailedGetScale", message))
     return draft.keep(desired_replicas=draft.old.current_replicas,
-                      status=replace(draft.old, conditions=draft.conditions), error=returned)
+                      status=draft.old._replace(conditions=draft.conditions), error=returned)
 
 
 def _read_scale_and_bounds(draft: _Draft, *, autoscaler: Autoscaler, scale: Scale,
@@ -1125,7 +1124,7 @@ def _read_scale_and_bounds(draft: _Draft, *, autoscaler: Autoscaler, scale: Scal
         draft.explanation.append(f"First sync: the current size {current} is remembered as a "
                                  "recommendation, so a scale-down waits a whole stabilization "
                                  "window.")
-        draft.history = replace(draft.history, recommendations=recommendations)
+        draft.history = draft.history._replace(recommendations=recommendations)
     min_replicas = draft.min_replicas = spec.min_replicas if spec.min_replicas is not None \
         else 1
     max_replicas = draft.max_replicas = spec.max_replicas
@@ -1259,7 +1258,7 @@ def _stabilize_and_limit(draft: _Draft, *, autoscaler: Autoscaler, desired: int,
             down_events=history.scale_down_events, now=now)
         limit_names = _LIMIT_RULES_BEHAVIOR
         window_text = f"the stabilization windows (up {up_window or 0} s, down {down_window} s)"
-    draft.history = history.with_recommendations(stabilized.recommendations)
+    draft.history = history._replace(recommendations=stabilized.recommendations)
     draft.conditions = set_condition(draft.conditions, type=ABLE_TO_SCALE, status=TRUE,
                                      reason=stabilized.reason, message=stabilized.message,
                                      now=now)
@@ -1361,8 +1360,8 @@ def _after_write(decision: Decision, result: ScaleWriteResult, *, settings: Sett
             previous_replicas=pending.current_replicas, new_replicas=pending.new_replicas,
             now=now)
         watch = history.scale_watch
-        history = replace(history, scale_up_events=up, scale_down_events=down,
-                          scale_watch=replace(watch, replicas=pending.new_replicas)
+        history = history._replace(scale_up_events=up, scale_down_events=down,
+                          scale_watch=watch._replace(replicas=pending.new_replicas)
                           if watch is not None else None)
         last_scale_time = now
     if settings.scale_to_zero:

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from typing import NamedTuple
 
 __all__ = ["Event"]
 
 
-@dataclass(frozen=True)
-class Event:
+class Event(NamedTuple):
     """A Kubernetes Event the controller records on the autoscaler."""
 
     type: str  # Normal or Warning

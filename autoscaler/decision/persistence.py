@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -88,7 +87,7 @@ def compact_history(history: History, *, now: datetime, horizon: timedelta) -> H
     # Oldest first; equal times keep the order they were made in (a first sync records the
     # current size and the first recommendation at the same instant).
     ordered = tuple(rec for _, _, rec in sorted(newest.values(), key=lambda kept: kept[:2]))
-    return replace(history, recommendations=ordered)
+    return history._replace(recommendations=ordered)
 
 
 def _latest(recommendations: tuple[Recommendation, ...]) -> Recommendation:
@@ -132,12 +131,12 @@ def restore_history(persisted: History | None, *, now: datetime) -> History:
         return History()
     recommendations = persisted.recommendations
     if not recommendations:
-        return replace(persisted, recommendations=None)
+        return persisted._replace(recommendations=None)
     last = _latest(recommendations)
     if now > last.timestamp:
         recommendations = (*recommendations, Recommendation(timestamp=now,
                                                             replicas=last.replicas))
-    return replace(persisted, recommendations=recommendations)
+    return persisted._replace(recommendations=recommendations)
 
 
 def render_persisted_history(history: History, *, now: datetime,

@@ -4,9 +4,8 @@ metric failures, inactivity and the replicas it left the target at (ours)."""
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, NamedTuple
 
 from autoscaler.model.fields import (
     ModelError,
@@ -31,21 +30,18 @@ __all__ = [
 ]
 
 
-@dataclass(frozen=True)
-class Recommendation:
+class Recommendation(NamedTuple):
     timestamp: datetime
     replicas: int
 
 
-@dataclass(frozen=True)
-class ScaleEvent:
+class ScaleEvent(NamedTuple):
     timestamp: datetime
     replica_change: int
     outdated: bool = False
 
 
-@dataclass(frozen=True)
-class MetricFailure:
+class MetricFailure(NamedTuple):
     """A metric with a fallback whose reads fail: how many in a row, since when (ours)."""
 
     metric: int  # its index in spec.metrics
@@ -53,8 +49,7 @@ class MetricFailure:
     since: datetime
 
 
-@dataclass(frozen=True)
-class ScaleWatch:
+class ScaleWatch(NamedTuple):
     """Conflict detection (ours): the replicas this autoscaler left its target at the end of its
     last sync (written, or kept), and the changes it saw and did not make."""
 
@@ -63,8 +58,7 @@ class ScaleWatch:
     conflicting: bool = False  # the ScalingConflict condition is set
 
 
-@dataclass(frozen=True)
-class History:
+class History(NamedTuple):
     """Recommendations and scale events; `recommendations is None` means a first sync."""
 
     recommendations: tuple[Recommendation, ...] | None = None
@@ -73,12 +67,6 @@ class History:
     metric_failures: tuple[MetricFailure, ...] = ()
     inactive_since: datetime | None = None  # ours: since when no metric has been active
     scale_watch: ScaleWatch | None = None  # ours: None before the first sync that read a scale
-
-    def with_recommendations(self, recommendations: tuple[Recommendation, ...]) -> History:
-        """`replace(self, recommendations=...)`, built directly: every decision makes one,
-        and replace() walks the fields (a test checks that no field is left behind)."""
-        return History(recommendations, self.scale_up_events, self.scale_down_events,
-                       self.metric_failures, self.inactive_since, self.scale_watch)
 
 
 def _parse_events(raw: Mapping[str, Any], key: str, path: str) -> tuple[ScaleEvent, ...]:

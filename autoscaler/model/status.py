@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, NamedTuple
 
@@ -98,8 +97,7 @@ class Condition(NamedTuple):
     last_transition_time: datetime | None = None
 
 
-@dataclass(frozen=True)
-class AutoscalerStatus:
+class AutoscalerStatus(NamedTuple):
     current_replicas: int = 0
     desired_replicas: int = 0
     last_scale_time: datetime | None = None

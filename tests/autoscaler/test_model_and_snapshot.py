@@ -327,3 +327,4 @@ def test_parsing_does_not_mutate_its_input() -> None:
     before = copy.deepcopy(raw)
     parse_snapshot(raw)
     assert raw == before
+
