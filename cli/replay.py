@@ -263,9 +263,8 @@ def _range_series(client: Any, promql: str, *, start: datetime, end: datetime,
         for series in result:
             key = json.dumps(series.get("metric", {}), sort_keys=True)
             labels.setdefault(key, dict(series.get("metric", {})))
-            values = by_labels.setdefault(key, {})
-            for stamp, value in series.get("values", []):
-                values[float(stamp)] = float(value)
+            by_labels.setdefault(key, {}).update(
+                (float(stamp), float(value)) for stamp, value in series.get("values", []))
         cursor = stop + step
     return [(labels[key], values) for key, values in by_labels.items()]
 
@@ -294,12 +293,14 @@ def _pod_totals(spec: Mapping[str, Any],
 def _observations(spec: Mapping[str, Any], series: Sequence[dict[float, float]],
                   times: Sequence[datetime]) -> list[Observation]:
     out: list[Observation] = []
+    per_pod = spec["type"] in PER_POD_TYPES
+    missing = Observation(None)  # immutable: one for every step without a sample
     for moment in times:
         stamp = moment.timestamp()
-        values = [s[stamp] for s in series if stamp in s]
+        values = [value for value in (s.get(stamp) for s in series) if value is not None]
         if not values:
-            out.append(Observation(None))
-        elif spec["type"] in PER_POD_TYPES:
+            out.append(missing)
+        elif per_pod:
             out.append(Observation(sum(values) / len(values), len(values)))
         else:
             out.append(Observation(values[0]))
@@ -567,7 +568,7 @@ def replay_steps(args: argparse.Namespace, client: Any,
                 raise ReplayInputError(f"spec.metrics[{index}]: no data in the range for "
                                        f"{promql}")
             per_metric.append(_observations(spec, cache[key], times))
-        return [tuple(metric[i] for metric in per_metric) for i in range(count)]
+        return list(zip(*per_metric, strict=True)) if per_metric else [()] * count
 
     specs = autoscaler["spec"]["metrics"]
     observations = observe(autoscaler, _queries(args, len(specs)))

@@ -64,9 +64,11 @@ async def test_cpu_load_rises_and_the_deployment_grows_by_upstreams_steps(
 
             await until(lambda: sizes()[-1:] == [10], within=15,
                         what="scale-up to maxReplicas")
+            # The reconcile posts its event before it writes the status (as upstream's does).
+            await until(lambda: (condition(fake_kube, "web", "ScalingLimited") or ())[:2]
+                        == ("True", "TooManyReplicas"), within=5, what="ScalingLimited")
     assert sizes() == [4, 8, 10]
     assert replicas_of(fake_kube, "web") == 10
-    assert condition(fake_kube, "web", "ScalingLimited")[:2] == ("True", "TooManyReplicas")
     status = status_of(fake_kube, "web")
     assert status["reference"] == "Deployment/web"
     assert status["targets"].startswith("cpu: ") and status["targets"].endswith("/50%")
