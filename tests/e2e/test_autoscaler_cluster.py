@@ -266,6 +266,11 @@ async def test_objects_the_api_should_have_refused_are_reported_and_others_carry
             await until(lambda: any(e["reason"] == "InvalidSpec"
                                     for e in events_of(fake_kube, "broken")),
                         within=10, what="the unreadable spec reported")
+            # A reconcile posts its events before it writes the status (as upstream's does):
+            # the conditions may land a moment after the events; "backwards" is waited for here.
+            await until(lambda: condition(fake_kube, "unknown", "ScalingActive") is not None
+                        and condition(fake_kube, "backwards", "AbleToScale") is not None,
+                        within=10, what="the statuses of unknown and backwards")
     assert {e["reason"] for e in events_of(fake_kube, "unknown")} >= {
         "InvalidMetricSourceType", "FailedComputeMetricsReplicas"}
     # The status write keeps the old spec, whose enum error is ratcheted (v1.30+), so the
@@ -300,6 +305,11 @@ async def test_an_unreadable_spec_gets_a_scaling_active_false_condition_naming_t
 
 async def test_metrics_health_and_readiness_endpoints(fake_kube: FakeKubeAPI,
                                                      tmp_path: Path) -> None:
+    names = ('metricscale_autoscaler_reconciles_total{result="ok"}',
+             "metricscale_autoscaler_reconcile_duration_seconds_count",
+             'metricscale_autoscaler_decisions_total{outcome="scale_up"} 1.0',
+             "metricscale_autoscaler_api_request_duration_seconds_count",
+             "metricscale_autoscaler_leader 1.0")
     install_crd(fake_kube)
     async with metrics_backend(fake_kube, tmp_path / "metrics") as backend, \
             Workload(fake_kube, "web", replicas=2, total=Decimal(40),
@@ -314,13 +324,16 @@ async def test_metrics_health_and_readiness_endpoints(fake_kube: FakeKubeAPI,
                 assert response.status == 200
             async with http.get(f"{base}/readyz") as response:
                 assert response.status == 200
-            async with http.get(f"{base}/metrics") as response:
-                text = await response.text()
-    for name in ('metricscale_autoscaler_reconciles_total{result="ok"}',
-                 "metricscale_autoscaler_reconcile_duration_seconds_count",
-                 'metricscale_autoscaler_decisions_total{outcome="scale_up"} 1.0',
-                 "metricscale_autoscaler_api_request_duration_seconds_count",
-                 "metricscale_autoscaler_leader 1.0"):
+            # The scale is written first; the decision is counted after the events and the
+            # status write, and the reconcile once it returns: read /metrics until they are.
+            deadline = time.monotonic() + 5
+            while True:
+                async with http.get(f"{base}/metrics") as response:
+                    text = await response.text()
+                if all(name in text for name in names) or time.monotonic() > deadline:
+                    break
+                await asyncio.sleep(0.05)
+    for name in names:
         assert name in text, name
 
 

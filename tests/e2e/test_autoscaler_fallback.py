@@ -161,6 +161,10 @@ async def test_prometheus_stops_and_the_pods_metric_falls_back_until_it_is_back(
                                 what="the Fallback condition and the failures gone")
                     await until(lambda: replicas_of(fake_kube, "web") == 4, within=20,
                                 what="the metric's size again")
+                    # The scale is written before the events: leaving at once could cut the
+                    # SuccessfulRescale event off.
+                    await until(lambda: rescales(fake_kube)[-1:] == [4], within=5,
+                                what="the rescale event to 4")
     assert rescales(fake_kube) == [6, 4]
 
 
@@ -218,4 +222,8 @@ async def test_the_external_metrics_apiservice_deleted_falls_back_until_register
                             what="the Fallback condition and the failures gone")
                 await until(lambda: replicas_of(fake_kube, "web") == 3, within=20,
                             what="the metric's size again")
+                # The scale is written before the events: leaving at once could cut the
+                # SuccessfulRescale event off.
+                await until(lambda: rescales(fake_kube)[-1:] == [3], within=5,
+                            what="the rescale event to 3")
     assert rescales(fake_kube) == [5, 3]

@@ -165,6 +165,9 @@ async def test_pause_annotations_hold_the_scale_and_removing_them_resumes(
                 web.set_load(80)
                 await until(lambda: replicas_of(fake_kube, "web") == 8, within=20,
                             what="the scale-up while scale-in is paused")
+                # The scale is written before the events and the status.
+                await until(lambda: status_of(fake_kube, "web").get("desiredReplicas") == 8,
+                            within=5, what="the status of the scale-up")
                 assert (paused(fake_kube) or ("", ""))[1] == "ScaleInPaused"
 
     assert rescales(fake_kube) == [6, 3, 8]

@@ -134,6 +134,9 @@ async def test_a_jobs_pods_sharing_the_labels_count_only_with_the_label_selector
             else:
                 await until(lambda: replicas_of(fake_kube, "web") == replicas, within=15,
                             what="the Job's pod counts with the label selector")
+                # The scale is written before the status.
+                await until(lambda: status_of(fake_kube, "web").get("desiredReplicas")
+                            == replicas, within=5, what="the status of the scale-up")
                 assert "ignoredPods" not in status_of(fake_kube, "web")
 
 
