@@ -16,21 +16,24 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from datetime import UTC, datetime
 from typing import Protocol, TypeVar
 
 from adapter.api.routes import ResourceMetricsRoute
 from adapter.api.usage import (
+    AnswerTimes,
     NodeRef,
+    PodLike,
     PodRef,
     PodUsage,
     Sample,
     assemble_node_usage,
     assemble_pod_usage,
-    encode_pod_metrics_list,
+    encode_pod_items,
     go_duration,
     object_not_found,
+    pod_usage_items,
     render_node_metrics,
     render_node_metrics_list,
     render_pod_metrics,
@@ -86,6 +89,10 @@ def usage_labels(rule: ResourceRule) -> UsageLabels:
     return UsageLabels.of(rule, mapper)
 
 
+def _pod_order(pod: PodMeta) -> tuple[str, str]:
+    return pod.namespace, pod.name
+
+
 def _pod_fields(pod: PodMeta) -> dict[str, str]:
     return {"metadata.name": pod.name, "metadata.namespace": pod.namespace,
             "spec.nodeName": pod.node_name, "status.phase": pod.phase}
@@ -120,16 +127,21 @@ class ResourceMetricsService:
             pods = [pod]
         else:
             candidates = await self._cached(self._objects.running_pods(route.namespace))
-            pods = sorted((p for p in candidates if route.label_selector.matches(p.labels)
-                           and route.field_selector.matches(_pod_fields(p))),
-                          key=lambda p: (p.namespace, p.name))
-        by_namespace: dict[str, list[PodRef]] = {}
+            labels, fields = route.label_selector, route.field_selector
+            if not labels.is_empty() or not fields.is_empty():
+                candidates = [p for p in candidates if labels.matches(p.labels)
+                              and fields.matches(_pod_fields(p))]
+            pods = sorted(candidates, key=_pod_order)
+        by_namespace: dict[str, list[PodMeta]] = {}
         for pod in pods:
-            by_namespace.setdefault(pod.namespace, []).append(
-                PodRef(pod.namespace, pod.name, pod.labels, pod.labels_json))
+            members = by_namespace.get(pod.namespace)
+            if members is None:
+                by_namespace[pod.namespace] = [pod]
+            else:
+                members.append(pod)
         # A namespace whose tenant its backend does not serve is left out, and not queried.
         served: dict[str, tuple[QueryBackend, QueryBackend]] = {}
-        unserved: list[PodRef] = []
+        unserved: list[PodMeta] = []
         unserved_namespaces: list[str] = []
         unserved_why = ""
         for namespace, refs in by_namespace.items():
@@ -151,9 +163,12 @@ class ResourceMetricsService:
                            warnings=(unserved_why,))
         limit = asyncio.Semaphore(_CONCURRENT_NAMESPACES)
         at = self._clock()
+        now = datetime.fromtimestamp(at, tz=UTC)
+        times = AnswerTimes(now)
 
-        async def namespace_usage(namespace: str, refs: list[PodRef]
-                                  ) -> tuple[list[PodUsage], list[PodRef], int, int]:
+        async def namespace_usage(namespace: str, refs: list[PodMeta]
+                                  ) -> tuple[list[str] | list[PodUsage], Sequence[PodLike], int,
+                                             int]:
             names = [ref.name for ref in refs]
             cpu_client, memory_client = served[namespace]
             async with limit:
@@ -167,29 +182,41 @@ class ResourceMetricsService:
                                                       namespace=namespace, pods=names),
                                 at=at, what="resourceRules.memory.containerQuery",
                                 backend=memory_client))
-            usages, missing = assemble_pod_usage(
-                refs, cpu=cpu, memory=memory, pod_label=self._cpu.pod,
-                container_label=self._cpu.container)
+            found: list[str] | list[PodUsage]
+            missing: Sequence[PodLike]
+            if route.name is None:  # a list: each pod's item encoded as it is assembled
+                found, missing = pod_usage_items(
+                    refs, cpu=cpu, memory=memory, pod_label=self._cpu.pod,
+                    container_label=self._cpu.container, window=self._window, times=times)
+            else:
+                found, missing = assemble_pod_usage(
+                    [PodRef(r.namespace, r.name, r.labels, r.labels_json) for r in refs],
+                    cpu=cpu, memory=memory, pod_label=self._cpu.pod,
+                    container_label=self._cpu.container)
+            if not missing:
+                return found, missing, 0, 0
             cpu_pods = {labels.get(self._cpu.pod) for labels, _, _ in cpu}
             memory_pods = {labels.get(self._memory.pod) for labels, _, _ in memory}
             no_cpu = sum(1 for ref in missing if ref.name not in cpu_pods)
             no_memory = sum(1 for ref in missing if ref.name not in memory_pods)
-            return usages, missing, no_cpu, no_memory
+            return found, missing, no_cpu, no_memory
 
+        # Namespaces in order, each's pods by name: the items are in metrics-server's order.
         results = await asyncio.gather(*(namespace_usage(ns, refs)
                                          for ns, refs in by_namespace.items() if ns in served))
-        usages = [u for found, _, _, _ in results for u in found]
         missing = [ref for _, gone, _, _ in results for ref in gone]
         why = _missing_reason(sum(r[2] for r in results), sum(r[3] for r in results),
                               query="containerQuery")
-        now = datetime.fromtimestamp(at, tz=UTC)
         if route.name is not None:
+            usages = [u for found, _, _, _ in results for u in found
+                      if isinstance(u, PodUsage)]
             if not usages:
                 logger.info("pod %s/%s has no metrics: %s", route.namespace, route.name, why)
                 raise ApiError(usage_not_found("pods", namespace=route.namespace,
                                                name=route.name), warnings=(why,))
             return Answer(render_pod_metrics(usages[0], window=self._window, now=now))
-        body = encode_pod_metrics_list(usages, window=self._window, now=now)
+        body = encode_pod_items([item for found, _, _, _ in results for item in found
+                                 if isinstance(item, str)])
         warnings = []
         if unserved:
             more = len(unserved_namespaces) - 1
@@ -279,7 +306,7 @@ class ResourceMetricsService:
         return backend
 
     async def _query(self, promql: str, *, at: float, what: str,
-                     backend: QueryBackend) -> list[Sample]:
+                     backend: QueryBackend) -> Sequence[Sample]:
         try:
             result = await backend.query(promql, at=at)
         except PrometheusUnavailable as error:
@@ -299,7 +326,7 @@ class ResourceMetricsService:
             logger.warning("%s returned a scalar; it must return a vector: %s", what, promql)
             raise ApiError(internal_error(f"unable to fetch metrics: the {what} returned a "
                                           "scalar"))
-        return [(s.labels, s.timestamp, s.value) for s in result.samples]
+        return result.samples  # each a (labels, timestamp, value) Sample already
 
 
 def _no_tenant_reason(rule: ResourceRule, *, what: str, namespace: str | None) -> str:

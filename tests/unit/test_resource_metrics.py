@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 
 from adapter.api.routes import ResourceMetricsRoute, RouteRejection, parse_route
 from adapter.api.usage import (
+    AnswerTimes,
     ContainerUsage,
     NodeRef,
     PodRef,
@@ -21,8 +22,10 @@ from adapter.api.usage import (
     assemble_node_usage,
     assemble_pod_usage,
     binary_milli_quantity,
+    encode_pod_items,
     encode_pod_metrics_list,
     go_duration,
+    pod_usage_items,
     render_node_metrics_list,
     render_pod_metrics,
     render_pod_metrics_list,
@@ -303,3 +306,36 @@ def test_the_direct_encoding_is_json_dumps_of_the_rendered_list(
     expected = json.dumps(render_pod_metrics_list(usages, window="1m0s", now=now),
                           separators=(",", ":")).encode()
     assert encode_pod_metrics_list(usages, window="1m0s", now=now) == expected
+
+
+_values = st.one_of(st.integers(0, 10**12).map(str),
+                    st.decimals(0, 10**6, allow_nan=False, places=4).map(str),
+                    st.sampled_from(["NaN", "+Inf", "-1", "1e3", " 2"]))
+
+
+@given(st.lists(st.tuples(_names, st.booleans(),
+                          st.lists(st.tuples(st.sampled_from(["app", "sidecar", ""]),
+                                             st.one_of(st.none(), _values),
+                                             st.one_of(st.none(), _values),
+                                             st.sampled_from([T0, T1])),
+                                   max_size=3)),
+                max_size=6, unique_by=lambda p: p[0]))
+def test_the_fused_list_path_writes_what_assembly_and_encoding_write(
+        pods: list[tuple[str, bool, list[tuple[str, str | None, str | None, Decimal]]]]) -> None:
+    """pod_usage_items (what a pod list uses) against assemble_pod_usage, then
+    encode_pod_metrics_list (what a single pod and the tests use): the same items and the
+    same pods left out, for any mix of containers, missing samples and values."""
+    # The list path is handed the pods sorted (by namespace, then name) and keeps their order.
+    refs = sorted((PodRef("ns", name, {"app": name} if labelled else {})
+                   for name, labelled, _ in pods), key=lambda ref: ref.name)
+    cpu = [_sample(name, c, v, at) for name, _, cs in pods for c, v, _, at in cs if v is not None]
+    memory = [_sample(name, c, v, at) for name, _, cs in pods for c, _, v, at in cs
+              if v is not None]
+    now = datetime(2026, 1, 1, tzinfo=UTC)
+    usages, missing = assemble_pod_usage(refs, cpu=cpu, memory=memory, pod_label="pod",
+                                         container_label="container")
+    items, left_out = pod_usage_items(refs, cpu=cpu, memory=memory, pod_label="pod",
+                                      container_label="container", window="1m0s",
+                                      times=AnswerTimes(now))
+    assert left_out == missing
+    assert encode_pod_items(items) == encode_pod_metrics_list(usages, window="1m0s", now=now)
