@@ -223,8 +223,13 @@ async def _serve(settings: AdapterSettings, config: AdapterConfig, *,
     except SecurityConfigError as error:
         logger.error("cannot set up authentication: %s", error)
         return 1
+    # The object caches live as long as the process, like what is frozen once listening
+    # (below): out of the collector's generations, full collections no longer walk their
+    # thousands of pods (measured: about 4 ms of collection per 1,000-pod metrics.k8s.io
+    # list). They hold no cycles, so what leaves them later is still freed.
     app = create_app(settings=settings, config=config, on_fatal=on_fatal,
-                     authenticator=security.authenticator, authorizer=security.authorizer)
+                     authenticator=security.authenticator, authorizer=security.authorizer,
+                     on_caches_filled=gc.freeze)
     security.install(app, health=app[HEALTH_KEY], on_fatal=on_fatal)
     runner = StatusAppRunner(app, handle_signals=False,
                              shutdown_timeout=_SHUTDOWN_GRACE_SECONDS, access_log=None)

@@ -222,6 +222,7 @@ HEALTH_KEY = web.AppKey("health", HealthChecks)
 AUTHENTICATOR_KEY = web.AppKey("authenticator", Authenticator)
 AUTHORIZER_KEY = web.AppKey("authorizer", Authorizer)
 FATAL_KEY: web.AppKey[Callable[[BaseException], None]] = web.AppKey("on_fatal")
+CACHES_FILLED_KEY: web.AppKey[Callable[[], None]] = web.AppKey("on_caches_filled")
 KUBE_HTTP_KEY = web.AppKey("kube_http", KubeHTTP)
 CLUSTER_CATALOG_KEY = web.AppKey("cluster_catalog", ClusterCatalog)
 OBJECT_CACHES_KEY = web.AppKey("object_caches", ObjectCaches)
@@ -728,7 +729,8 @@ async def _kube_context(app: web.Application) -> AsyncIterator[None]:
             logger.warning("the cluster's resources are not discovered yet (%s); the built-in "
                            "list answers until they are", error or "timed out")
         catalog.start(on_failure=on_fatal)
-        caches = ObjectCaches(http, catalog, on_failure=on_fatal)
+        caches = ObjectCaches(http, catalog, on_failure=on_fatal,
+                              on_filled=app[CACHES_FILLED_KEY])
         app[OBJECT_CACHES_KEY] = caches
         try:
             yield
@@ -817,10 +819,12 @@ def create_app(*, settings: AdapterSettings, config: AdapterConfig,
                authorizer: Authorizer = ALLOW_ALL_AUTHORIZER,
                clock: Callable[[], float] = time.time,
                on_fatal: Callable[[BaseException], None] = _log_fatal,
-               metrics_registry: CollectorRegistry | None = None) -> web.Application:
+               metrics_registry: CollectorRegistry | None = None,
+               on_caches_filled: Callable[[], None] = lambda: None) -> web.Application:
     """The adapter as an aiohttp Application; nothing is opened until it starts.
 
-    `on_fatal` is called when a background task dies (the server then stops the process).
+    `on_fatal` is called when a background task dies (the server then stops the process);
+    `on_caches_filled` when an object cache (pods, nodes, ...) has first filled.
     """
     registry = metrics_registry or CollectorRegistry(auto_describe=True)
     if metrics_registry is None:
@@ -837,6 +841,7 @@ def create_app(*, settings: AdapterSettings, config: AdapterConfig,
     app[AUTHENTICATOR_KEY] = authenticator
     app[AUTHORIZER_KEY] = authorizer
     app[FATAL_KEY] = on_fatal
+    app[CACHES_FILLED_KEY] = on_caches_filled
     app[SHUTTING_DOWN_KEY] = asyncio.Event()
     app[HEALTH_KEY] = _register_health(app)
 

@@ -96,6 +96,7 @@ class _Cache:
     # Answers by (namespace bucket, selector), all dropped on any change to the cache: an HPA
     # asks the same question every sync, and the objects seldom change in between.
     selections: dict[tuple[str, Selector], list[str]] = field(default_factory=dict)
+    filled: bool = False  # synced once: on_filled was called
 
 
 @dataclass
@@ -110,6 +111,9 @@ class ObjectCaches:
     sync_timeout: float = 10.0
     on_failure: Callable[[BaseException], None] | None = None
     informer_options: Mapping[str, Any] = field(default_factory=dict)
+    # Called once a cache has first filled (the server moves what it holds out of the
+    # collector's generations then: thousands of pods a full collection need not walk).
+    on_filled: Callable[[], None] = lambda: None
     _caches: dict[GroupResource, _Cache] = field(default_factory=dict, init=False)
     _closed: bool = field(default=False, init=False)
 
@@ -197,6 +201,9 @@ class ObjectCaches:
             if isinstance(cache.informer.last_failure, Forbidden):
                 raise KubeUnavailable(f"the adapter is not allowed to list and watch {key}")
             raise KubeUnavailable(f"the object cache of {key} is not filled yet ({why})")
+        if not cache.filled:
+            cache.filled = True
+            self.on_filled()
         return cache
 
     async def close(self) -> None:
