@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, NamedTuple
 
 from autoscaler.model.fields import (
     INT64_MAX,
@@ -83,9 +83,9 @@ _ONE_MINUTE = timedelta(minutes=1)
 _WINDOWS: dict[int, timedelta] = {}  # the few windows adapters report, made once
 
 
-@dataclass(frozen=True)
-class MetricValue:
-    """custom.metrics.k8s.io MetricValue (v1beta2, or v1beta1's metricName)."""
+class MetricValue(NamedTuple):
+    """custom.metrics.k8s.io MetricValue (v1beta2, or v1beta1's metricName). A NamedTuple: a
+    Pods metric's answer holds one per pod, and every decision reads one."""
 
     described_kind: str
     described_name: str
@@ -95,21 +95,19 @@ class MetricValue:
     window_seconds: int | None = None
     described_namespace: str = ""
     described_api_version: str = ""
-    # Derived: the sample window, one minute when the adapter gives none (as upstream assumes).
-    window: timedelta = field(init=False, compare=False, repr=False)
 
-    def __post_init__(self) -> None:
+    @property
+    def window(self) -> timedelta:
+        """The sample window, one minute when the adapter gives none (as upstream assumes)."""
         seconds = self.window_seconds
         if seconds is None:
-            window = _ONE_MINUTE
-        else:
-            found = _WINDOWS.get(seconds)
-            if found is None:
-                found = timedelta(seconds=seconds)
-                if len(_WINDOWS) < 64:
-                    _WINDOWS[seconds] = found
-            window = found
-        object.__setattr__(self, "window", window)
+            return _ONE_MINUTE
+        found = _WINDOWS.get(seconds)
+        if found is None:
+            found = timedelta(seconds=seconds)
+            if len(_WINDOWS) < 64:
+                _WINDOWS[seconds] = found
+        return found
 
 
 @dataclass(frozen=True)
