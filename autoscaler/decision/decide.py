@@ -338,6 +338,8 @@ def _failed(head: _Head, *, reason: str, event_error: str,
 
 
 def _selector_error(selector: LabelSelector | None) -> str | None:
+    if selector is None:
+        return None
     try:
         selector_from_label_selector(selector)
     except SelectorError as err:
