@@ -126,14 +126,21 @@ def test_a_healthy_metric_and_a_fallback_take_the_maximum() -> None:
     assert decision.new_replicas == 6  # the healthy metric's 6 beats the fallback's 4
 
 
-@settings(max_examples=80, deadline=None)
-@given(replicas=st.integers(0, 1000), current=st.integers(2, 6),
+@settings(max_examples=120, deadline=None)
+@given(replicas=st.integers(0, 1000), current=st.integers(0, 10),
        behavior=st.sampled_from(["static", "currentReplicas", "currentReplicasIfHigher",
                                  "currentReplicasIfLower"]))
 def test_a_fallback_never_leaves_min_and_max(replicas: int, current: int, behavior: str) -> None:
+    """Within [minReplicas, maxReplicas] (2 to 6), unless upstream's own rules put the target
+    outside without a fallback: a target at 0 that the autoscaler did not scale to zero stays
+    there (scaling disabled)."""
     decision = run({"replicas": replicas, "failureThreshold": 1, "behavior": behavior},
                    current=current)
-    assert 2 <= decision.desired_replicas <= 6
+    upstream = run(None, current=current)
+    assert 2 <= decision.desired_replicas <= 6 or \
+        decision.desired_replicas == upstream.desired_replicas
+    if current == 0:
+        assert decision.desired_replicas == 0 and not decision.rescale
 
 
 def test_the_history_round_trips_with_its_failures() -> None:
