@@ -292,18 +292,20 @@ def _pod_totals(spec: Mapping[str, Any],
 
 def _observations(spec: Mapping[str, Any], series: Sequence[dict[float, float]],
                   times: Sequence[datetime]) -> list[Observation]:
-    out: list[Observation] = []
-    per_pod = spec["type"] in PER_POD_TYPES
+    stamps = [moment.timestamp() for moment in times]
+    # One column per series (its value at each step, or None), read together step by step.
+    columns = [list(map(values.get, stamps)) for values in series]
     missing = Observation(None)  # immutable: one for every step without a sample
-    for moment in times:
-        stamp = moment.timestamp()
-        values = [value for value in (s.get(stamp) for s in series) if value is not None]
-        if not values:
-            out.append(missing)
-        elif per_pod:
-            out.append(Observation(sum(values) / len(values), len(values)))
-        else:
-            out.append(Observation(values[0]))
+    out: list[Observation] = []
+    if spec["type"] in PER_POD_TYPES:
+        for row in zip(*columns, strict=True) if columns else ((),) * len(stamps):
+            present = [value for value in row if value is not None]
+            out.append(Observation(sum(present) / len(present), len(present))
+                       if present else missing)
+        return out
+    for row in zip(*columns, strict=True) if columns else ((),) * len(stamps):
+        first = next((value for value in row if value is not None), None)
+        out.append(missing if first is None else Observation(first))
     return out
 
 
