@@ -86,7 +86,7 @@ def parse_target(arguments: Sequence[str]) -> Target:
     resource = kind_text.lower()
     if resource in _NOT_SCALABLE:
         kind = _NOT_SCALABLE[resource]
-        raise AutoscaleError(f"cannot autoscale a {kind}: cannot autoscale a {kind}")
+        raise AutoscaleError(f"cannot autoscale a {kind}: it has no scale subresource")
     if resource not in _SCALABLE:
         raise AutoscaleError(f'the server doesn\'t have a resource type "{kind_text}"')
     if not name:
@@ -191,7 +191,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "Create an Autoscaler for a deployment, replica set, stateful set or replication "
         "controller, as 'kubectl autoscale' creates a HorizontalPodAutoscaler. Without "
         f"--cpu-percent or --metric it writes kubectl's default policy explicitly: "
-        f"{DEFAULT_CPU_PERCENT}%% average CPU utilization (kubectl leaves that to the API "
+        f"{DEFAULT_CPU_PERCENT}% average CPU utilization (kubectl leaves that to the API "
         "server's HPA defaulting, which custom resources do not get).")
     parser.epilog = ("examples:\n"
                      "  metricscale autoscale deployment/web --min 2 --max 10 --cpu-percent 50\n"

@@ -328,6 +328,10 @@ def ensure_certificates(options: CertsOptions, *, now: datetime) -> list[str]:
         assert serving is not None
         lines.append(f"kept serving certificate {directory / SERVING_CERT} "
                      f"(until {serving.certificate.not_valid_after_utc:%Y-%m-%d})")
+        carried = [name for name in earlier if name not in options.sans]
+        if carried:
+            lines.append(f"kept earlier SAN(s) {', '.join(carried)} "
+                         "(drop one with --drop-san NAME)")
 
     if _write_text_if_changed(directory / SECRET_KUSTOMIZATION,
                               secret_kustomization(namespace=options.namespace)):
@@ -349,8 +353,12 @@ def ensure_certificates(options: CertsOptions, *, now: datetime) -> list[str]:
             lines.append(f"list components/{options.manifests.name} in "
                          f"{options.manifests.parent.parent / 'kustomization.yaml'}, then "
                          f"apply with: kubectl apply -k {options.manifests.parent.parent}")
-        else:
+        elif options.manifests is None or (options.manifests / "kustomization.yaml").exists():
             lines.append("apply with: kubectl apply -k " + str(options.manifests or "manifests"))
+        else:
+            lines.append(f"reference {options.manifests / CA_BUNDLE_PATCH} from your "
+                         "kustomization's patches (it sets the APIServices' caBundle), then "
+                         "apply it with kubectl apply -k")
     return lines
 
 

@@ -888,7 +888,10 @@ async def _demo(*, workdir: Path, kubectl: str, timing: Timing) -> None:
         controller = await stack.enter_async_context(_program("autoscaler", [
             "--kubeconfig", str(kube.write_kubeconfig(scratch / "autoscaler.kubeconfig",
                                                       token=autoscaler_token)),
-            "--leader-elect=false", f"--horizontal-pod-autoscaler-sync-period={period}s",
+            # The Lease where explain --live looks for the controller's settings (outside a
+            # cluster the controller's own default would be the namespace `default`).
+            "--leader-elect=false", f"--leader-elect-resource-namespace={ADAPTER_NAMESPACE}",
+            f"--horizontal-pod-autoscaler-sync-period={period}s",
             "--horizontal-pod-autoscaler-downscale-stabilization="
             f"{timing.scale_down_window_seconds}s",
             f"--metrics-bind-address=127.0.0.1:{health_port}",

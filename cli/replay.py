@@ -620,7 +620,12 @@ def replay(args: argparse.Namespace, client: Any) -> str:
         print(f"metricscale replay: {len(result.steps):,} steps: Prometheus answers at most "
               f"{MAX_POINTS:,} points per series in one range query, so each metric's history "
               f"is read in {queries} range queries", file=sys.stderr)
-    if args.output == "csv":  # CSV stays one table: the assumptions go to standard error
+    if args.output == "csv":  # CSV stays one table: the summary and assumptions go aside
+        for key, value in asdict(result.summary).items():
+            print(f"metricscale replay: summary: {key}: {value}", file=sys.stderr)
+        if result.compare is not None:
+            for key, value in asdict(result.compare[1]).items():
+                print(f"metricscale replay: compare summary: {key}: {value}", file=sys.stderr)
         for line in result.assumptions:
             print(f"metricscale replay: assumed: {line}", file=sys.stderr)
     return render(result.steps, result.summary, args.output, result.compare,
