@@ -109,6 +109,8 @@ def test_demo_scales_web_up_and_down_and_leaves_nothing_running(tmp_path: Path) 
     assert re.search(r"NAME\s+REFERENCE\s+TARGETS\s+MINPODS\s+MAXPODS\s+REPLICAS\s+AGE",
                      output), "kubectl get msa without the CRD's printer columns"
     assert "$ metricscale explain --live demo/web" in output
+    # explain decides with the settings the demo's controller published (not assumed defaults)
+    assert "settings: from the controller" in output
     assert "Decision:" in output
     # The second act: kubectl top (pods, then nodes), then CPU autoscaling of php-apache.
     assert re.search(r"^NAME\s+CPU\(cores\)\s+MEMORY\(bytes\)\s*$", cpu_act, re.MULTILINE)
