@@ -378,7 +378,10 @@ def format_agreement(agreement: ReplayAgreement, *, times: Sequence[str]) -> str
     more = f" and {len(agreement.apart) - 5} more" if len(agreement.apart) > 5 else ""
     return (f"Replay vs live controller: DIFFER by more than {REPLAY_TOLERANCE} replica at "
             f"{len(agreement.apart)} of {agreement.steps} steps, by up to {agreement.largest} "
-            f"(at {where}{more}; {allowance}{skipped})")
+            f"(at {where}{more}; {allowance}{skipped}). Why: the live controller decides on "
+            "its own clock, on metric values between Prometheus' samples, and its size is "
+            "recorded at the next scrape; on a busy machine its syncs drift further from the "
+            "replay's steps than that allowance")
 
 
 # --- the shell: processes, kubectl, the workload --------------------------------------------------
