@@ -13,10 +13,10 @@ without metrics is `404 NotFound` for `podmetrics.metrics.k8s.io` / `nodemetrics
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from datetime import datetime
 from decimal import ROUND_DOWN, Decimal, InvalidOperation, localcontext
-from typing import Any, NamedTuple, Protocol
+from typing import Any, NamedTuple, Protocol, TypeVar
 
 from adapter.api.groups import RESOURCE_METRICS_GROUP
 from adapter.api.wire import format_timestamp, milli_quantity, status_body
@@ -66,6 +66,9 @@ class PodLike(Protocol):
 
     @property
     def labels_json(self) -> str | None: ...
+
+
+_P = TypeVar("_P", bound=PodLike)
 
 
 class PodRef(NamedTuple):
@@ -189,14 +192,16 @@ def _earliest(times: Sequence[Decimal]) -> Decimal:
     return min(times)
 
 
-def assemble_pod_usage(pods: Sequence[PodRef], *, cpu: Sequence[Sample],
-                       memory: Sequence[Sample], pod_label: str, container_label: str,
-                       ) -> tuple[list[PodUsage], list[PodRef]]:
-    """Pods of one namespace with their usage, and the pods left out (no CPU or no memory)."""
+
+
+def _joined(pods: Sequence[_P], *, cpu: Sequence[Sample], memory: Sequence[Sample],
+            pod_label: str, container_label: str, missing: list[_P],
+            ) -> Iterator[tuple[_P, Decimal, tuple[tuple[str, int, int], ...]]]:
+    """Each pod with CPU and memory samples, its earliest sample time and its containers'
+    (name, CPU milli, memory milli); the others go to `missing`. prometheus-adapter's join
+    (see the module's docstring). Plain tuples: a 1,000-pod list makes one per pod."""
     cpu_by_pod = _by_pod(cpu, pod_label=pod_label, container_label=container_label)
     memory_by_pod = _by_pod(memory, pod_label=pod_label, container_label=container_label)
-    usages: list[PodUsage] = []
-    missing: list[PodRef] = []
     nothing = (0, Decimal(0))
     for pod in pods:
         cpu_containers = cpu_by_pod.get(pod.name)
@@ -209,19 +214,27 @@ def assemble_pod_usage(pods: Sequence[PodRef], *, cpu: Sequence[Sample],
             ((name, (cpu_milli, cpu_time)),) = cpu_containers.items()
             memory_milli, memory_time = memory_containers[name]
             earliest = cpu_time if cpu_time is memory_time else min(cpu_time, memory_time)
-            usages.append(PodUsage(pod, earliest,
-                                   (ContainerUsage(name, cpu_milli, memory_milli),)))
+            yield pod, earliest, ((name, cpu_milli, memory_milli),)
             continue
         if cpu_containers.keys() == memory_containers.keys():
             names = sorted(cpu_containers) if len(cpu_containers) > 1 else list(cpu_containers)
         else:
             names = sorted(cpu_containers.keys() | memory_containers.keys())
-        containers = tuple(ContainerUsage(name, cpu_containers.get(name, nothing)[0],
-                                          memory_containers.get(name, nothing)[0])
-                           for name in names)
-        earliest = _earliest([t for _, t in (*cpu_containers.values(),
-                                             *memory_containers.values())])
-        usages.append(PodUsage(pod, earliest, containers))
+        yield pod, _earliest([t for _, t in (*cpu_containers.values(),
+                                             *memory_containers.values())]), tuple(
+            (name, cpu_containers.get(name, nothing)[0], memory_containers.get(name, nothing)[0])
+            for name in names)
+
+
+def assemble_pod_usage(pods: Sequence[PodRef], *, cpu: Sequence[Sample],
+                       memory: Sequence[Sample], pod_label: str, container_label: str,
+                       ) -> tuple[list[PodUsage], list[PodRef]]:
+    """Pods of one namespace with their usage, and the pods left out (no CPU or no memory)."""
+    missing: list[PodRef] = []
+    usages = [PodUsage(pod, earliest, tuple(ContainerUsage(*c) for c in containers))
+              for pod, earliest, containers in _joined(
+                  pods, cpu=cpu, memory=memory, pod_label=pod_label,
+                  container_label=container_label, missing=missing)]
     return usages, missing
 
 
@@ -367,35 +380,13 @@ def pod_usage_items(pods: Sequence[PodLike], *, cpu: Sequence[Sample],
     """assemble_pod_usage and the list's encoding in one pass, for a pod list: the JSON item
     of each pod with metrics, in the order of `pods`, and the pods left out. The items are
     what encode_pod_metrics_list writes for assemble_pod_usage's usages (a test pins it)."""
-    cpu_by_pod = _by_pod(cpu, pod_label=pod_label, container_label=container_label)
-    memory_by_pod = _by_pod(memory, pod_label=pod_label, container_label=container_label)
     parts = _item_parts(times, window)
-    items: list[str] = []
     missing: list[PodLike] = []
-    nothing = (0, Decimal(0))
-    for pod in pods:
-        cpu_containers = cpu_by_pod.get(pod.name)
-        memory_containers = memory_by_pod.get(pod.name)
-        if not cpu_containers or not memory_containers:
-            missing.append(pod)
-            continue
-        if len(cpu_containers) == 1 and cpu_containers.keys() == memory_containers.keys():
-            ((name, (cpu_milli, cpu_time)),) = cpu_containers.items()
-            memory_milli, memory_time = memory_containers[name]
-            earliest = cpu_time if cpu_time is memory_time else min(cpu_time, memory_time)
-            containers = _container_json(name, cpu_milli, memory_milli)
-        else:
-            if cpu_containers.keys() == memory_containers.keys():
-                names = sorted(cpu_containers)
-            else:
-                names = sorted(cpu_containers.keys() | memory_containers.keys())
-            containers = ",".join(_container_json(name, cpu_containers.get(name, nothing)[0],
-                                                  memory_containers.get(name, nothing)[0])
-                                  for name in names)
-            earliest = _earliest([t for _, t in (*cpu_containers.values(),
-                                                 *memory_containers.values())])
-        items.append(_pod_item_json(pod, timestamp=times.text(earliest), containers=containers,
-                                    parts=parts))
+    items = [_pod_item_json(pod, timestamp=times.text(earliest), parts=parts,
+                            containers=",".join(_container_json(*c) for c in containers))
+             for pod, earliest, containers in _joined(
+                 pods, cpu=cpu, memory=memory, pod_label=pod_label,
+                 container_label=container_label, missing=missing)]
     return items, missing
 
 

@@ -25,6 +25,7 @@ from tests.e2e.test_autoscaler_support import (
     holds,
     install_crd,
     pods_metric,
+    pods_rule,
     prometheus_adapter,
     replicas_of,
     scale_writes,
@@ -41,16 +42,8 @@ SERIES = "msconflict_rps"
 
 
 def rules(job: str) -> str:
-    return f"""\
-rules:
-- seriesQuery: '{{__name__="{SERIES}",job="{job}",namespace!="",pod!=""}}'
-  resources:
-    overrides:
-      namespace: {{resource: namespace}}
-      pod: {{resource: pod}}
-  name: {{matches: "^msconflict_(.*)$", as: "${{1}}"}}
-  metricsQuery: 'sum(<<.Series>>{{<<.LabelMatchers>>,job="{job}"}}) by (<<.GroupBy>>)'
-"""
+    return "rules:\n" + pods_rule(series_query=f'__name__="{SERIES}"',
+                                  prefix="msconflict_", job=job)
 
 
 def _reasons(fake: FakeKubeAPI) -> list[str]:

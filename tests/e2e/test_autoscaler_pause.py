@@ -26,6 +26,7 @@ from tests.e2e.test_autoscaler_support import (
     holds,
     install_crd,
     pods_metric,
+    pods_rule,
     prometheus_adapter,
     replicas_of,
     scale_writes,
@@ -55,16 +56,8 @@ BEHAVIOR: dict[str, Any] = {
 
 
 def rules(job: str) -> str:
-    return f"""\
-rules:
-- seriesQuery: '{{__name__="{SERIES}",job="{job}",namespace!="",pod!=""}}'
-  resources:
-    overrides:
-      namespace: {{resource: namespace}}
-      pod: {{resource: pod}}
-  name: {{matches: "^mspause_(.*)$", as: "${{1}}"}}
-  metricsQuery: 'sum(<<.Series>>{{<<.LabelMatchers>>,job="{job}"}}) by (<<.GroupBy>>)'
-"""
+    return "rules:\n" + pods_rule(series_query=f'__name__="{SERIES}"',
+                                  prefix="mspause_", job=job)
 
 
 async def annotate(http: KubeHTTPClient, name: str, annotations: dict[str, str | None]) -> None:

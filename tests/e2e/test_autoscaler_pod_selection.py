@@ -25,6 +25,7 @@ from tests.e2e.test_autoscaler_support import (
     holds,
     install_crd,
     pods_metric,
+    pods_rule,
     prometheus_adapter,
     replicas_of,
     status_of,
@@ -43,16 +44,8 @@ SERVED = f"/apis/custom.metrics.k8s.io/v1beta2/namespaces/{NS}/pods/*/rps"
 
 
 def rules(job: str) -> str:
-    return f"""\
-rules:
-- seriesQuery: '{{__name__="{SERIES}",job="{job}",namespace!="",pod!=""}}'
-  resources:
-    overrides:
-      namespace: {{resource: namespace}}
-      pod: {{resource: pod}}
-  name: {{matches: "^mspodsel_(.*)$", as: "${{1}}"}}
-  metricsQuery: 'sum(<<.Series>>{{<<.LabelMatchers>>,job="{job}"}}) by (<<.GroupBy>>)'
-"""
+    return "rules:\n" + pods_rule(series_query=f'__name__="{SERIES}"',
+                                  prefix="mspodsel_", job=job)
 
 
 async def adapter_serves(http: KubeHTTPClient, pods: set[str], *, within: float) -> None:

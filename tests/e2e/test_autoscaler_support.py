@@ -204,6 +204,21 @@ class Workload:
                 await self._task
 
 
+def pods_rule(*, series_query: str, prefix: str, job: str) -> str:
+    """One prometheus-adapter rule serving per-pod gauges of `job` as Pods metrics (the name
+    without `prefix`), its metricsQuery pinned to the job (the e2e modules share a Prometheus).
+    `series_query` is the inside of the seriesQuery's braces before the job."""
+    return f"""\
+- seriesQuery: '{{{series_query},job="{job}",namespace!="",pod!=""}}'
+  resources:
+    overrides:
+      namespace: {{resource: namespace}}
+      pod: {{resource: pod}}
+  name: {{matches: "^{prefix}(.*)$", as: "${{1}}"}}
+  metricsQuery: 'sum(<<.Series>>{{<<.LabelMatchers>>,job="{job}"}}) by (<<.GroupBy>>)'
+"""
+
+
 def exporter_publisher(exporter: Exporter, metric: str) -> Callable[[dict[str, Decimal]], None]:
     """Publish per-pod values as a gauge `metric{namespace, pod}`; pods gone lose their series."""
     shown: set[str] = set()

@@ -22,6 +22,7 @@ from tests.e2e.test_autoscaler_support import (
     exporter_publisher,
     install_crd,
     pods_metric,
+    pods_rule,
     prometheus_adapter,
     replicas_of,
     until,
@@ -37,16 +38,8 @@ SLOW_SERIES = "mssync_rps_slow"
 
 
 def rules(job: str) -> str:
-    return f"""\
-rules:
-- seriesQuery: '{{__name__=~"mssync_rps_.*",job="{job}",namespace!="",pod!=""}}'
-  resources:
-    overrides:
-      namespace: {{resource: namespace}}
-      pod: {{resource: pod}}
-  name: {{matches: "^mssync_(.*)$", as: "${{1}}"}}
-  metricsQuery: 'sum(<<.Series>>{{<<.LabelMatchers>>,job="{job}"}}) by (<<.GroupBy>>)'
-"""
+    return "rules:\n" + pods_rule(series_query='__name__=~"mssync_rps_.*"',
+                                  prefix="mssync_", job=job)
 
 
 def scale_reads(fake: FakeKubeAPI, deployment: str) -> int:
