@@ -566,7 +566,8 @@ def test_scale_targets_are_an_aggregated_role_users_extend_by_label() -> None:
     assert label.items() <= apps["metadata"]["labels"].items()
     assert grants(apps) == {("apps", f"{r}/scale", v)
                             for r in ("deployments", "statefulsets", "replicasets")
-                            for v in ("get", "update")}
+                            for v in ("get", "update")} | {
+        ("", "replicationcontrollers/scale", v) for v in ("get", "update")}
     assert one(OBJECTS, "ClusterRoleBinding",
                "metricscale-autoscaler-scale-targets")["subjects"] == [SA]
 
