@@ -12,7 +12,9 @@ three minutes).
    The floor, measured in the same turns: a minimal aiohttp HTTPS server (its own process, the
    adapter's certificate) that answers a fixed body of the adapter's answer size, with and
    without first sending the same PromQL to Prometheus: what any adapter built on aiohttp
-   costs before it does any work of its own. Then 32 concurrent clients hit the adapter,
+   costs before it does any work of its own. The server processes' own CPU time per request
+   (from /proc, adapter and that floor, in alternating blocks) says how much of the gap is the
+   adapter's work rather than waiting. Then 32 concurrent clients hit the adapter,
    Prometheus and the floor for a few seconds each: requests per second.
    With `--backends 2` a second adapter process serves the same rule on `default` and on a
    second backend (a `backends:` entry for the same Prometheus), and both of its metrics are
@@ -282,6 +284,9 @@ async def latency_part(*, pods: int, requests: int, clients: int, seconds: float
                         adapter, direct_session, floor_session, floor_url=floor_url,
                         prometheus_url=prometheus.url, promql=promql, requests=requests,
                         clients=clients, seconds=seconds, extra=extra)
+                    result["server_cpu"] = await _server_cpu(
+                        adapter, process.pid, floor_session, floor_url, floor.pid,
+                        requests=requests)
             finally:
                 await _stop(process)
                 if two is not None:
@@ -401,6 +406,32 @@ async def _measure(adapter: _Target, direct_session: aiohttp.ClientSession,
                                      ("floor_forward", floor("/forward")))}
     shared, _ = await _shared_and_cached(adapter)
     return {**latency, "rps": throughput, "shared_queries": shared}
+
+
+def _process_cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a process so far (/proc/<pid>/stat, fields 14 and 15)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+async def _server_cpu(adapter: _Target, adapter_pid: int, floor_session: aiohttp.ClientSession,
+                      floor_url: str, floor_pid: int, *, requests: int) -> dict[str, float]:
+    """The server processes' own CPU per request (ms), adapter and floor (same PromQL, fixed
+    body), in alternating blocks of `requests` sequential requests, three blocks each: what
+    each server spends, without the client's and Prometheus' share of the wall time."""
+    async def floor_forward() -> None:
+        async with floor_session.get(floor_url + "/forward", headers=ADAPTER_HEADERS) as r:
+            await r.read()
+
+    spent: dict[str, list[float]] = {"adapter": [], "floor_forward": []}
+    for _ in range(3):
+        for name, call, pid in (("adapter", adapter.get, adapter_pid),
+                                ("floor_forward", floor_forward, floor_pid)):
+            before = _process_cpu_seconds(pid)
+            for _ in range(requests):
+                await call()
+            spent[name].append((_process_cpu_seconds(pid) - before) * 1000 / requests)
+    return {name: statistics.median(values) for name, values in spent.items()}
 
 
 async def _measure_cached(*, config: Path, prometheus_url: str, kubeconfig: Path,
@@ -788,6 +819,13 @@ def _report(latency: dict[str, Any] | None, discovery: dict[str, Any] | None,
             f"  adapter p50 / floor p50 = "
             f"{a['p50_ms'] / latency['floor_forward']['p50_ms']:.2f}x (goal <= 1.15x)",
         ]
+        cpu = latency.get("server_cpu")
+        if cpu is not None:
+            lines.append(
+                f"  server CPU per request (median of 3 alternating blocks): adapter "
+                f"{cpu['adapter']:.2f} ms, floor (same PromQL, fixed body) "
+                f"{cpu['floor_forward']:.2f} ms, "
+                f"{cpu['adapter'] - cpu['floor_forward']:+.2f} ms")
         if "two_backends_default" in latency:
             lines += [
                 "  a second adapter with two backends (the same Prometheus behind both):",
