@@ -170,13 +170,7 @@ def _by_pod(samples: Sequence[Sample], *, pod_label: str,
         if pod is None:
             continue
         container = labels.get(container_label, "") if container_label else ""
-        # usage_milli's fast path inline (this runs for every sample of every answer).
-        whole, dot, fraction = value.partition(".")
-        if whole.isdigit() and whole.isascii() and len(whole) <= 15 and (
-                not dot or (fraction.isdigit() and fraction.isascii())):
-            milli = int(whole) * 1000 + (int((fraction + "00")[:3]) if dot else 0)
-        else:
-            milli = usage_milli(value)
+        milli = usage_milli(value)
         containers = found.get(pod)
         if containers is None:
             found[pod] = {container: (milli, timestamp)}
@@ -190,8 +184,6 @@ def _earliest(times: Sequence[Decimal]) -> Decimal:
     if all(t is first for t in times):
         return first  # the usual case: one instant query's evaluation time
     return min(times)
-
-
 
 
 def _joined(pods: Sequence[_P], *, cpu: Sequence[Sample], memory: Sequence[Sample],

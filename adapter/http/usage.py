@@ -134,11 +134,7 @@ class ResourceMetricsService:
             pods = sorted(candidates, key=_pod_order)
         by_namespace: dict[str, list[PodMeta]] = {}
         for pod in pods:
-            members = by_namespace.get(pod.namespace)
-            if members is None:
-                by_namespace[pod.namespace] = [pod]
-            else:
-                members.append(pod)
+            by_namespace.setdefault(pod.namespace, []).append(pod)
         # A namespace whose tenant its backend does not serve is left out, and not queried.
         served: dict[str, tuple[QueryBackend, QueryBackend]] = {}
         unserved: list[PodMeta] = []

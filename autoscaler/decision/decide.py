@@ -278,17 +278,14 @@ def _fmt_target(target: MetricTarget) -> str:
 def _with_calculation(head: _Head, calc: ReplicaCalculation, *, description: str,
                       current: str) -> MetricDetail:
     groups = calc.groups
-    if groups is None:
-        return MetricDetail(index=head.metric_index, type=head.type, name=head.name,
-                            target=head.target, description=description,
-                            proposed_replicas=calc.replicas, current=current,
-                            ratio=_finite(calc.ratio), ready_pods=calc.ready_pods)
+    ready, unready, missing, ignored = (
+        (calc.ready_pods, None, None, None) if groups is None else
+        (groups.ready, len(groups.unready), len(groups.missing), len(groups.ignored)))
     return MetricDetail(index=head.metric_index, type=head.type, name=head.name,
                         target=head.target, description=description,
                         proposed_replicas=calc.replicas, current=current,
-                        ratio=_finite(calc.ratio), ready_pods=groups.ready,
-                        unready_pods=len(groups.unready), missing_pods=len(groups.missing),
-                        ignored_pods=len(groups.ignored))
+                        ratio=_finite(calc.ratio), ready_pods=ready, unready_pods=unready,
+                        missing_pods=missing, ignored_pods=ignored)
 
 
 # --------------------------------------------------------------------------------------------
@@ -666,7 +663,7 @@ def _compute_replicas_for_metrics(*, autoscaler: Autoscaler, scale: Scale, pods:
     name = ""
     notes: tuple[CalculationNote, ...] = ()
     winner = -1
-    previous = {failure.metric: failure for failure in failures} if failures else {}
+    previous = {failure.metric: failure for failure in failures}
     failing: list[MetricFailure] = []
     fallbacks: list[tuple[int, int, int]] = []
     for index, metric in enumerate(specs):
@@ -1362,9 +1359,9 @@ def _after_write(decision: Decision, result: ScaleWriteResult, *, settings: Sett
             previous_replicas=pending.current_replicas, new_replicas=pending.new_replicas,
             now=now)
         watch = history.scale_watch
-        history = history._replace(scale_up_events=up, scale_down_events=down,
-                          scale_watch=watch._replace(replicas=pending.new_replicas)
-                          if watch is not None else None)
+        history = history._replace(
+            scale_up_events=up, scale_down_events=down,
+            scale_watch=None if watch is None else watch._replace(replicas=pending.new_replicas))
         last_scale_time = now
     if settings.scale_to_zero:
         if pending.current_replicas > 0 and pending.new_replicas == 0 \
