@@ -68,6 +68,8 @@ def slim_venv(venv: Path) -> None:
                 raise SystemExit(f"cannot compile {entry}")
             continue
         if entry.is_dir():
+            # First: the whole-package compile below finds these .pyc files up to date (same
+            # source mtime and size in their header) and keeps them as they are.
             for relative in WITHOUT_DOCSTRINGS:
                 if (site / relative).is_relative_to(entry):
                     compileall.compile_dir(site / relative, quiet=1, legacy=True, optimize=2)
