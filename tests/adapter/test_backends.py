@@ -5,7 +5,7 @@ tenant (from its namespace) in its header."""
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
 import aiohttp
@@ -149,12 +149,12 @@ async def test_a_stopped_backend_fails_only_its_own_metrics(
 
 
 @contextlib.asynccontextmanager
-async def recording_proxy(upstream: str, seen: list[tuple[str, str | None]],
-                          ) -> AsyncIterator[str]:
-    """An HTTP proxy in front of Prometheus that records (path, X-Scope-OrgID) per request."""
+async def forwarding_proxy(upstream: str, record: Callable[[web.Request], None],
+                           ) -> AsyncIterator[str]:
+    """An HTTP proxy in front of Prometheus that calls `record` with each request it forwards."""
     async with aiohttp.ClientSession() as session:
         async def forward(request: web.Request) -> web.StreamResponse:
-            seen.append((request.path, request.headers.get("X-Scope-OrgID")))
+            record(request)
             headers = {key: value for key, value in request.headers.items()
                        if key.lower() in ("content-type", "accept")}
             async with session.request(request.method, upstream + request.path_qs,
@@ -171,11 +171,18 @@ async def recording_proxy(upstream: str, seen: list[tuple[str, str | None]],
         await site.start()
         server = site._server
         assert server is not None
-        port = int(server.sockets[0].getsockname()[1])  # type: ignore[union-attr]
+        port = int(server.sockets[0].getsockname()[1])  # type: ignore[attr-defined]
         try:
             yield f"http://127.0.0.1:{port}"
         finally:
             await runner.cleanup()
+
+
+def recording_proxy(upstream: str, seen: list[tuple[str, str | None]],
+                    ) -> contextlib.AbstractAsyncContextManager[str]:
+    """An HTTP proxy in front of Prometheus that records (path, X-Scope-OrgID) per request."""
+    return forwarding_proxy(upstream, lambda request: seen.append(
+        (request.path, request.headers.get("X-Scope-OrgID"))))
 
 
 def tenant_config(proxy_url: str) -> str:

@@ -8,9 +8,7 @@ parse-level errors aiohttp answers itself carry no request bytes.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
-import ssl
 import urllib.parse
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -21,6 +19,7 @@ import pytest_asyncio
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from tests import raw_http
 from tests.adapter.test_server_harness import (
     RunningAdapter,
     client_ssl_context,
@@ -226,30 +225,12 @@ async def test_no_selector_value_gives_a_server_error(world: World,
 
 
 async def raw_exchange(world: World, request: bytes) -> tuple[int, bytes]:
-    context: ssl.SSLContext = client_ssl_context(world.adapter.pair.ca_file)
-    reader, writer = await asyncio.open_connection("127.0.0.1", world.adapter.port,
-                                                   ssl=context, server_hostname="localhost")
-    try:
-        writer.write(request)
-        await writer.drain()
-        answer = await asyncio.wait_for(reader.read(), timeout=10)
-    finally:
-        writer.close()
-        with contextlib.suppress(ConnectionError, ssl.SSLError):
-            await writer.wait_closed()
-    head, _, body = answer.partition(b"\r\n\r\n")
-    status = int(head.split(b" ", 2)[1])
-    return status, body
+    return await raw_http.raw_exchange(
+        world.adapter.port, request,
+        ssl_context=client_ssl_context(world.adapter.pair.ca_file))
 
 
-@pytest.mark.parametrize("request_bytes", [
-    pytest.param(b"GET /" + b"Q" * 9000 + b" HTTP/1.1\r\nHost: a\r\n\r\n", id="long-line"),
-    pytest.param(b"GET /livez HTTP/1.1\r\nHost: a\r\nContent-Length: QQQQQQQQ\r\n\r\n",
-                 id="bad-content-length"),
-    pytest.param(b"GET /livez HTTP/1.1\r\nHost: a\r\n"
-                 + b"".join(b"X-QQQQ-%d: QQQQ\r\n" % n for n in range(200)) + b"\r\n",
-                 id="too-many-headers"),
-])
+@pytest.mark.parametrize("request_bytes", raw_http.unparseable_requests("/livez"))
 async def test_a_request_aiohttp_cannot_parse_gets_a_status_without_its_bytes(
         world: World, request_bytes: bytes) -> None:
     status, body = await raw_exchange(world, request_bytes)

@@ -8,16 +8,20 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator
 from pathlib import Path
 
-import aiohttp
 import pytest
-from aiohttp import web
 
 from adapter.rules.config import ConfigError, parse_config
 from adapter.rules.tenants import backend_tenants, tenant_headers, tenant_of
-from tests.adapter.test_backends import CUSTOM, POD_RULE, adapter_for, serving, value_of
+from tests.adapter.test_backends import (
+    CUSTOM,
+    POD_RULE,
+    adapter_for,
+    forwarding_proxy,
+    serving,
+    value_of,
+)
 from tests.adapter.test_server_harness import wait_for_series
 from tests.adapter.test_tenant_namespaces import SEEDED, adapter_with_namespaces
 from tests.fakes.exporter import Exporter
@@ -28,32 +32,10 @@ HEADERS = ("X-Scope-OrgID", "X-Team")
 Seen = list[tuple[str, tuple[str | None, ...]]]
 
 
-@contextlib.asynccontextmanager
-async def recording_proxy(upstream: str, seen: Seen) -> AsyncIterator[str]:
+def recording_proxy(upstream: str, seen: Seen) -> contextlib.AbstractAsyncContextManager[str]:
     """An HTTP proxy in front of Prometheus that records (path, tenant headers) per request."""
-    async with aiohttp.ClientSession() as session:
-        async def forward(request: web.Request) -> web.StreamResponse:
-            seen.append((request.path, tuple(request.headers.get(name) for name in HEADERS)))
-            headers = {key: value for key, value in request.headers.items()
-                       if key.lower() in ("content-type", "accept")}
-            async with session.request(request.method, upstream + request.path_qs,
-                                       data=await request.read(), headers=headers) as reply:
-                return web.Response(body=await reply.read(), status=reply.status,
-                                    content_type=reply.content_type)
-
-        app = web.Application()
-        app.router.add_route("*", "/{tail:.*}", forward)
-        runner = web.AppRunner(app, access_log=None)
-        await runner.setup()
-        site = web.TCPSite(runner, "127.0.0.1", 0)
-        await site.start()
-        server = site._server
-        assert server is not None
-        port = int(server.sockets[0].getsockname()[1])  # type: ignore[union-attr]
-        try:
-            yield f"http://127.0.0.1:{port}"
-        finally:
-            await runner.cleanup()
+    return forwarding_proxy(upstream, lambda request: seen.append(
+        (request.path, tuple(request.headers.get(name) for name in HEADERS))))
 
 
 RESOURCE_RULES = """resourceRules:

@@ -4,8 +4,6 @@ tests/adapter/test_hostile_names.py)."""
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import json
 from collections.abc import AsyncIterator
 
@@ -15,6 +13,7 @@ from autoscaler.decision.settings import Settings
 from autoscaler.server import AutoscalerServer, Options
 from tests.e2e.test_autoscaler_support import election, install_crd
 from tests.fakes.kube_api import FakeKubeAPI
+from tests.raw_http import raw_exchange, unparseable_requests
 
 
 @pytest.fixture
@@ -27,28 +26,7 @@ async def metrics_port(fake_kube: FakeKubeAPI) -> AsyncIterator[int]:
         yield server.port
 
 
-async def raw_exchange(port: int, request: bytes) -> tuple[int, bytes]:
-    reader, writer = await asyncio.open_connection("127.0.0.1", port)
-    try:
-        writer.write(request)
-        await writer.drain()
-        answer = await asyncio.wait_for(reader.read(), timeout=10)
-    finally:
-        writer.close()
-        with contextlib.suppress(ConnectionError):
-            await writer.wait_closed()
-    head, _, body = answer.partition(b"\r\n\r\n")
-    return int(head.split(b" ", 2)[1]), body
-
-
-@pytest.mark.parametrize("request_bytes", [
-    pytest.param(b"GET /" + b"Q" * 9000 + b" HTTP/1.1\r\nHost: a\r\n\r\n", id="long-line"),
-    pytest.param(b"GET /metrics HTTP/1.1\r\nHost: a\r\nContent-Length: QQQQQQQQ\r\n\r\n",
-                 id="bad-content-length"),
-    pytest.param(b"GET /metrics HTTP/1.1\r\nHost: a\r\n"
-                 + b"".join(b"X-QQQQ-%d: QQQQ\r\n" % n for n in range(200)) + b"\r\n",
-                 id="too-many-headers"),
-])
+@pytest.mark.parametrize("request_bytes", unparseable_requests("/metrics"))
 async def test_a_request_the_parser_rejects_gets_a_status_without_its_bytes(
         metrics_port: int, request_bytes: bytes) -> None:
     status, body = await raw_exchange(metrics_port, request_bytes)
