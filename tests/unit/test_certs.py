@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import base64
-import shutil
 import ssl
 import stat
 import subprocess
@@ -25,6 +24,7 @@ from cli.certs import (
     serving_names,
 )
 from metricscale import pki
+from tests.fakes.tools import require_tool
 
 REPO = Path(__file__).resolve().parents[2]
 NOW = datetime(2026, 3, 1, tzinfo=UTC)
@@ -139,9 +139,7 @@ def test_secret_kustomization_names_the_pair_and_namespace(tmp_path: Path) -> No
 
 
 def test_private_key_file_names_are_git_ignored_and_certificates_are_not() -> None:
-    git = shutil.which("git")
-    if git is None:
-        pytest.skip("git is not installed")
+    git = require_tool("git")  # a failure, not a skip, under CI=true
     ignored = subprocess.run([git, "check-ignore", "certs/ca.key", "certs/serving.key"],
                              cwd=REPO, capture_output=True, text=True, check=False)
     assert ignored.stdout.split() == ["certs/ca.key", "certs/serving.key"]
