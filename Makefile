@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 PROMETHEUS ?=
 export PROMETHEUS
 
-.PHONY: test demo venv prometheus lint bench clean image image-tools
+.PHONY: test demo venv prometheus peers lint bench clean image image-tools
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -25,6 +25,11 @@ prometheus:
 	  apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y prometheus; \
 	fi
 
+# The pinned programs we test and measure against (tests/peers, Go modules), built into
+# tests/peers/bin only when a go.mod/go.sum or the Go version changed. Without Go: says so, succeeds.
+peers:
+	@scripts/build-peers.sh
+
 lint: venv
 	$(BIN)/ruff check .
 	$(BIN)/mypy
@@ -41,8 +46,15 @@ manifests: venv
 dashboards: venv
 	$(BIN)/python -m monitoring.dashboards
 
-test: venv prometheus image-tools lint
+test: venv prometheus peers image-tools lint
 	$(BIN)/pytest
+
+# Every benchmark, one after the other (each prints its own table; see bench/).
+bench: venv prometheus peers
+	$(BIN)/python bench/adapter.py
+	$(BIN)/python bench/decision.py
+	$(BIN)/python bench/controller.py
+	$(BIN)/python bench/replay.py
 
 demo: venv prometheus
 	$(BIN)/python -m metricscale demo

@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# Builds the pinned peers of tests/peers (Kubernetes' control plane, etcd, kubectl, helm,
+# metrics-server, prometheus-adapter) into tests/peers/bin, only when a go.mod/go.sum or the Go
+# version changed since the last build. Without Go it says so and succeeds: the tests that need a
+# peer are then skipped (and fail under CI=true).
+set -euo pipefail
+cd "$(dirname "$0")/../tests/peers"
+BIN=bin
+if ! command -v go >/dev/null 2>&1; then
+  echo "make peers: no Go toolchain on the PATH; the peers are not built." >&2
+  echo "  Tests that need kube-apiserver, prometheus-adapter or metrics-server will be skipped." >&2
+  echo "  Binaries built elsewhere can be given with METRICSCALE_PEERS=/dir (or KUBEBUILDER_ASSETS)." >&2
+  exit 0
+fi
+# One build list per module: the main one, and prometheus-adapter's own.
+PEERS=(
+  "etcd . go.etcd.io/etcd/server/v3"
+  "kube-apiserver . k8s.io/kubernetes/cmd/kube-apiserver"
+  "kube-controller-manager . k8s.io/kubernetes/cmd/kube-controller-manager"
+  "kube-scheduler . k8s.io/kubernetes/cmd/kube-scheduler"
+  "kubectl . k8s.io/kubernetes/cmd/kubectl"
+  "metrics-server . sigs.k8s.io/metrics-server/cmd/metrics-server"
+  "helm . helm.sh/helm/v3/cmd/helm"
+  "prometheus-adapter prometheus-adapter sigs.k8s.io/prometheus-adapter/cmd/adapter"
+)
+stamp="$( { go version; cat go.mod go.sum prometheus-adapter/go.mod prometheus-adapter/go.sum; \
+           printf '%s\n' "${PEERS[@]}"; } | sha256sum | cut -d' ' -f1)"
+complete=1
+for peer in "${PEERS[@]}"; do
+  read -r name _ _ <<<"$peer"
+  [ -x "$BIN/$name" ] || complete=0
+done
+if [ "$complete" = 1 ] && [ "$(cat "$BIN/.stamp" 2>/dev/null)" = "$stamp" ]; then
+  echo "make peers: up to date in tests/peers/$BIN ($(go version | cut -d' ' -f3))"
+  exit 0
+fi
+mkdir -p "$BIN"
+rm -f "$BIN/.stamp"
+echo "make peers: building ${#PEERS[@]} programs with $(go version | cut -d' ' -f3) into tests/peers/$BIN"
+echo "  (the first build from an empty Go cache takes several minutes and about 6 GB of cache)"
+total_start=$SECONDS
+for peer in "${PEERS[@]}"; do
+  read -r name module package <<<"$peer"
+  start=$SECONDS
+  printf '  %-24s %s ... ' "$name" "$package"
+  (cd "$module" && go build -trimpath -ldflags='-s -w' -o "$OLDPWD/$BIN/$name.new" "$package")
+  mv "$BIN/$name.new" "$BIN/$name"
+  echo "$((SECONDS - start)) s"
+done
+echo "$stamp" > "$BIN/.stamp"
+echo "make peers: built in $((SECONDS - total_start)) s; $(du -sh "$BIN" | cut -f1) in tests/peers/$BIN"
