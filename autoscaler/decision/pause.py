@@ -3,8 +3,10 @@
 * `metricscale.dev/paused: "true"`: decide and report as usual, never write a scale;
 * `metricscale.dev/paused-replicas: "N"`: set the target to N once, then hold it there
   (N outside [minReplicas, maxReplicas] is allowed, as in KEDA: the operator said so);
-* `metricscale.dev/paused-scale-in: "true"` / `paused-scale-out: "true"`: only that direction
-  is held.
+* `metricscale.dev/paused-scale-in: "true"` / `paused-scale-out: "true"`: that direction is
+  held. Each annotation holds its own direction, whatever the other says, as KEDA turns each
+  into `selectPolicy: Disabled` of its own direction of the HPA: with both, neither direction
+  moves.
 
 `paused-replicas` wins over the others; `paused` over the one-direction holds. A value that is
 not `true`/`false` (or, for `paused-replicas`, a whole number) pauses fully and says why: a
@@ -37,7 +39,7 @@ PAUSE_ANNOTATIONS = (PAUSED, PAUSED_REPLICAS, PAUSED_SCALE_IN, PAUSED_SCALE_OUT)
 class Pause:
     """What the pause annotations ask for: one mode, with the reason and words to report."""
 
-    mode: str  # "full", "replicas", "scale-in", "scale-out"
+    mode: str  # "full", "replicas", "scale-in", "scale-out", "scale-in-and-out"
     reason: str  # the Paused condition's reason
     message: str
     replicas: int | None = None
@@ -45,7 +47,7 @@ class Pause:
 
     def holds(self, *, current: int, desired: int) -> bool:
         """Whether this pause keeps `current` instead of `desired` (not for "replicas")."""
-        if self.mode == "full":
+        if self.mode in ("full", "scale-in-and-out"):
             return desired != current
         if self.mode == "scale-in":
             return desired < current
@@ -80,17 +82,37 @@ def read_pause(annotation: Callable[[str], str | None]) -> Pause | None:
         return Pause("full", "InvalidPauseAnnotation",
                      f"paused, because {problem}; scaling resumes when it is fixed or removed",
                      problem=problem)
-    for key, mode, reason, words in (
-            (PAUSED, "full", "Paused", "paused"),
-            (PAUSED_SCALE_IN, "scale-in", "ScaleInPaused", "scale-in is paused"),
-            (PAUSED_SCALE_OUT, "scale-out", "ScaleOutPaused", "scale-out is paused")):
-        value = annotation(key)
-        flag = _flag(value)
-        if flag is None:
-            problem = f"annotation {key}: {value!r} is neither \"true\" nor \"false\""
-            return Pause("full", "InvalidPauseAnnotation",
-                         f"paused, because {problem}; scaling resumes when it is fixed or "
-                         "removed", problem=problem)
-        if flag:
-            return Pause(mode, reason, f"{words} by annotation {key}")
+    paused = _read_flag(annotation, PAUSED)
+    if isinstance(paused, Pause):
+        return paused
+    if paused:
+        return Pause("full", "Paused", f"paused by annotation {PAUSED}")
+    scale_in = _read_flag(annotation, PAUSED_SCALE_IN)
+    if isinstance(scale_in, Pause):
+        return scale_in
+    scale_out = _read_flag(annotation, PAUSED_SCALE_OUT)
+    if isinstance(scale_out, Pause):
+        return scale_out
+    if scale_in and scale_out:
+        return Pause("scale-in-and-out", "ScaleInAndOutPaused",
+                     f"scale-in and scale-out are paused by annotations {PAUSED_SCALE_IN} and "
+                     f"{PAUSED_SCALE_OUT}")
+    if scale_in:
+        return Pause("scale-in", "ScaleInPaused", f"scale-in is paused by annotation "
+                                                  f"{PAUSED_SCALE_IN}")
+    if scale_out:
+        return Pause("scale-out", "ScaleOutPaused", f"scale-out is paused by annotation "
+                                                    f"{PAUSED_SCALE_OUT}")
     return None
+
+
+def _read_flag(annotation: Callable[[str], str | None], key: str) -> bool | Pause:
+    """An on/off annotation's value, or the full pause an unreadable value asks for."""
+    value = annotation(key)
+    flag = _flag(value)
+    if flag is None:
+        problem = f"annotation {key}: {value!r} is neither \"true\" nor \"false\""
+        return Pause("full", "InvalidPauseAnnotation",
+                     f"paused, because {problem}; scaling resumes when it is fixed or removed",
+                     problem=problem)
+    return flag

@@ -109,9 +109,26 @@ def test_one_direction_only(case: dict[str, Any], key: str, written: int | None)
         assert decision.rescale and decision.new_replicas == written
 
 
+@pytest.mark.parametrize("case", [UP, DOWN], ids=["up", "down"])
+def test_scale_in_and_scale_out_together_hold_both_directions(case: dict[str, Any]) -> None:
+    # KEDA: each annotation disables its own direction of the HPA (selectPolicy: Disabled),
+    # whatever the other one says; with both, the target moves neither way.
+    decision = scenario(**case, annotations={PAUSED_SCALE_IN: "true", PAUSED_SCALE_OUT: "true"})
+    assert not decision.rescale and not decision.scale_updated
+    assert decision.desired_replicas == case["spec_replicas"]
+    assert paused_condition(decision) == (
+        "True", "ScaleInAndOutPaused", f"scale-in and scale-out are paused by annotations "
+                                       f"{PAUSED_SCALE_IN} and {PAUSED_SCALE_OUT}")
+    assert ("Normal", "ScaleInAndOutPaused") in events(decision)
+    assert [lim.rule for lim in decision.limits][-1] == "Paused"
+
+
 @pytest.mark.parametrize(("annotations", "problem"), [
     ({PAUSED: "yes"}, "is neither"), ({PAUSED_REPLICAS: "three"}, "is not a whole number"),
-    ({PAUSED_SCALE_IN: "1"}, "is neither")])
+    ({PAUSED_SCALE_IN: "1"}, "is neither"),
+    # a typo in one direction is not hidden by the other direction being set
+    ({PAUSED_SCALE_IN: "true", PAUSED_SCALE_OUT: "ture"}, "is neither"),
+    ({PAUSED_SCALE_OUT: "true", PAUSED_SCALE_IN: "yes"}, "is neither")])
 def test_a_value_that_cannot_be_read_pauses_fully_and_says_why(
         annotations: dict[str, str], problem: str) -> None:
     decision = scenario(**UP, annotations=annotations)
@@ -127,14 +144,23 @@ def test_read_pause_precedence() -> None:
     assert pause is not None and pause.mode == "replicas"
     one_way = read_pause({PAUSED: "false", PAUSED_SCALE_OUT: "TRUE"}.get)
     assert one_way is not None and one_way.mode == "scale-out"
+    both_ways = read_pause({PAUSED_SCALE_IN: "true", PAUSED_SCALE_OUT: "true"}.get)
+    assert both_ways is not None and both_ways.mode == "scale-in-and-out"
+    assert both_ways.holds(current=3, desired=5) and both_ways.holds(current=3, desired=2)
+    assert not both_ways.holds(current=3, desired=3)
+    one_off = read_pause({PAUSED_SCALE_IN: "true", PAUSED_SCALE_OUT: "false"}.get)
+    assert one_off is not None and one_off.mode == "scale-in"
+    fully = read_pause({PAUSED: "true", PAUSED_SCALE_IN: "true", PAUSED_SCALE_OUT: "true"}.get)
+    assert fully is not None and fully.mode == "full"
     assert read_pause({}.get) is None
 
 
 @settings(max_examples=60, deadline=None)
 @given(replicas=st.integers(2, 6), level=st.integers(0, 2000),
-       key=st.sampled_from([PAUSED, "invalid"]))
+       key=st.sampled_from([PAUSED, "invalid", "both directions"]))
 def test_a_fully_paused_autoscaler_never_writes(replicas: int, level: int, key: str) -> None:
-    annotations = {PAUSED: "true"} if key == PAUSED else {PAUSED: "maybe"}
+    annotations = {PAUSED: "true"} if key == PAUSED else {PAUSED: "maybe"} \
+        if key == "invalid" else {PAUSED_SCALE_IN: "true", PAUSED_SCALE_OUT: "true"}
     decision = scenario(min_replicas=2, max_replicas=6, spec_replicas=replicas, cpu_target=50,
                         levels=(level,) * replicas, requests=[ONE] * replicas,
                         annotations=annotations)
