@@ -41,6 +41,7 @@ from autoscaler.decision.conflicts import (
 )
 from autoscaler.decision.events import Event
 from autoscaler.decision.pause import Pause, read_pause
+from autoscaler.decision.phrases import phrase_replicas
 from autoscaler.decision.pod_selection import (
     PodSelection,
     ReplicaSetOwner,
@@ -112,6 +113,7 @@ __all__ = [
     "approximate_float",
     "complete",
     "decide",
+    "readable_text",
     "tolerances_for",
 ]
 
@@ -133,6 +135,10 @@ class MetricDetail:
     type: str
     name: str
     description: str = ""  # upstream's name for it in messages, e.g. "pods metric qps"
+    # How a readable report names it, where upstream's name prints Go values: "external metric
+    # qps (queue=orders)" for upstream's "external metric qps(&LabelSelector{...})", and
+    # "external metric qps" for "external metric qps(nil)". Empty: the description serves.
+    label: str = ""
     proposed_replicas: int | None = None
     current: str | None = None
     target: str | None = None
@@ -143,6 +149,20 @@ class MetricDetail:
     unready_pods: int | None = None
     missing_pods: int | None = None
     ignored_pods: int | None = None
+
+    @property
+    def shown_name(self) -> str:
+        """The metric's name in a readable report (never Go's rendering of a selector)."""
+        return self.label or self.description or f"{self.type} metric {self.name}".strip()
+
+
+def readable_text(text: str, details: Sequence[MetricDetail]) -> str:
+    """`text` (a rescale reason, upstream's words) with each metric's readable name in place
+    of upstream's name for it: for a report, never for a status, an event or a log."""
+    for detail in details:
+        if detail.label and detail.description and detail.label != detail.description:
+            text = text.replace(detail.description, detail.label)
+    return text
 
 
 @dataclass(frozen=True)
@@ -276,13 +296,13 @@ def _fmt_target(target: MetricTarget) -> str:
 
 
 def _with_calculation(head: _Head, calc: ReplicaCalculation, *, description: str,
-                      current: str) -> MetricDetail:
+                      current: str, label: str = "") -> MetricDetail:
     groups = calc.groups
     ready, unready, missing, ignored = (
         (calc.ready_pods, None, None, None) if groups is None else
         (groups.ready, len(groups.unready), len(groups.missing), len(groups.ignored)))
     return MetricDetail(index=head.metric_index, type=head.type, name=head.name,
-                        target=head.target, description=description,
+                        target=head.target, description=description, label=label,
                         proposed_replicas=calc.replicas, current=current,
                         ratio=_finite(calc.ratio), ready_pods=ready, unready_pods=unready,
                         missing_pods=missing, ignored_pods=ignored)
@@ -332,6 +352,18 @@ def _failed(head: _Head, *, reason: str, event_error: str,
         error=returned_error,
         condition=(reason, Messages.UNABLE_TO_COMPUTE.format(event_error)),
     )
+
+
+def _readable_selector(selector: LabelSelector | None) -> str:
+    """A metric selector as kubectl prints selectors, after a space and in parentheses
+    (" (queue=orders)"); "" for none, and for one that does not convert (that metric fails)."""
+    if selector is None:
+        return ""
+    try:
+        text = str(selector_from_label_selector(selector))
+    except SelectorError:
+        return ""
+    return f" ({text})" if text else ""
 
 
 def _selector_error(selector: LabelSelector | None) -> str | None:
@@ -459,6 +491,7 @@ def _object_metric(index: int, metric: MetricSpec, data: MetricInput,
         quantity = Quantity.from_milli(calc.usage)
         current = MetricValueStatus(value=quantity)
         name = f"{ref.kind} metric {source.metric.name}"
+        label = name
     elif target.type == "AverageValue" and target.average_value is not None:
         try:
             calc = get_object_per_pod_metric_replicas(
@@ -475,13 +508,16 @@ def _object_metric(index: int, metric: MetricSpec, data: MetricInput,
         # upstream names Object AverageValue metrics like External ones
         name = (f"external metric {source.metric.name}"
                 f"({format_label_selector(source.metric.selector)})")
+        label = (f"{ref.kind} metric {source.metric.name}"
+                 f"{_readable_selector(source.metric.selector)} per pod")
     else:
         message = ("invalid object metric source: neither a value target nor an average value "
                    "target was set")
         return _failed(head, reason=reason, event_error=message, returned_error=wrap + message)
     status = MetricStatus(type=metric.type, object=ObjectMetricStatus(
         metric=identifier, current=current, described_object=ref))
-    detail = _with_calculation(head, calc, description=name, current=quantity.text)
+    detail = _with_calculation(head, calc, description=name, current=quantity.text,
+                               label=label)
     return _MetricOutcome(detail=detail, replicas=calc.replicas, name=name,
                           timestamp=calc.timestamp, status=status, notes=calc.notes)
 
@@ -496,6 +532,7 @@ def _external_metric(index: int, metric: MetricSpec, data: MetricInput,
     head = _Head(index, metric.type, metric_name, _fmt_target(target))
     selector_text = format_label_selector(source.metric.selector)
     name = f"external metric {metric_name}({selector_text})"
+    label = f"external metric {metric_name}{_readable_selector(source.metric.selector)}"
     identifier = source.metric
     if target.average_value is not None:
         try:
@@ -538,7 +575,8 @@ def _external_metric(index: int, metric: MetricSpec, data: MetricInput,
                                       + message)
     status = MetricStatus(type=metric.type, external=ExternalMetricStatus(
         metric=identifier, current=current))
-    detail = _with_calculation(head, calc, description=name, current=quantity.text)
+    detail = _with_calculation(head, calc, description=name, current=quantity.text,
+                               label=label)
     return _MetricOutcome(detail=detail, replicas=calc.replicas, name=name,
                           timestamp=calc.timestamp, status=status, notes=calc.notes)
 
@@ -855,9 +893,9 @@ def decide(*, autoscaler: Autoscaler, scale: Scale | ScaleError, pods: Sequence[
         assert pause.replicas is not None
         if pause.replicas != desired:
             draft.limits.append(Limit("PausedReplicas", desired, pause.replicas, pause.message))
-        draft.explanation.append(f"Paused at {pause.replicas} replicas "
+        draft.explanation.append(f"Paused at {phrase_replicas(pause.replicas)} "
                                  f"({pause.message}); the metrics' {desired} is not applied.")
-        desired, reason = pause.replicas, f"paused at {pause.replicas} replicas"
+        desired, reason = pause.replicas, f"paused at {phrase_replicas(pause.replicas)}"
         rescale = desired != draft.current
     elif pause is not None and rescale and pause.holds(current=draft.current, desired=desired):
         draft.limits.append(Limit("Paused", desired, draft.current, pause.message))
@@ -866,7 +904,8 @@ def decide(*, autoscaler: Autoscaler, scale: Scale | ScaleError, pods: Sequence[
         shown, rescale = desired, False
     if rescale:
         return _plan_write(draft, autoscaler=autoscaler, desired=desired, reason=reason)
-    draft.explanation.append(f"Decision: keep {draft.reference} at {draft.current} replicas.")
+    draft.explanation.append(f"Decision: keep {draft.reference} at "
+                             f"{phrase_replicas(draft.current)}.")
     return draft.keep(desired_replicas=draft.current,
                       status=draft.status(desired_replicas=shown), reason=reason,
                       error=draft.error)
@@ -956,7 +995,7 @@ def _apply_activation(draft: _Draft, result: _MetricsResult, *, autoscaler: Auto
                                          message="active: " + ", ".join(active), now=now)
         if desired < floor:
             draft.limits.append(Limit("Activation", desired, floor, "a metric is active: the "
-                                      f"target runs at least {floor} replicas"))
+                                      f"target runs at least {phrase_replicas(floor)}"))
             desired = floor
         if draft.current <= level:
             reason = "activated: " + ", ".join(active)
@@ -1127,7 +1166,7 @@ def _read_scale_and_bounds(draft: _Draft, *, autoscaler: Autoscaler, scale: Scal
     min_replicas = draft.min_replicas = spec.min_replicas if spec.min_replicas is not None \
         else 1
     max_replicas = draft.max_replicas = spec.max_replicas
-    draft.explanation.append(f"{draft.reference} has {current} replicas (spec), "
+    draft.explanation.append(f"{draft.reference} has {phrase_replicas(current)} (spec), "
                              f"{scale.status_replicas} (status); the autoscaler allows "
                              f"{min_replicas} to {max_replicas}.")
     has_object_or_external = spec.has_object_or_external
@@ -1218,8 +1257,9 @@ def _metrics_proposal(draft: _Draft, result: _MetricsResult, *, desired: int) ->
         reason = f"{rescale_metric} above target"
     if desired < draft.current:
         reason = "All metrics below target"
-    draft.explanation.append(f"The metrics ask for {desired} replicas"
-                             + (f" (the most, from {result.name})." if result.name else "."))
+    most = f" (the most, from {readable_text(result.name, result.details)})." \
+        if result.name else "."
+    draft.explanation.append(f"The metrics ask for {phrase_replicas(desired)}{most}")
     return desired, reason
 
 
@@ -1285,7 +1325,7 @@ def _plan_write(draft: _Draft, *, autoscaler: Autoscaler, desired: int,
                 reason: str) -> Decision:
     """A decision that awaits the write of `desired` (complete() applies its outcome)."""
     draft.explanation.append(f"Decision: scale {draft.reference} from {draft.current} to "
-                             f"{desired} ({reason}).")
+                             f"{desired} ({readable_text(reason, draft.details)}).")
     spec = autoscaler.spec
     pending = _Pending(
         old_status=draft.old, conditions=draft.conditions,
@@ -1401,7 +1441,7 @@ def complete(decision: Decision, *, write_result: ScaleWriteResult, settings: Se
 def _describe_metrics(details: Sequence[MetricDetail]) -> list[str]:
     lines = []
     for detail in details:
-        label = detail.description or f"{detail.type} metric {detail.name}".strip()
+        label = detail.shown_name
         if detail.error is not None:
             lines.append(f"Metric {detail.index} ({label}) failed: {detail.error}")
             continue

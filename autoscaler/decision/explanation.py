@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from autoscaler.decision.decide import Decision
+from autoscaler.decision.decide import Decision, readable_text
+from autoscaler.decision.phrases import phrase_replicas
 from autoscaler.decision.snapshot import Snapshot
 from autoscaler.model.spec import LABEL_SELECTOR
 from autoscaler.model.times import format_time
@@ -17,7 +18,9 @@ def _when(value: datetime | None) -> str:
 
 
 def render_text(snapshot: Snapshot, decision: Decision) -> str:
-    """A readable report of the decision."""
+    """A readable report of the decision. Where upstream's words print a Go value (a metric
+    selector as `&LabelSelector{...}`, or `nil` for none), the report names the metric as
+    kubectl would; the JSON output keeps the words the controller writes, byte for byte."""
     autoscaler = snapshot.autoscaler
     ref = autoscaler.spec.scale_target_ref
     lines = [
@@ -25,14 +28,14 @@ def render_text(snapshot: Snapshot, decision: Decision) -> str:
     ]
     if decision.rescale:
         lines.append(f"Decision: scale to {decision.new_replicas} "
-                     f"({decision.rescale_reason})")
+                     f"({readable_text(decision.rescale_reason, decision.metrics)})")
     else:
-        lines.append(f"Decision: keep {decision.desired_replicas} replicas")
+        lines.append(f"Decision: keep {phrase_replicas(decision.desired_replicas)}")
     lines.append("")
     if decision.metrics:
         lines.append("Metrics:")
         for detail in decision.metrics:
-            label = detail.description or f"{detail.type} {detail.name}".strip()
+            label = detail.shown_name
             if detail.error is not None:
                 lines.append(f"  [{detail.index}] {label}: FAILED ({detail.reason}): "
                              f"{detail.error}")
@@ -66,10 +69,11 @@ def render_text(snapshot: Snapshot, decision: Decision) -> str:
                  f"{status.desired_replicas}, lastScaleTime {_when(status.last_scale_time)}")
     for condition in status.conditions:
         lines.append(f"  {condition.type:<15} {condition.status:<6} {condition.reason:<28} "
-                     f"{condition.message}")
+                     f"{readable_text(condition.message, decision.metrics)}")
     if decision.events:
         lines.append("")
         lines.append("Events:")
         for event in decision.events:
-            lines.append(f"  {event.type:<8} {event.reason:<28} {event.message}")
+            lines.append(f"  {event.type:<8} {event.reason:<28} "
+                         f"{readable_text(event.message, decision.metrics)}")
     return "\n".join(lines) + "\n"

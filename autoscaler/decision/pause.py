@@ -18,6 +18,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from autoscaler.decision.phrases import phrase_replicas
+
 __all__ = [
     "PAUSED",
     "PAUSED_REPLICAS",
@@ -76,7 +78,7 @@ def read_pause(annotation: Callable[[str], str | None]) -> Pause | None:
         if text.isdigit() and text.isascii() and len(text) <= 9:
             count = int(text)
             return Pause("replicas", "PausedAtReplicas",
-                         f"paused at {count} replicas by annotation {PAUSED_REPLICAS}",
+                         f"paused at {phrase_replicas(count)} by annotation {PAUSED_REPLICAS}",
                          replicas=count)
         problem = f"annotation {PAUSED_REPLICAS}: {text!r} is not a whole number of replicas"
         return Pause("full", "InvalidPauseAnnotation",

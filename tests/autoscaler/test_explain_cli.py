@@ -151,3 +151,41 @@ def test_live_with_a_broken_kubeconfig_says_what_is_wrong_in_one_line(tmp_path: 
     assert result.stderr.startswith("metricscale explain: ") and str(broken) in result.stderr
     assert "invalid snapshot" not in result.stderr and "Traceback" not in result.stderr
     assert result.stderr.count("\n") == 1
+
+
+def test_text_names_a_metric_without_a_selector_without_gos_nil() -> None:
+    # upstream's description is "external metric queue_messages_ready(nil)" (Go's %+v of a nil
+    # *LabelSelector); the readable report names the metric as kubectl would
+    result = explain("--output", "text", str(SNAPSHOTS / "activation-from-idle.yaml"))
+    assert result.returncode == 0, result.stderr
+    assert "(nil)" not in result.stdout
+    assert "  [0] external metric queue_messages_ready: current 0, target 30" in result.stdout
+    assert "The metrics ask for 1 replica (the most, from external metric " \
+           "queue_messages_ready)." in result.stdout
+    assert "1 replicas" not in result.stdout
+    # the JSON keeps the words the controller writes, byte for byte
+    conditions = {c["type"]: c["message"]
+                  for c in decision_for("activation-from-idle.yaml")["status"]["conditions"]}
+    assert conditions["ScalingActive"].endswith("from external metric queue_messages_ready(nil)")
+
+
+def test_text_names_a_metric_with_a_selector_as_kubectl_prints_selectors() -> None:
+    document = yaml.safe_load((SNAPSHOTS / "activation-from-idle.yaml").read_text())
+    external = document["autoscaler"]["spec"]["metrics"][0]["external"]
+    external["metric"]["selector"] = {"matchLabels": {"queue": "orders"}}
+    document["metrics"][0]["items"][0]["value"] = "120"  # 4 pods' worth at 30 a pod
+    document["scale"]["spec"]["replicas"] = document["scale"]["status"]["replicas"] = 1
+    result = explain("--output", "text", "-", stdin=json.dumps(document))
+    assert result.returncode == 0, result.stderr
+    assert "LabelSelector" not in result.stdout and "(nil)" not in result.stdout
+    readable = "external metric queue_messages_ready (queue=orders)"
+    assert f"Decision: scale to 4 ({readable} above target)" in result.stdout
+    assert f"  [0] {readable}: current 120, target 30, ratio 4 -> 4" in result.stdout
+    assert f"The metrics ask for 4 replicas (the most, from {readable})." in result.stdout
+    assert "has 1 replica (spec), 1 (status)" in result.stdout
+    # the JSON keeps upstream's words (what the controller writes)
+    out = json.loads(explain("-", stdin=json.dumps(document)).stdout)
+    go_name = ("external metric queue_messages_ready(&LabelSelector{MatchLabels:"
+               "map[string]string{queue: orders,},MatchExpressions:[]LabelSelectorRequirement{},})")
+    assert out["metrics"][0]["description"] == go_name
+    assert out["events"][-1]["message"] == f"New size: 4; reason: {go_name} above target"

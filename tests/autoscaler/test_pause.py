@@ -166,3 +166,10 @@ def test_a_fully_paused_autoscaler_never_writes(replicas: int, level: int, key: 
                         annotations=annotations)
     assert not decision.rescale and not decision.scale_updated
     assert decision.desired_replicas == replicas
+
+
+def test_one_paused_replica_is_said_in_the_singular() -> None:
+    one = read_pause({PAUSED_REPLICAS: "1"}.get)
+    assert one is not None and one.message == f"paused at 1 replica by annotation {PAUSED_REPLICAS}"
+    three = read_pause({PAUSED_REPLICAS: "3"}.get)
+    assert three is not None and three.message.startswith("paused at 3 replicas by annotation")
