@@ -55,9 +55,12 @@ def read_live_autoscaler(text: str, *, hpa: bool, kubeconfig: str | None,
 
     from autoscaler.controller.capture import object_path
     from autoscaler.decision.settings import SETTINGS_ANNOTATION
+    from metricscale.kube.config import resolve_kubeconfig
     from metricscale.kube.errors import KubeError
 
     namespace, name = parse_live_name(text)
+    # The one rule, as every command: --kubeconfig, $KUBECONFIG, ~/.kube/config, in-cluster.
+    kubeconfig = resolve_kubeconfig(kubeconfig)
     path = object_path(namespace=urllib.parse.quote(namespace, safe=""),
                        name=urllib.parse.quote(name, safe=""), hpa=hpa)
     lease_path = None if lease is None else (

@@ -17,16 +17,16 @@ from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-import yaml
 from kubernetes_asyncio import config as kube_config
 from kubernetes_asyncio.client import Configuration
 from kubernetes_asyncio.config.config_exception import ConfigException
 
+from metricscale.files import FileError, decode_text, parse_yaml, read_bytes
 from metricscale.kube.errors import KubeConfigError
 from metricscale.tasks import start_guarded_task
 
-__all__ = ["Configuration", "add_kubeconfig_arguments", "kubeconfig_files", "merge_kubeconfigs",
-           "open_configuration", "read_kubeconfig", "resolve_kubeconfig"]
+__all__ = ["NO_KUBECONFIG", "Configuration", "add_kubeconfig_arguments", "kubeconfig_files",
+           "merge_kubeconfigs", "open_configuration", "read_kubeconfig", "resolve_kubeconfig"]
 
 
 def add_kubeconfig_arguments(parser: argparse.ArgumentParser | argparse._ArgumentGroup, *,
@@ -39,6 +39,11 @@ def add_kubeconfig_arguments(parser: argparse.ArgumentParser | argparse._Argumen
                              "~/.kube/config, else the in-cluster service account)")
     parser.add_argument("--context", default=None,
                         help=f"kubeconfig context to use{suffix} (default: current-context)")
+
+
+# What the rule found when it found no kubeconfig: every place it looked, in its order.
+NO_KUBECONFIG = ("no kubeconfig: --kubeconfig not given, $KUBECONFIG not set and no "
+                 "~/.kube/config")
 
 
 def resolve_kubeconfig(flag: str | None, *, environ: Mapping[str, str] | None = None,
@@ -86,38 +91,19 @@ def merge_kubeconfigs(documents: Sequence[tuple[str, dict[str, Any]]]) -> dict[s
 
 
 
-def _one_line(error: yaml.YAMLError) -> str:
-    """PyYAML's messages span lines (with a caret picture); errors here are one line."""
-    if isinstance(error, yaml.MarkedYAMLError) and error.problem:
-        mark = error.problem_mark
-        where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark else ""
-        return f"{error.problem}{where}"
-    return " ".join(str(error).split())
-
-
 def _read_file(kubeconfig: str) -> dict[str, Any]:
     """Read the file first, so each way it can be unusable gets a message naming the file.
 
     kubernetes_asyncio reports a missing file as "Expected key current-context" and lets a
-    decoding error or a RecursionError through.
+    decoding error or a RecursionError through; and it would read /dev/zero without end.
     """
     try:
-        raw = Path(kubeconfig).read_bytes()
-    except OSError as error:
-        reason = (error.strerror or str(error)).lower()
-        raise KubeConfigError(f"cannot read kubeconfig {kubeconfig}: {reason}") from None
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as error:
-        raise KubeConfigError(f"kubeconfig {kubeconfig}: not UTF-8 text (byte {error.start})") \
-            from None
-    try:
-        document = yaml.safe_load(text)
-    except yaml.YAMLError as error:
-        raise KubeConfigError(f"kubeconfig {kubeconfig}: not YAML: {_one_line(error)}") \
-            from None
-    except RecursionError:
-        raise KubeConfigError(f"kubeconfig {kubeconfig}: not YAML: nested too deeply") from None
+        document = parse_yaml(decode_text(read_bytes(kubeconfig), kubeconfig), kubeconfig)
+    except FileError as error:
+        if error.reading:
+            raise KubeConfigError(f"cannot read kubeconfig {kubeconfig}: "
+                                  f"{error.problem}") from None
+        raise KubeConfigError(f"kubeconfig {kubeconfig}: {error.problem}") from None
     if not isinstance(document, dict):
         raise KubeConfigError(f"kubeconfig {kubeconfig}: not a kubeconfig (want a mapping "
                               "with contexts, clusters and users)")
@@ -167,8 +153,11 @@ async def _load(kubeconfig: str | None, context: str | None,
         kube_config.load_incluster_config(  # type: ignore[no-untyped-call]
             client_configuration=configuration)
     except (ConfigException, OSError, ValueError) as exc:
-        where = f"kubeconfig {kubeconfig}" if kubeconfig else "the in-cluster service account"
-        raise KubeConfigError(f"cannot use {where}: {exc}") from None
+        if kubeconfig:
+            raise KubeConfigError(f"cannot use kubeconfig {kubeconfig}: {exc}") from None
+        # The caller resolved the rule (`resolve_kubeconfig`): every place was looked at.
+        raise KubeConfigError(f"{NO_KUBECONFIG}; cannot use the in-cluster service account "
+                              f"either: {exc}") from None
     return None
 
 

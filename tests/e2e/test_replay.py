@@ -436,6 +436,39 @@ async def test_replay_live_decides_with_the_settings_the_controller_published(
     assert flagged == defaults
 
 
+@pytest.mark.parametrize("where", ["KUBECONFIG", "~/.kube/config"])
+async def test_replay_live_finds_the_cluster_as_every_command_does(
+        backfilled: PrometheusServer, files: tuple[Path, Path], fake_kube: Any,
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str], where: str) -> None:
+    """Without --kubeconfig, `replay --live` reads $KUBECONFIG, else ~/.kube/config (its
+    --help says so, and the adapter, the autoscaler, explain and autoscale do so)."""
+    import asyncio
+
+    from tests.e2e.test_autoscaler_support import install_crd
+
+    install_crd(fake_kube)
+    fake_kube.create("metricscale.dev", "v1alpha1", "autoscalers", json.loads(
+        json.dumps(AUTOSCALER)))
+    monkeypatch.delenv("KUBECONFIG", raising=False)
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path))
+    if where == "KUBECONFIG":
+        monkeypatch.setenv("KUBECONFIG", str(fake_kube.write_kubeconfig(tmp_path / "env")))
+    else:
+        (tmp_path / ".kube").mkdir()
+        fake_kube.write_kubeconfig(tmp_path / ".kube" / "config")
+    _, rules = files
+    arguments = ["replay", "--live", "shop/api", "--prometheus-url", backfilled.url,
+                 "--config", str(rules), "--from", _time(START),
+                 "--to", _time(START + timedelta(hours=2)), "--step", "5m",
+                 "--initial-replicas", "2", "-o", "json"]
+    status = await asyncio.to_thread(main, arguments)
+    captured = capsys.readouterr()
+    assert status == 0, captured.err
+    assert len(json.loads(captured.out)["steps"]) == 25
+
+
 def test_replay_reads_prometheus_with_the_adapters_backend_options(
         backfilled: PrometheusServer, files: tuple[Path, Path], tmp_path: Path,
         capsys: pytest.CaptureFixture[str]) -> None:

@@ -4,12 +4,16 @@ from __future__ import annotations
 
 import argparse
 import os
+import socket
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 import yaml
 
 from metricscale.kube.config import (
+    NO_KUBECONFIG,
     add_kubeconfig_arguments,
     merge_kubeconfigs,
     open_configuration,
@@ -151,11 +155,110 @@ def test_shared_arguments() -> None:
 
 
 @pytest.mark.parametrize("module", ["adapter.server", "autoscaler.server", "autoscaler.explain",
-                                    "cli.autoscale"])
+                                    "cli.autoscale", "cli.replay"])
 def test_every_command_accepts_context(module: str) -> None:
     import importlib
 
     parser = argparse.ArgumentParser()
     importlib.import_module(module).add_arguments(parser)
-    args = parser.parse_args(["--kubeconfig", "/k", "--context", "c"])
+    required = ["--prometheus-url", "http://p:9090"] if module == "cli.replay" else []
+    args = parser.parse_args([*required, "--kubeconfig", "/k", "--context", "c"])
     assert args.context == "c" and args.kubeconfig == "/k"
+
+
+# --- every command resolves the rule the same way ---------------------------------------------
+# Each command runs as a user runs it (`python -m metricscale ...`), with a kubeconfig that is
+# not YAML where the rule looks: its error must name that file, so the command looked there.
+# With nothing anywhere, the error names every place the rule looked, not only the in-cluster
+# service account.
+
+
+def _commands(tmp_path: Path) -> dict[str, list[str]]:
+    rules = tmp_path / "rules.yaml"
+    rules.write_text("rules: []\n", encoding="utf-8")
+    with socket.socket() as probe:  # the adapter stops before it listens; a port all the same
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    return {
+        "adapter": ["adapter", "--config", str(rules), "--prometheus-url", "http://127.0.0.1:1",
+                    "--secure-port", str(port), "--bind-address", "127.0.0.1",
+                    "--cert-dir", str(tmp_path / "serving"), "--self-managed-certs", "off"],
+        "autoscaler": ["autoscaler", "--leader-elect=false",
+                       "--metrics-bind-address", "127.0.0.1:0"],
+        "explain --live": ["explain", "--live", "shop/api"],
+        "autoscale": ["autoscale", "deployment/api", "--max", "3"],
+        "replay --live": ["replay", "--live", "shop/api", "--prometheus-url",
+                          "http://127.0.0.1:1", "--last", "1h", "--query", "0=up"],
+    }
+
+
+COMMANDS = ("adapter", "autoscaler", "explain --live", "autoscale", "replay --live")
+
+
+def _run_command(arguments: list[str], *, home: Path,
+                 kubeconfig: str | None) -> subprocess.CompletedProcess[str]:
+    env = {key: value for key, value in os.environ.items()
+           if key not in ("KUBECONFIG", "KUBERNETES_SERVICE_HOST", "KUBERNETES_SERVICE_PORT")}
+    env["HOME"] = str(home)
+    if kubeconfig is not None:
+        env["KUBECONFIG"] = kubeconfig
+    return subprocess.run([sys.executable, "-m", "metricscale", *arguments], cwd=home, env=env,
+                          capture_output=True, text=True, timeout=60, check=False)
+
+
+def _not_yaml(path: Path) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("a: [\n", encoding="utf-8")
+    return path
+
+
+@pytest.mark.parametrize("command", COMMANDS)
+def test_every_command_reads_the_kubeconfig_environment_variable(tmp_path: Path,
+                                                                 command: str) -> None:
+    listed = _not_yaml(tmp_path / "from-env")
+    result = _run_command(_commands(tmp_path)[command], home=tmp_path, kubeconfig=str(listed))
+    assert result.returncode != 0 and "Traceback" not in result.stderr, result.stderr
+    assert f"kubeconfig {listed}: not YAML" in result.stderr, result.stderr
+
+
+@pytest.mark.parametrize("command", COMMANDS)
+def test_every_command_reads_the_home_kubeconfig(tmp_path: Path, command: str) -> None:
+    home_config = _not_yaml(tmp_path / ".kube" / "config")
+    result = _run_command(_commands(tmp_path)[command], home=tmp_path, kubeconfig=None)
+    assert result.returncode != 0 and "Traceback" not in result.stderr, result.stderr
+    assert f"kubeconfig {home_config}: not YAML" in result.stderr, result.stderr
+
+
+@pytest.mark.parametrize("command", COMMANDS)
+def test_without_any_kubeconfig_every_command_names_each_place_looked(tmp_path: Path,
+                                                                       command: str) -> None:
+    result = _run_command(_commands(tmp_path)[command], home=tmp_path, kubeconfig=None)
+    assert result.returncode != 0 and "Traceback" not in result.stderr, result.stderr
+    assert f"{NO_KUBECONFIG}; cannot use the in-cluster service account either: " \
+        in result.stderr, result.stderr
+    assert "--kubeconfig" in NO_KUBECONFIG and "$KUBECONFIG" in NO_KUBECONFIG \
+        and "~/.kube/config" in NO_KUBECONFIG
+
+
+def test_the_flag_beats_the_environment_in_a_command(tmp_path: Path) -> None:
+    listed = _not_yaml(tmp_path / "from-env")
+    flagged = _not_yaml(tmp_path / "from-flag")
+    arguments = [*_commands(tmp_path)["replay --live"], "--kubeconfig", str(flagged)]
+    result = _run_command(arguments, home=tmp_path, kubeconfig=str(listed))
+    assert f"kubeconfig {flagged}: not YAML" in result.stderr, result.stderr
+    assert str(listed) not in result.stderr
+
+
+@pytest.mark.parametrize("name", ["sparse", "/dev/zero"])
+def test_a_kubeconfig_larger_than_any_real_one_is_refused_unread(tmp_path: Path,
+                                                                 name: str) -> None:
+    from metricscale.files import MAX_FILE_BYTES
+
+    path = Path(name) if name.startswith("/") else tmp_path / name
+    if not name.startswith("/"):
+        with path.open("wb") as handle:  # sparse: no disk used
+            handle.truncate(MAX_FILE_BYTES + 1)
+    with pytest.raises(KubeConfigError) as caught:
+        read_kubeconfig(str(path))
+    assert str(caught.value) == (f"cannot read kubeconfig {path}: larger than 16 MiB (the "
+                                 "most a command reads)")
