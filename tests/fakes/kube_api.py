@@ -21,7 +21,8 @@ Known simplifications (each stricter or equal, never more forgiving, unless said
   finalizers are honoured (deletionTimestamp, then removal when the last one goes).
 * No controllers run: a scale does not create pods, deployment status is whatever tests set.
 * Server-side apply is approximated by a strategic (built-ins) or merge (CRs) patch; no
-  managedFields, no conflicts. dryRun is not supported.
+  managedFields, no conflicts. dryRun=All is honoured on every write (validated, answered,
+  nothing stored); other values get kube-apiserver's 422.
 * Discovery is served in the legacy form only (clients fall back from aggregated discovery).
 * /openapi/v3 lists operations and their query parameters but no schemas (enough for kubectl
   to validate on the server with fieldValidation); /openapi/v2 is 404. Protobuf request bodies

@@ -72,6 +72,10 @@ BLOCKING_ERROR_TYPES = {"NotSupported", "Required", "TooLong", "TooMany", "TypeI
 RULES_NOT_CHECKED = ("some validation rules were not checked because the object was invalid; "
                      "correct the existing errors to complete validation")
 BOOKMARK_PRE_TIMEOUT = 2.0  # the watch cache sends its last bookmark 2 s before the deadline
+DRY_RUN_VALUES = ("All",)  # metav1.DryRunAll, the one value kube-apiserver accepts
+FIELD_VALIDATION_VALUES = ("", "Ignore", "Strict", "Warn")
+_GO_JSON_TYPES = ((bool, "bool"), (str, "string"), ((int, float), "number"), (dict, "object"),
+                  (list, "array"))
 
 
 def json_response(body: Any, *, status: int = 200,
@@ -126,6 +130,70 @@ def split_resource_path(group: str, version: str, rest: list[str]) -> ApiPath | 
     name = rest[1] if len(rest) > 1 else ""
     subresource = rest[2] if len(rest) > 2 else ""
     return ApiPath(group, version, namespace, resource, name, subresource)
+
+
+def option_problems(query: MultiMapping[str], *, apply: bool = False
+                    ) -> list[errors.FieldError]:
+    """What ValidateCreateOptions, ValidateUpdateOptions and ValidatePatchOptions find in a
+    request's query, in their order: fieldManager (required for apply), dryRun (only "All"),
+    fieldValidation."""
+    problems: list[errors.FieldError] = []
+    if apply and not query.get("fieldManager"):
+        problems.append(errors.required_value("fieldManager", "is required for apply patch"))
+    problems += dry_run_problems(query.getall("dryRun", []))
+    validation = query.get("fieldValidation", "")
+    if validation not in FIELD_VALIDATION_VALUES:
+        problems.append(errors.not_supported("fieldValidation", validation,
+                                             FIELD_VALIDATION_VALUES))
+    return problems
+
+
+def dry_run_problems(values: list[str]) -> list[errors.FieldError]:
+    """ValidateDryRun: every value must be "All" (an empty one too is refused)."""
+    if all(value in DRY_RUN_VALUES for value in values):
+        return []
+    return [errors.not_supported("dryRun", list(values), DRY_RUN_VALUES)]
+
+
+def check_options(kind: str, problems: list[errors.FieldError]) -> None:
+    if problems:
+        raise errors.invalid(errors.GroupKind("meta.k8s.io", kind), "", problems)
+
+
+def is_dry_run(query: MultiMapping[str]) -> bool:
+    """dryrun.IsDryRun, once the values are checked: any dryRun value asks for a dry run."""
+    return bool(query.getall("dryRun", []))
+
+
+def delete_options(body: bytes, query: MultiMapping[str]) -> JSONDict:
+    """The DeleteOptions of a DELETE: its body when it has one (the query is then not read, as
+    the handler decodes one or the other), else its query. Checked (422) before anything."""
+    if body:
+        try:
+            options = json.loads(body)
+        except ValueError as error:
+            raise errors.bad_request(f"error decoding DeleteOptions: {error}") from None
+        if not isinstance(options, dict):
+            options = {}
+        dry_run = options.get("dryRun")
+        if dry_run is not None:
+            if not isinstance(dry_run, list):
+                raise errors.bad_request(
+                    f"json: cannot unmarshal {_go_json_type(dry_run)} into Go struct field "
+                    "DeleteOptions.dryRun of type []string")
+            for value in dry_run:
+                if not isinstance(value, str):
+                    raise errors.bad_request(
+                        f"json: cannot unmarshal {_go_json_type(value)} into Go struct field "
+                        "DeleteOptions.dryRun of type string")
+    else:
+        options = {"dryRun": query.getall("dryRun", [])}
+    check_options("DeleteOptions", dry_run_problems(options.get("dryRun") or []))
+    return options
+
+
+def _go_json_type(value: Any) -> str:
+    return next((name for kind, name in _GO_JSON_TYPES if isinstance(value, kind)), "null")
 
 
 def _truthy(value: str | None) -> bool:
@@ -237,7 +305,8 @@ class RestHandlers:
                     raise errors.method_not_allowed()
                 return await self._create(request, resource_type, path, gr)
             if method == "DELETE" and "deletecollection" in resource_type.verbs:
-                return json_response(self._delete_collection(resource_type, path, query, gr))
+                return json_response(await self._delete_collection(request, resource_type, path,
+                                                                   gr))
             raise errors.method_not_allowed()
         if method == "GET":
             stored = self.store.require(resource_type, namespace, path.name, gr)
@@ -258,8 +327,10 @@ class RestHandlers:
 
     # --- request bodies ---------------------------------------------------------------------
 
-    async def _body(self, request: web.Request, *, accepted: tuple[str, ...] = JSON_TYPES
-                    ) -> Any:
+    async def _body(self, request: web.Request, *, options: str,
+                    accepted: tuple[str, ...] = JSON_TYPES) -> Any:
+        """The decoded body of a write whose query holds `options` (CreateOptions,
+        UpdateOptions): the media type is checked first, then the options, then the body."""
         content_type = request.content_type
         raw = await request.read()
         if content_type in ("application/json", ""):
@@ -268,6 +339,7 @@ class RestHandlers:
             parser = yaml.safe_load
         else:
             raise errors.unsupported_media_type(accepted)
+        check_options(options, option_problems(request.query))
         try:
             return parser(raw) if raw else None
         except (ValueError, yaml.YAMLError) as error:
@@ -312,10 +384,8 @@ class RestHandlers:
                 decoded, unknown, cr_problems = schema.decode(body)
             except DecodeError as error:
                 raise errors.bad_request(str(error)) from None
-        validation = query.get("fieldValidation", "Warn")
-        if validation not in ("Strict", "Warn", "Ignore"):
-            raise errors.bad_request(f"fieldValidation must be one of Ignore, Warn or Strict, "
-                                     f"got {validation!r}")
+        # Checked with the other options (option_problems); empty means Warn.
+        validation = query.get("fieldValidation") or "Warn"
         warnings: list[str] = []
         if unknown and validation == "Strict":
             detail = "strict decoding error: " + ", ".join(
@@ -396,7 +466,7 @@ class RestHandlers:
 
     async def _create(self, request: web.Request, resource_type: ResourceType, path: ApiPath,
                       gr: GroupResource) -> web.Response:
-        body = await self._body(request)
+        body = await self._body(request, options="CreateOptions")
         obj, warnings, cr_problems = self._decode(resource_type, path.version, body,
                                                   request.query)
         self._check_target(obj, path, resource_type)
@@ -412,13 +482,15 @@ class RestHandlers:
         prepare_for_create(resource_type, stored, path.version)
         self._problems(resource_type, stored, None, cr_problems, path,
                        metadata.get("name", ""))
-        created = self.store.insert(resource_type, stored, gr=gr)
+        created = self.store.insert(resource_type, stored, gr=gr,
+                                    dry_run=is_dry_run(request.query))
         response = json_response(resource_type.convert_to(created, path.version), status=201)
         return self._with_warnings(response, warnings)
 
     async def _update(self, request: web.Request, resource_type: ResourceType, path: ApiPath,
                       gr: GroupResource) -> web.Response:
-        body = await self._body(request)
+        body = await self._body(request, options="UpdateOptions")
+        dry_run = is_dry_run(request.query)
         obj, warnings, cr_problems = self._decode(resource_type, path.version, body,
                                                   request.query)
         self._check_target(obj, path, resource_type)
@@ -427,27 +499,28 @@ class RestHandlers:
         if old is None:
             if (resource_type.group, resource_type.resource) in CREATE_ON_UPDATE:
                 return await self._create_from(obj, warnings, cr_problems, resource_type,
-                                               path, gr)
+                                               path, gr, dry_run=dry_run)
             raise errors.not_found(gr, path.name)
-        result = self._write_update(resource_type, path, gr, obj, old, cr_problems)
+        result = self._write_update(resource_type, path, gr, obj, old, cr_problems,
+                                    dry_run=dry_run)
         return self._with_warnings(json_response(resource_type.convert_to(result, path.version)),
                                    warnings)
 
     async def _create_from(self, obj: JSONDict, warnings: list[str], cr_problems: list[Any],
                            resource_type: ResourceType, path: ApiPath,
-                           gr: GroupResource) -> web.Response:
+                           gr: GroupResource, *, dry_run: bool) -> web.Response:
         obj["metadata"].pop("resourceVersion", None)
         stored = resource_type.convert_from(obj, path.version)
         apply_defaults(resource_type, stored)
         prepare_for_create(resource_type, stored, path.version)
         self._problems(resource_type, stored, None, cr_problems, path, path.name)
-        created = self.store.insert(resource_type, stored, gr=gr)
+        created = self.store.insert(resource_type, stored, gr=gr, dry_run=dry_run)
         return self._with_warnings(
             json_response(resource_type.convert_to(created, path.version), status=201), warnings)
 
     def _write_update(self, resource_type: ResourceType, path: ApiPath, gr: GroupResource,
                       obj: JSONDict, old: JSONDict, cr_problems: list[Any],
-                      *, status_only: bool = False) -> JSONDict:
+                      *, dry_run: bool, status_only: bool = False) -> JSONDict:
         wanted = obj["metadata"].get("resourceVersion")
         if not wanted and not resource_type.builtin:
             # Custom resources allow no unconditional update (customResourceStrategy's
@@ -467,8 +540,7 @@ class RestHandlers:
             for key in ("generation", "managedFields"):
                 stored["metadata"].pop(key, None)
         self._problems(resource_type, stored, old, cr_problems, path, path.name)
-        result = self.store.replace(resource_type, stored, gr=gr)
-        return result
+        return self.store.replace(resource_type, stored, gr=gr, dry_run=dry_run)
 
     def _patch_object(self, content_type: str, current: JSONDict, patch: Any,
                       resource_type: ResourceType, *, kind: str, group: str, version: str,
@@ -509,10 +581,13 @@ class RestHandlers:
         return patched
 
     async def _patch_body(self, request: web.Request, resource_type: ResourceType) -> Any:
+        """The patch, once its media type (415) and then its PatchOptions (422) are checked."""
         content_type = request.content_type
         accepted = PATCH_TYPES_BUILTIN if resource_type.builtin else PATCH_TYPES_CUSTOM
         if content_type not in accepted:
             raise errors.unsupported_media_type(accepted)
+        check_options("PatchOptions", option_problems(
+            request.query, apply=content_type == "application/apply-patch+yaml"))
         raw = await request.read()
         try:
             if content_type == "application/apply-patch+yaml":
@@ -524,10 +599,7 @@ class RestHandlers:
     async def _patch(self, request: web.Request, resource_type: ResourceType, path: ApiPath,
                      gr: GroupResource, *, status_only: bool = False) -> web.Response:
         patch = await self._patch_body(request, resource_type)
-        if request.content_type == "application/apply-patch+yaml" and \
-                not request.query.get("fieldManager"):
-            raise errors.invalid(errors.GroupKind("meta.k8s.io", "PatchOptions"), "", [
-                errors.required_value("fieldManager", "is required for apply patch")])
+        dry_run = is_dry_run(request.query)
         namespace = path.namespace or ""
         old = self.store.lookup(resource_type, namespace, path.name)
         if old is None:
@@ -536,7 +608,7 @@ class RestHandlers:
                                                           request.query)
                 self._check_target(obj, path, resource_type)
                 return await self._create_from(obj, warnings, cr_problems, resource_type, path,
-                                               gr)
+                                               gr, dry_run=dry_run)
             raise errors.not_found(gr, path.name)
         current = resource_type.convert_to(old, path.version)
         patched = self._patch_object(request.content_type, current, patch, resource_type,
@@ -547,24 +619,19 @@ class RestHandlers:
                                                   request.query)
         self._check_target(obj, path, resource_type)
         result = self._write_update(resource_type, path, gr, obj, old, cr_problems,
-                                    status_only=status_only)
+                                    dry_run=dry_run, status_only=status_only)
         return self._with_warnings(json_response(resource_type.convert_to(result, path.version)),
                                    warnings)
 
     async def _delete(self, request: web.Request, resource_type: ResourceType, path: ApiPath,
                       gr: GroupResource) -> web.Response:
-        raw = await request.read()
-        options: JSONDict = {}
-        if raw:
-            try:
-                options = json.loads(raw) or {}
-            except ValueError as error:
-                raise errors.bad_request(f"error decoding DeleteOptions: {error}") from None
+        options = delete_options(await request.read(), request.query)
         preconditions = options.get("preconditions") or {}
         obj, deleted = self.store.remove(
             resource_type, path.namespace or "", path.name, gr=gr,
             precondition_uid=preconditions.get("uid"),
-            precondition_resource_version=preconditions.get("resourceVersion"))
+            precondition_resource_version=preconditions.get("resourceVersion"),
+            dry_run=bool(options.get("dryRun")))
         if resource_type.return_deleted_object or not deleted:
             return json_response(resource_type.convert_to(obj, path.version))
         metadata = obj["metadata"]
@@ -572,19 +639,23 @@ class RestHandlers:
             "name": metadata["name"], **({"group": gr.group} if gr.group else {}),
             "kind": gr.resource, "uid": metadata["uid"]}))
 
-    def _delete_collection(self, resource_type: ResourceType, path: ApiPath,
-                           query: MultiMapping[str], gr: GroupResource) -> JSONDict:
+    async def _delete_collection(self, request: web.Request, resource_type: ResourceType,
+                                 path: ApiPath, gr: GroupResource) -> JSONDict:
+        """registry/store.go DeleteCollection: the matching objects are listed, each is
+        deleted, and the answer is the list as it was listed."""
+        options = delete_options(await request.read(), request.query)
+        query = request.query
         labels, fields = compile_selectors(resource_type, query.get("labelSelector"),
                                            query.get("fieldSelector"))
-        deleted = []
-        for obj in list(self.store.items(resource_type, path.namespace)):
-            if matches(resource_type, obj, labels, fields):
-                metadata = obj["metadata"]
-                removed, _ = self.store.remove(resource_type, metadata.get("namespace", ""),
-                                               metadata["name"], gr=gr)
-                deleted.append(removed)
-        return self._list_body(resource_type, path.version, deleted, {
-            "resourceVersion": str(self.store.resource_version)})
+        listed_at = self.store.resource_version
+        listed = [obj for obj in self.store.items(resource_type, path.namespace)
+                  if matches(resource_type, obj, labels, fields)]
+        for obj in listed:
+            metadata = obj["metadata"]
+            self.store.remove(resource_type, metadata.get("namespace", ""), metadata["name"],
+                              gr=gr, dry_run=bool(options.get("dryRun")))
+        return self._list_body(resource_type, path.version, listed, {
+            "resourceVersion": str(listed_at)})
 
     # --- lists ------------------------------------------------------------------------------
 
@@ -810,12 +881,13 @@ class RestHandlers:
                 stored = self.store.require(resource_type, namespace, path.name, gr)
                 return json_response(resource_type.convert_to(stored, path.version))
             if method == "PUT":
-                body = await self._body(request)
+                body = await self._body(request, options="UpdateOptions")
                 obj, warnings, cr_problems = self._decode(resource_type, path.version, body,
                                                           request.query)
                 self._check_target(obj, path, resource_type)
                 old = self.store.require(resource_type, namespace, path.name, gr)
                 result = self._write_update(resource_type, path, gr, obj, old, cr_problems,
+                                            dry_run=is_dry_run(request.query),
                                             status_only=True)
                 return self._with_warnings(
                     json_response(resource_type.convert_to(result, path.version)), warnings)
@@ -866,19 +938,21 @@ class RestHandlers:
     async def _scale(self, request: web.Request, resource_type: ResourceType, path: ApiPath,
                      gr: GroupResource, namespace: str, spec: ScaleSpec) -> web.Response:
         method = request.method
+        if method not in ("GET", "PUT", "PATCH"):
+            raise errors.method_not_allowed()
+        # A write's media type and options are checked before the object is read.
+        if method == "PUT":
+            body = await self._body(request, options="UpdateOptions")
+        elif method == "PATCH":
+            patch = await self._patch_body(request, resource_type)
         stored = self.store.require(resource_type, namespace, path.name, gr)
         current = self._scale_of(resource_type, stored, path.version, spec)
         if method == "GET":
             return json_response(current)
-        if method == "PUT":
-            body = await self._body(request)
-        elif method == "PATCH":
-            patch = await self._patch_body(request, resource_type)
+        if method == "PATCH":
             body = self._patch_object(request.content_type, current, patch, resource_type,
                                       kind="Scale", group="autoscaling", version="v1",
                                       strategic_allowed=resource_type.builtin)
-        else:
-            raise errors.method_not_allowed()
         scale, warnings, _ = self._decode(resource_type, "v1", body, request.query,
                                           kind="Scale", group="autoscaling")
         self._check_target(scale, path, resource_type)
@@ -909,7 +983,7 @@ class RestHandlers:
             if problems:
                 raise errors.invalid(resource_type.group_kind, path.name, problems)
         result = self.store.replace(resource_type, resource_type.convert_from(obj, path.version),
-                                    gr=gr)
+                                    gr=gr, dry_run=is_dry_run(request.query))
         response = json_response(self._scale_of(resource_type, result, path.version, spec))
         return self._with_warnings(response, warnings)
 
@@ -917,7 +991,7 @@ class RestHandlers:
 
     async def _review(self, request: web.Request, resource_type: ResourceType, path: ApiPath,
                       identity: Any) -> web.Response:
-        body = await self._body(request)
+        body = await self._body(request, options="CreateOptions")
         obj, warnings, _ = self._decode(resource_type, path.version, body, request.query)
         handler = self.reviews[resource_type.resource]
         result = await handler(body, obj, identity)

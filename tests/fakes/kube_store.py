@@ -1,6 +1,8 @@
 """The fake's etcd: objects, one global resourceVersion, watch history and compaction.
 
 Watches replay the history after their resourceVersion; below the compaction point they get 410.
+Each write can be a dry run (DryRunnableStorage): checked and answered as it would be, with
+nothing stored, no event and no new resourceVersion.
 """
 
 from __future__ import annotations
@@ -274,8 +276,9 @@ class ObjectStore:
         return prefix[:_MAX_GENERATED_PREFIX] + suffix
 
     def insert(self, resource_type: ResourceType, obj: JSONDict, *,
-               gr: GroupResource | None = None) -> JSONDict:
-        """Create: fills uid, resourceVersion, creationTimestamp, generation; 409 if present."""
+               gr: GroupResource | None = None, dry_run: bool = False) -> JSONDict:
+        """Create: fills uid, resourceVersion, creationTimestamp, generation; 409 if present.
+        A dry run answers the object without a resourceVersion (none was handed out)."""
         obj = copy.deepcopy(obj)
         metadata = obj.setdefault("metadata", {})
         name = metadata.get("name") or ""
@@ -292,15 +295,20 @@ class ObjectStore:
         bucket = self.bucket(resource_type.storage_key)
         if (namespace, name) in bucket:
             raise errors.already_exists(gr or resource_type.group_resource, name)
-        resource_version = self._next_resource_version()
+        resource_version = 0 if dry_run else self._next_resource_version()
         metadata["uid"] = str(uuid.uuid4())
-        metadata["resourceVersion"] = str(resource_version)
+        if dry_run:
+            metadata.pop("resourceVersion", None)
+        else:
+            metadata["resourceVersion"] = str(resource_version)
         metadata["creationTimestamp"] = format_time(self._clock())
         metadata.pop("deletionTimestamp", None)
         if resource_type.generation != "none":
             metadata["generation"] = 1
         else:
             metadata.pop("generation", None)
+        if dry_run:
+            return obj
         bucket[(namespace, name)] = obj
         self._order.pop(resource_type.storage_key, None)
         self._record(StoreEvent("ADDED", resource_type.storage_key, namespace, name,
@@ -308,8 +316,9 @@ class ObjectStore:
         return copy.deepcopy(obj)
 
     def replace(self, resource_type: ResourceType, obj: JSONDict, *,
-                gr: GroupResource | None = None) -> JSONDict:
-        """Update. A resourceVersion in `obj` is a precondition (409 when stale)."""
+                gr: GroupResource | None = None, dry_run: bool = False) -> JSONDict:
+        """Update. A resourceVersion in `obj` is a precondition (409 when stale). A dry run
+        answers the updated object at the old resourceVersion."""
         obj = copy.deepcopy(obj)
         metadata = obj.setdefault("metadata", {})
         name = metadata.get("name", "")
@@ -343,6 +352,8 @@ class ObjectStore:
         metadata["resourceVersion"] = old_metadata["resourceVersion"]
         if obj == old:
             return copy.deepcopy(old)  # a no-op update writes nothing and keeps the RV
+        if dry_run:
+            return obj
         resource_version = self._next_resource_version()
         metadata["resourceVersion"] = str(resource_version)
         if metadata.get("deletionTimestamp") and not metadata.get("finalizers"):
@@ -366,8 +377,10 @@ class ObjectStore:
 
     def remove(self, resource_type: ResourceType, namespace: str, name: str, *,
                gr: GroupResource | None = None, precondition_uid: str | None = None,
-               precondition_resource_version: str | None = None) -> tuple[JSONDict, bool]:
-        """Delete; returns (object, deleted_now). With finalizers it only marks deletion."""
+               precondition_resource_version: str | None = None,
+               dry_run: bool = False) -> tuple[JSONDict, bool]:
+        """Delete; returns (object, deleted_now). With finalizers it only marks deletion. A dry
+        run answers the same, at the old resourceVersion, and removes or marks nothing."""
         gr = gr or resource_type.group_resource
         bucket = self.bucket(resource_type.storage_key)
         old = bucket.get((namespace, name))
@@ -384,17 +397,15 @@ class ObjectStore:
                                             f"precondition: {precondition_resource_version}, "
                                             "ResourceVersion in object meta: "
                                             f"{metadata['resourceVersion']}")
-        resource_version = self._next_resource_version()
         obj = copy.deepcopy(old)
+        if dry_run:
+            if metadata.get("finalizers") and not metadata.get("deletionTimestamp"):
+                self._mark_deleting(obj)
+            return obj, not metadata.get("finalizers")
+        resource_version = self._next_resource_version()
         if metadata.get("finalizers"):
             if not metadata.get("deletionTimestamp"):
-                obj["metadata"]["deletionTimestamp"] = format_time(self._clock())
-                obj["metadata"]["deletionGracePeriodSeconds"] = 0
-                # registry/store.go markAsDeleting: the first deletion mark is a change the
-                # object's controllers must see, so a tracked generation goes up.
-                generation = metadata.get("generation")
-                if isinstance(generation, int) and generation > 0:
-                    obj["metadata"]["generation"] = generation + 1
+                self._mark_deleting(obj)
                 obj["metadata"]["resourceVersion"] = str(resource_version)
                 bucket[(namespace, name)] = obj
                 self._record(StoreEvent("MODIFIED", resource_type.storage_key, namespace, name,
@@ -409,6 +420,16 @@ class ObjectStore:
         self._record(StoreEvent("DELETED", resource_type.storage_key, namespace, name,
                                 copy.deepcopy(obj), copy.deepcopy(old), resource_version))
         return obj, True
+
+    def _mark_deleting(self, obj: JSONDict) -> None:
+        metadata = obj["metadata"]
+        metadata["deletionTimestamp"] = format_time(self._clock())
+        metadata["deletionGracePeriodSeconds"] = 0
+        # registry/store.go markAsDeleting: the first deletion mark is a change the object's
+        # controllers must see, so a tracked generation goes up.
+        generation = metadata.get("generation")
+        if isinstance(generation, int) and generation > 0:
+            metadata["generation"] = generation + 1
 
     # --- versioned helpers for tests (bypass HTTP: no admission, status kept as given) -------
 
