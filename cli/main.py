@@ -16,7 +16,7 @@ import os
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Protocol, cast
+from typing import Any, NoReturn, Protocol, cast
 
 from metricscale import __version__
 
@@ -46,10 +46,23 @@ SUBCOMMANDS: tuple[Subcommand, ...] = (
 )
 
 
+class CommandParser(argparse.ArgumentParser):
+    """argparse whose usage errors are two lines: what is wrong (naming the flag), then where
+    to read the options; not argparse's whole usage (22 to 53 lines) with the error last."""
+
+    def __init__(self, *, synopsis: str = "[options]", **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.synopsis = synopsis
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message}\n"
+                     f"usage: {self.prog} {self.synopsis}; see {self.prog} --help\n")
+
+
 def _top_parser() -> argparse.ArgumentParser:
     lines = "\n".join(f"  {s.name:<12} {s.summary}" for s in SUBCOMMANDS)
-    parser = argparse.ArgumentParser(
-        prog="metricscale",
+    parser = CommandParser(
+        prog="metricscale", synopsis="SUBCOMMAND [options]",
         description="Kubernetes metrics adapter and autoscaler.",
         epilog=f"subcommands:\n{lines}\n\nRun 'metricscale <subcommand> --help' for its options.",
         formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -100,7 +113,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     chosen = by_name[arguments[0]]
     module = cast(SubcommandModule, importlib.import_module(chosen.module))
-    sub = argparse.ArgumentParser(prog=f"metricscale {chosen.name}", description=chosen.summary)
+    sub = CommandParser(prog=f"metricscale {chosen.name}", description=chosen.summary)
     module.add_arguments(sub)
     args = sub.parse_args(arguments[1:])
     return module.run(args)

@@ -46,11 +46,13 @@ def _assert_one_line(result: subprocess.CompletedProcess[str], *, status: int,
                      message: str) -> None:
     assert "Traceback" not in result.stderr, result.stderr
     assert result.returncode == status, result.stderr
-    last = result.stderr.strip().splitlines()[-1]
-    assert message in last, result.stderr
-    # argparse's usage lines come before its error; a program's own error is the only line.
-    if "usage:" not in result.stderr:
-        assert len(result.stderr.strip().splitlines()) == 1, result.stderr
+    lines = result.stderr.strip().splitlines()
+    # A usage error is its line, then a one-line hint; a program's own error is the only line.
+    if lines[-1].startswith("usage: "):
+        assert len(lines) == 2 and lines[-1].endswith(" --help"), result.stderr
+    else:
+        assert len(lines) == 1, result.stderr
+    assert message in lines[0], result.stderr
 
 
 @pytest.fixture
