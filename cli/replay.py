@@ -697,9 +697,18 @@ def prometheus_client(args: argparse.Namespace) -> Any:
                              timeout=math.ceil(settings.timeout))
 
 
+INSTALL_HINT = "pip install 'metricscale[replay]'"
+
+
 def run(args: argparse.Namespace) -> int:
-    import requests
-    from prometheus_api_client.exceptions import PrometheusApiClientException
+    try:  # the replay extra: not in the base install, nor in the container image
+        import requests
+        from prometheus_api_client.exceptions import PrometheusApiClientException
+    except ImportError as err:
+        missing = err.name.split(".")[0] if err.name else "prometheus-api-client"
+        print(f"metricscale replay: needs the replay extra ({missing} is not installed): "
+              f"{INSTALL_HINT}", file=sys.stderr)
+        return EXIT_INVALID
 
     try:
         client = prometheus_client(args)

@@ -167,3 +167,39 @@ def test_the_targets_replicas_come_from_kube_state_metrics_series_of_its_kind() 
 
     assert of("StatefulSet") == 'kube_statefulset_replicas{namespace="shop",statefulset="db"}'
     assert of("Deployment") == 'kube_deployment_spec_replicas{namespace="shop",deployment="db"}'
+
+
+# --- without the replay extra ---------------------------------------------------------------
+
+_BLOCKED_IMPORT = """
+import sys
+from importlib.abc import MetaPathFinder
+
+class Missing(MetaPathFinder):
+    # As if the module were not installed (the shared venv keeps it).
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] == {module!r}:
+            raise ModuleNotFoundError(f"No module named {{name!r}}", name=name)
+        return None
+
+sys.meta_path.insert(0, Missing())
+from cli.main import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+@pytest.mark.parametrize("module", ["requests", "prometheus_api_client"])
+def test_without_the_replay_extra_it_exits_2_naming_the_extra(tmp_path: Any,
+                                                              module: str) -> None:
+    import subprocess
+    import sys
+
+    autoscaler = tmp_path / "autoscaler.yaml"
+    autoscaler.write_text("{}", encoding="utf-8")
+    result = subprocess.run(
+        [sys.executable, "-c", _BLOCKED_IMPORT.format(module=module), "replay", str(autoscaler),
+         "--prometheus-url", "http://127.0.0.1:1", "--last", "1h"],
+        capture_output=True, text=True, timeout=60, check=False)
+    assert result.returncode == 2, result.stderr
+    assert result.stderr == (f"metricscale replay: needs the replay extra ({module} is not "
+                             "installed): pip install 'metricscale[replay]'\n")
