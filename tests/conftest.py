@@ -13,6 +13,7 @@ from tests.fakes.kube_api import FakeKubeAPI
 pytest_plugins = [
     "tests.fakes.kube_fixtures",
     "tests.fakes.prometheus_fixtures",
+    "testbed.pytest_plugin",
 ]
 
 

@@ -1,0 +1,60 @@
+"""Pytest fixtures of the real control plane: one per session, shared by the tests that use it.
+
+Tests share the cluster as they would share a real one: each works in a namespace of its own
+(`namespace`), and cluster-scoped objects carry names no other test uses.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+from collections.abc import Iterator
+
+import pytest
+
+from testbed.binaries import missing_peers, where
+from testbed.controlplane import ControlPlane, Kubelet
+
+__all__ = ["control_plane", "kubelet", "namespace", "require_peers"]
+
+_NAMESPACES = itertools.count(1)
+
+
+def _in_ci() -> bool:
+    return os.environ.get("CI", "").lower() in {"1", "true", "yes"}
+
+
+def require_peers(*names: str) -> None:
+    """Skip the test when a peer binary is missing; fail instead under CI=true."""
+    missing = missing_peers(names)
+    if not missing:
+        return
+    message = f"{', '.join(missing)} not found; looked in {where()}"
+    if _in_ci():
+        pytest.fail(f"{message}; CI=true forbids skipping", pytrace=False)
+    pytest.skip(message)
+
+
+@pytest.fixture(scope="session")
+def control_plane() -> Iterator[ControlPlane]:
+    """etcd, kube-apiserver, kube-controller-manager and kube-scheduler for the session."""
+    require_peers("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler",
+                  "kubectl")
+    with ControlPlane() as cluster:
+        print(f"\ncontrol plane started in {cluster.startup_seconds:.1f} s at {cluster.server}")
+        yield cluster
+
+
+@pytest.fixture(scope="session")
+def kubelet(control_plane: ControlPlane) -> Kubelet:
+    """The kubelet stand-in with two Ready nodes, node-a and node-b."""
+    return control_plane.start_kubelet(("node-a", "node-b"))
+
+
+@pytest.fixture
+def namespace(control_plane: ControlPlane) -> Iterator[str]:
+    """A namespace of the test's own, deleted afterwards (not waited for)."""
+    name = f"t{os.getpid()}-{next(_NAMESPACES)}"
+    control_plane.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})
+    yield name
+    control_plane.delete({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})
