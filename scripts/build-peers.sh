@@ -4,6 +4,7 @@
 # version changed since the last build. Without Go it says so and succeeds: the tests that need a
 # peer are then skipped (and fail under CI=true).
 set -euo pipefail
+SELF="$(realpath "$0")"
 cd "$(dirname "$0")/../tests/peers"
 BIN=bin
 if ! command -v go >/dev/null 2>&1; then
@@ -23,7 +24,7 @@ PEERS=(
   "helm . helm.sh/helm/v3/cmd/helm"
   "prometheus-adapter prometheus-adapter sigs.k8s.io/prometheus-adapter/cmd/adapter"
 )
-stamp="$( { go version; cat go.mod go.sum prometheus-adapter/go.mod prometheus-adapter/go.sum; \
+stamp="$( { go version; cat go.mod go.sum prometheus-adapter/go.mod prometheus-adapter/go.sum "$SELF"; \
            printf '%s\n' "${PEERS[@]}"; } | sha256sum | cut -d' ' -f1)"
 complete=1
 for peer in "${PEERS[@]}"; do
@@ -38,12 +39,27 @@ mkdir -p "$BIN"
 rm -f "$BIN/.stamp"
 echo "make peers: building ${#PEERS[@]} programs with $(go version | cut -d' ' -f3) into tests/peers/$BIN"
 echo "  (the first build from an empty Go cache takes several minutes and about 6 GB of cache)"
+# Stamp the Kubernetes programs with their release, as upstream's release build does (kubectl
+# version, helm's .Capabilities.KubeVersion and version-skew checks read it).
+kube="$(go list -m -f '{{.Version}}' k8s.io/kubernetes)"
+minor="$(echo "$kube" | cut -d. -f2)"
+kube_ldflags=""
+for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
+  kube_ldflags+=" -X $pkg.gitVersion=$kube -X $pkg.gitMajor=1 -X $pkg.gitMinor=$minor"
+  kube_ldflags+=" -X $pkg.gitTreeState=clean"
+done
+helm_ldflags="-X helm.sh/helm/v3/internal/version.version=$(go list -m -f '{{.Version}}' helm.sh/helm/v3)"
 total_start=$SECONDS
 for peer in "${PEERS[@]}"; do
   read -r name module package <<<"$peer"
   start=$SECONDS
   printf '  %-24s %s ... ' "$name" "$package"
-  (cd "$module" && go build -trimpath -ldflags='-s -w' -o "$OLDPWD/$BIN/$name.new" "$package")
+  case "$package" in
+    k8s.io/kubernetes/*) extra="$kube_ldflags" ;;
+    helm.sh/*) extra="$helm_ldflags" ;;
+    *) extra="" ;;
+  esac
+  (cd "$module" && go build -trimpath -ldflags="-s -w $extra" -o "$OLDPWD/$BIN/$name.new" "$package")
   mv "$BIN/$name.new" "$BIN/$name"
   echo "$((SECONDS - start)) s"
 done
