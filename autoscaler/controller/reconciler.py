@@ -492,7 +492,8 @@ class Reconciler:
         """Write the status if it changed (and the history if it must); False on failure."""
         key = entry.key
         horizon = history_horizon(autoscaler.spec, self._settings)
-        persist = needs_persisting(memory.persisted, decision.history, now=now, horizon=horizon)
+        persist = needs_persisting(memory.persisted, decision.history, now=now, horizon=horizon,
+                                   spec=autoscaler.spec)
         changed = decision.status != autoscaler.status and (
             _status_core(decision.status) != _status_core(autoscaler.status))
         namespace, name = key.namespace, key.name

@@ -89,6 +89,7 @@ from autoscaler.model.status import (
     PodsMetricStatus,
     ResourceMetricStatus,
 )
+from autoscaler.model.times import format_time
 from metricscale.core.quantity import Format, format_milli
 from metricscale.core.selectors import (
     LabelSelector,
@@ -1037,6 +1038,22 @@ def _apply_activation(draft: _Draft, result: _MetricsResult, *, autoscaler: Auto
     return desired, reason
 
 
+def _reads(count: int) -> str:
+    return "1 read" if count == 1 else f"{count} reads"
+
+
+def _fallback_cause(fallback: MetricFallback, failure: MetricFailure | None,
+                    failures: int) -> str:
+    """Why a metric falls back, in words that stay the same for as long as the outage does:
+    the threshold it reached or the time it has failed for, never the running count (a
+    condition whose message changed at every sync would be rewritten at every sync; the count
+    is in the history)."""
+    if failures >= fallback.failure_threshold or failure is None \
+            or fallback.failure_duration_seconds is None:
+        return f"failed {fallback.failure_threshold} or more reads in a row"
+    return f"failed every read for {fallback.failure_duration_seconds} s or more"
+
+
 def _report_fallback(draft: _Draft, result: _MetricsResult, *, autoscaler: Autoscaler,
                      now: datetime) -> None:
     """The Fallback condition while a metric proposes its fallback (events on entering and
@@ -1049,18 +1066,27 @@ def _report_fallback(draft: _Draft, result: _MetricsResult, *, autoscaler: Autos
                                       "the fallback no longer applies"))
             draft.explanation.append("The metrics read again: no fallback applies.")
         return
-    parts = []
+    steady, counted, timed = [], [], []
+    failing = {failure.metric: failure for failure in result.failures}
     for index, proposal, failures in result.fallbacks:
         fallback = autoscaler.spec.metrics[index].fallback
         assert fallback is not None
-        parts.append(f"metric {index} failed {failures} reads in a row and proposes "
-                     f"{proposal} replicas (fallback {fallback.behavior})")
-    message = "; ".join(parts)
+        proposes = f"proposes {phrase_replicas(proposal)} (fallback {fallback.behavior})"
+        failure = failing.get(index)
+        steady.append(f"metric {index} {_fallback_cause(fallback, failure, failures)} and "
+                      f"{proposes}")
+        counted.append(f"metric {index} failed {_reads(failures)} in a row and {proposes}")
+        since = f", since {format_time(failure.since)}" if failure is not None else ""
+        timed.append(f"metric {index} failed {_reads(failures)} in a row{since}, and "
+                     f"{proposes}")
+    message = "; ".join(steady)
     draft.conditions = set_condition(draft.conditions, type=FALLBACK, status=TRUE,
                                      reason="FallbackActive", message=message, now=now)
-    draft.explanation.append(f"Fallback: {message}.")
+    draft.explanation.append(f"Fallback: {'; '.join(timed)}.")
     if was is None:
-        draft.events.append(Event("Warning", "FallbackActive", message))
+        # One event on entering, with the count at that moment (the threshold, or fewer when
+        # the reads failed for failureDurationSeconds first).
+        draft.events.append(Event("Warning", "FallbackActive", "; ".join(counted)))
 
 
 def _watch_scale(draft: _Draft, *, observed: int, now: datetime) -> None:

@@ -14,6 +14,12 @@ takes over reads the history back and counts that last value as recommended at t
 (`restore_history`): it never scales down sooner than the previous leader would have, and may
 hold a size at most the takeover delay longer.
 
+The failed reads of a metric with a fallback are counted the same way: each one is written
+until the count reaches the metric's failureThreshold (or the reads have failed for its
+failureDurationSeconds); from then on a higher count decides nothing new (the fallback applies
+until a read succeeds), so a steady outage writes nothing. The persisted entry keeps `since`,
+and a count of at least the threshold; a new leader goes on counting from there.
+
 All of it is pure: values in, values out.
 """
 
@@ -26,7 +32,13 @@ from typing import Any
 
 from autoscaler.decision.settings import Settings
 from autoscaler.model.fields import ModelError, Quantity
-from autoscaler.model.history import History, Recommendation, parse_history, render_history
+from autoscaler.model.history import (
+    History,
+    MetricFailure,
+    Recommendation,
+    parse_history,
+    render_history,
+)
 from autoscaler.model.spec import AutoscalerSpec, MetricSpec
 from autoscaler.model.status import AutoscalerStatus, MetricStatus
 from metricscale.core.quantity import Format, format_quantity
@@ -95,12 +107,40 @@ def _latest(recommendations: tuple[Recommendation, ...]) -> Recommendation:
     return max(enumerate(recommendations), key=lambda item: (item[1].timestamp, item[0]))[1]
 
 
+def _failure_settled(persisted: MetricFailure, current: MetricFailure, *,
+                     spec: AutoscalerSpec | None, now: datetime) -> bool:
+    """Whether the persisted count of a metric's failed reads still decides as the current one
+    does: the same outage (same `since`), and either the same count or one past the point
+    where more failures change nothing (the threshold reached, or the duration passed)."""
+    if persisted.metric != current.metric or persisted.since != current.since:
+        return False
+    if persisted.failures == current.failures:
+        return True
+    metrics = spec.metrics if spec is not None else ()
+    fallback = metrics[current.metric].fallback if 0 <= current.metric < len(metrics) else None
+    if fallback is None:
+        return False
+    if persisted.failures >= fallback.failure_threshold:
+        return True
+    seconds = fallback.failure_duration_seconds
+    return seconds is not None and (now - current.since).total_seconds() >= seconds
+
+
+def _failures_settled(persisted: tuple[MetricFailure, ...], current: tuple[MetricFailure, ...],
+                      *, spec: AutoscalerSpec | None, now: datetime) -> bool:
+    return len(persisted) == len(current) and all(
+        _failure_settled(old, new, spec=spec, now=now)
+        for old, new in zip(persisted, current, strict=True))
+
+
 def needs_persisting(persisted: History | None, current: History, *, now: datetime,
-                     horizon: timedelta) -> bool:
+                     horizon: timedelta, spec: AutoscalerSpec | None = None) -> bool:
     """Whether the persisted history no longer describes `current` (see the module docstring).
 
     Recommendations equal to the last persisted value are covered by it; so are entries that
     aged out of the horizon. Scale events are compared exactly: they change only on a rescale.
+    Failed reads are compared exactly until, by the fallbacks of `spec`, more of them decide
+    nothing new (without `spec`, always exactly).
     """
     if current.recommendations is None:
         return False
@@ -108,7 +148,8 @@ def needs_persisting(persisted: History | None, current: History, *, now: dateti
         return True
     if (persisted.scale_up_events != current.scale_up_events
             or persisted.scale_down_events != current.scale_down_events
-            or persisted.metric_failures != current.metric_failures
+            or not _failures_settled(persisted.metric_failures, current.metric_failures,
+                                     spec=spec, now=now)
             or persisted.inactive_since != current.inactive_since
             or persisted.scale_watch != current.scale_watch):
         return True

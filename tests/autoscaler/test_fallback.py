@@ -66,8 +66,10 @@ def test_at_the_threshold_the_metric_proposes_its_fallback() -> None:
     assert decision.rescale and decision.new_replicas == 5
     assert condition(decision) == (
         "True", "FallbackActive",
-        "metric 0 failed 2 reads in a row and proposes 5 replicas (fallback static)")
-    assert ("Warning", "FallbackActive") in [(e.type, e.reason) for e in decision.events]
+        "metric 0 failed 2 or more reads in a row and proposes 5 replicas (fallback static)")
+    assert ("Warning", "FallbackActive",
+            "metric 0 failed 2 reads in a row and proposes 5 replicas (fallback static)") in [
+        tuple(e) for e in decision.events]
     active = condition(decision, "ScalingActive")
     assert active is not None and active[:2] == ("True", "ValidMetricFound")
     assert active[2].endswith("(fallback)")
@@ -79,6 +81,40 @@ def test_a_failure_lasting_long_enough_falls_back_before_the_count() -> None:
     decision = run({"replicas": 5, "failureThreshold": 10, "failureDurationSeconds": 60},
                    history=failures(1, ago=61))
     assert decision.rescale and decision.new_replicas == 5
+    assert condition(decision) == (
+        "True", "FallbackActive", "metric 0 failed every read for 60 s or more and proposes "
+                                  "5 replicas (fallback static)")
+
+
+def test_the_condition_says_the_same_for_as_long_as_the_outage_lasts() -> None:
+    """Its message names the threshold reached (or the time failed for), never the running
+    count: a message that changed at every sync would rewrite the status at every sync. The
+    count goes on in the history, and the explanation says it."""
+    fallback = {"replicas": 5, "failureThreshold": 3}
+    was = [{"type": "Fallback", "status": "True", "reason": "FallbackActive", "message": "x",
+            "lastTransitionTime": b.ago(600)}]
+    messages = set()
+    for count in (2, 3, 17, 39):  # the 3rd, 4th, 18th and 40th failed read
+        decision = run(fallback, history=failures(count, ago=600), current=5,
+                       initial_conditions=was)
+        messages.add(condition(decision))
+        assert decision.history.metric_failures[0].failures == count + 1
+        assert any(f"failed {count + 1} reads in a row, since {b.ago(600)}" in line
+                   for line in decision.explanation), decision.explanation
+    assert messages == {("True", "FallbackActive", "metric 0 failed 3 or more reads in a row "
+                                                   "and proposes 5 replicas (fallback static)")}
+
+
+def test_one_read_and_one_replica_are_said_in_the_singular() -> None:
+    decision = scenario(min_replicas=1, max_replicas=6, spec_replicas=2,
+                        metrics=[external({"replicas": 1, "failureThreshold": 1})],
+                        metric_inputs=[DOWN], history={"recommendations": []})
+    assert condition(decision) == (
+        "True", "FallbackActive",
+        "metric 0 failed 1 or more reads in a row and proposes 1 replica (fallback static)")
+    assert ("Warning", "FallbackActive",
+            "metric 0 failed 1 read in a row and proposes 1 replica (fallback static)") in [
+        tuple(e) for e in decision.events]
 
 
 @pytest.mark.parametrize(("behavior", "current", "expected"), [

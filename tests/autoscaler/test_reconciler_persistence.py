@@ -28,7 +28,13 @@ from autoscaler.decision.persistence import (
 )
 from autoscaler.decision.settings import Settings
 from autoscaler.model.fields import ModelError
-from autoscaler.model.history import History, Recommendation, ScaleEvent, parse_history
+from autoscaler.model.history import (
+    History,
+    MetricFailure,
+    Recommendation,
+    ScaleEvent,
+    parse_history,
+)
 from autoscaler.model.objects import Autoscaler, parse_autoscaler
 from autoscaler.model.spec import AutoscalerSpec
 
@@ -112,6 +118,47 @@ def test_a_new_scale_event_is_written() -> None:
     current = History(recommendations=persisted.recommendations,
                       scale_up_events=(ScaleEvent(at(1), 2),))
     assert needs_persisting(persisted, current, now=at(1), horizon=WINDOW)
+
+
+def _fallback_spec(**fallback: int) -> AutoscalerSpec:
+    metric = {"type": "External", "external": {
+        "metric": {"name": "q"}, "target": {"type": "AverageValue", "averageValue": "1"},
+        "fallback": {"replicas": 5, **fallback}}}
+    return parse_autoscaler({
+        "apiVersion": "metricscale.dev/v1alpha1", "kind": "Autoscaler",
+        "metadata": {"name": "a", "namespace": "n"},
+        "spec": {"scaleTargetRef": {"kind": "Deployment", "name": "d"}, "maxReplicas": 9,
+                 "metrics": [metric]}}).spec
+
+
+def failing(count: int, *, since: float = 0) -> History:
+    return recs((0, 5))._replace(metric_failures=(MetricFailure(0, count, at(since)),))
+
+
+@pytest.mark.parametrize(("persisted", "current", "fallback", "now", "written"), [
+    (1, 2, {"failureThreshold": 3}, 30, True),    # below the threshold: each read counts
+    (2, 3, {"failureThreshold": 3}, 45, True),    # reaching it changes the decision
+    (3, 4, {"failureThreshold": 3}, 60, False),   # past it, more failures decide nothing new
+    (3, 40, {"failureThreshold": 3}, 600, False),
+    (1, 2, {"failureThreshold": 9, "failureDurationSeconds": 60}, 30, True),
+    (1, 5, {"failureThreshold": 9, "failureDurationSeconds": 60}, 60, False),  # timed out
+])
+def test_failed_reads_are_written_until_more_of_them_decide_nothing_new(
+        persisted: int, current: int, fallback: dict[str, int], now: float,
+        written: bool) -> None:
+    spec = _fallback_spec(**fallback)
+    assert needs_persisting(failing(persisted), failing(current), now=at(now), horizon=WINDOW,
+                            spec=spec) is written
+    # without the spec (or for another outage) the counts are compared exactly
+    assert needs_persisting(failing(persisted), failing(current), now=at(now), horizon=WINDOW)
+    assert needs_persisting(failing(persisted), failing(current, since=15), now=at(now),
+                            horizon=WINDOW, spec=spec)
+
+
+def test_a_failure_that_starts_or_ends_is_written() -> None:
+    spec = _fallback_spec(failureThreshold=1)
+    assert needs_persisting(recs((0, 5)), failing(1), now=at(0), horizon=WINDOW, spec=spec)
+    assert needs_persisting(failing(7), recs((0, 5)), now=at(0), horizon=WINDOW, spec=spec)
 
 
 # ---------------------------------------------------------------------------- reading back
