@@ -1,7 +1,9 @@
 """What a cluster admin expects beside the programs, checked on what kustomize renders.
 
 The base and every component: valid for the pinned Kubernetes; Linux nodes, a termination
-message; and the version labels of pyproject.toml's version on every object.
+message; the version labels of pyproject.toml's version on every object; namespace
+`view`/`edit`/`admin` extended to Autoscalers (and to metrics.k8s.io with the resource-metrics
+component), and critical priority when serving metrics.k8s.io.
 """
 
 from __future__ import annotations
@@ -17,12 +19,14 @@ from typing import Any
 import kubernetes_validate
 import pytest
 
+from adapter.api.usage import render_resource_metrics_resource_list
 from cli import certs
 from cli.certs import CertsOptions, ensure_certificates
 from tests.unit.test_manifests import (
     KUBERNETES_VERSION,
     MANIFESTS,
     REPO,
+    by_kind,
     enable_components,
     kustomize,
     one,
@@ -182,3 +186,108 @@ def test_no_selector_names_the_version(rendered: Renderings) -> None:
             if isinstance(selector, dict):
                 flat = selector.get("matchLabels", selector)
                 assert "app.kubernetes.io/version" not in flat, (variant, obj["kind"])
+
+
+# ------------------------------------------------------------------- aggregated ClusterRoles
+
+AGGREGATE_TO = "rbac.authorization.k8s.io/aggregate-to-{}"
+# Kubernetes' own chain (bootstrap policy): `view` is labelled aggregate-to-edit and `edit`
+# aggregate-to-admin, so what reaches view reaches edit and admin too.
+AGGREGATED_INTO = {"view": ("view",), "edit": ("edit", "view"), "admin": ("admin", "edit", "view")}
+READ = ("get", "list", "watch")
+WRITE = ("create", "update", "patch", "delete", "deletecollection")
+
+
+def aggregated_rules(objects: list[Obj], role: str) -> set[Rule]:
+    """What our ClusterRoles add to Kubernetes' `view`, `edit` or `admin`."""
+    found: set[Rule] = set()
+    for cluster_role in by_kind(objects, "ClusterRole"):
+        labels = cluster_role["metadata"].get("labels", {})
+        if not any(labels.get(AGGREGATE_TO.format(into)) == "true"
+                   for into in AGGREGATED_INTO[role]):
+            continue
+        assert "aggregationRule" not in cluster_role
+        for rule in cluster_role["rules"]:
+            # Never by name and never a non-resource URL: a namespace role holds neither.
+            assert set(rule) == {"apiGroups", "resources", "verbs"}, rule
+            found |= {(group, resource, verb) for group in rule["apiGroups"]
+                      for resource in rule["resources"] for verb in rule["verbs"]}
+    return found
+
+
+def autoscaler_resources(objects: list[Obj]) -> tuple[str, str, list[str]]:
+    """(group, plural, subresource paths) of the Autoscaler CRD as rendered."""
+    crd = one(objects, "CustomResourceDefinition", "autoscalers.metricscale.dev")
+    group, plural = crd["spec"]["group"], crd["spec"]["names"]["plural"]
+    subresources = {name for version in crd["spec"]["versions"]
+                    for name in version.get("subresources", {})}
+    return group, plural, [f"{plural}/{name}" for name in sorted(subresources)]
+
+
+def grants(group: str, resources: list[str], verbs: tuple[str, ...]) -> set[Rule]:
+    return {(group, resource, verb) for resource in resources for verb in verbs}
+
+
+def test_view_reads_autoscalers_and_their_status(rendered: Renderings) -> None:
+    objects = rendered["base"]
+    group, plural, subresources = autoscaler_resources(objects)
+    # As `view` reads HorizontalPodAutoscalers and their status.
+    assert aggregated_rules(objects, "view") == grants(group, [plural, *subresources], READ)
+
+
+def test_edit_and_admin_manage_autoscalers_but_not_their_status(rendered: Renderings) -> None:
+    objects = rendered["base"]
+    group, plural, subresources = autoscaler_resources(objects)
+    expected = grants(group, [plural, *subresources], READ) | grants(group, [plural], WRITE)
+    # As `edit` writes HorizontalPodAutoscalers: the status is the controller's alone.
+    assert aggregated_rules(objects, "edit") == expected
+    assert aggregated_rules(objects, "admin") == expected
+
+
+def test_resource_metrics_component_keeps_kubectl_top_for_view(rendered: Renderings) -> None:
+    """metrics-server's aggregated reader, for what the adapter serves in metrics.k8s.io."""
+    group, plural, subresources = autoscaler_resources(rendered["base"])
+    autoscalers = grants(group, [plural, *subresources], READ)
+    served = render_resource_metrics_resource_list()
+    metrics_group = served["groupVersion"].split("/")[0]
+    metrics = {(metrics_group, resource["name"], verb) for resource in served["resources"]
+               for verb in resource["verbs"]}
+    assert metrics == grants("metrics.k8s.io", ["pods", "nodes"], ("get", "list"))
+    for variant in ("resource-metrics", "cert-manager", "certs-files"):
+        objects = rendered[variant]
+        for role in ("view", "edit", "admin"):
+            assert aggregated_rules(objects, role) - aggregated_rules(rendered["base"], role) == (
+                metrics), (variant, role)
+        assert aggregated_rules(objects, "view") == autoscalers | metrics
+    # Named apart from metrics-server's system:aggregated-metrics-reader, so that deleting
+    # metrics-server's manifest does not delete ours.
+    names = {role["metadata"]["name"] for role in by_kind(rendered["resource-metrics"],
+                                                          "ClusterRole")}
+    assert "system:aggregated-metrics-reader" not in names
+
+
+# ------------------------------------------------------- critical priority for metrics.k8s.io
+
+
+def test_only_the_resource_metrics_adapter_is_cluster_critical(rendered: Renderings) -> None:
+    assert "priorityClassName" not in pod_spec(rendered["base"], ADAPTER)
+    for variant in ("resource-metrics", "cert-manager", "certs-files"):
+        objects = rendered[variant]
+        # As metrics-server: `kubectl top` and every cpu/memory HPA depend on it.
+        assert pod_spec(objects, ADAPTER)["priorityClassName"] == "system-cluster-critical"
+        assert "priorityClassName" not in pod_spec(objects, AUTOSCALER)
+
+
+def test_critical_pods_have_a_quota_where_clusters_limit_them(rendered: Renderings) -> None:
+    """GKE, and any cluster that limits critical priority classes by default, admits such pods
+    only in a namespace whose ResourceQuota covers the class."""
+    assert by_kind(rendered["base"], "ResourceQuota") == []
+    objects = rendered["resource-metrics"]
+    (quota,) = by_kind(objects, "ResourceQuota")
+    assert quota["metadata"]["namespace"] == NAMESPACE
+    assert quota["spec"]["scopeSelector"] == {"matchExpressions": [
+        {"scopeName": "PriorityClass", "operator": "In", "values": ["system-cluster-critical"]}]}
+    strategy = deployment(objects, ADAPTER)["spec"]
+    rollout = strategy["replicas"] + strategy["strategy"]["rollingUpdate"]["maxSurge"]
+    assert int(quota["spec"]["hard"]["pods"]) >= rollout
+    assert set(quota["spec"]["hard"]) == {"pods"}
