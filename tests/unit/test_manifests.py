@@ -30,10 +30,11 @@ Obj = dict[str, Any]
 
 # Kustomize patches (JSON 6902 lists, partial objects): not objects of their own.
 PATCH_FILES = {"kustomization.yaml", certs.CA_BUNDLE_PATCH, "serving-cert-files.yaml",
-               "inject-ca.yaml", "critical-priority.yaml"}
+               "inject-ca.yaml", "critical-priority.yaml", "servicemonitor-ca.yaml"}
 # Custom resources of optional parts (cert-manager's and prometheus-operator's CRDs are not in
-# the schema; tests/monitoring checks the PrometheusRule with promtool).
-CUSTOM_RESOURCE_FILES = {"certificate.yaml", "prometheusrule.yaml"}
+# the schema; tests/monitoring checks the PrometheusRule with promtool, and
+# tests/unit/test_manifests_admin.py the ServiceMonitors against the Services they select).
+CUSTOM_RESOURCE_FILES = {"certificate.yaml", "prometheusrule.yaml", "servicemonitors.yaml"}
 
 
 def source_files() -> list[Path]:
