@@ -47,6 +47,7 @@ from autoscaler.decision import settings as settings_flags
 from autoscaler.decision.settings import Settings
 from autoscaler.kube.metrics_api import MetricsClient
 from autoscaler.kube.operations import USER_AGENT, KubeClient
+from autoscaler.model.names import dns_label_problem
 from autoscaler.model.objects import Autoscaler
 from metricscale.kube.config import (
     Configuration,
@@ -60,8 +61,8 @@ from metricscale.kube.informer import InformerCollector, PathSource
 from metricscale.serving import StatusAppRunner
 from metricscale.tasks import start_guarded_task
 
-__all__ = ["AutoscalerServer", "Options", "StartupError", "add_arguments", "configure_logging",
-           "options_from_arguments", "run"]
+__all__ = ["MAX_CONCURRENT_SYNCS", "AutoscalerServer", "Options", "StartupError",
+           "add_arguments", "configure_logging", "options_from_arguments", "run"]
 
 logger = logging.getLogger(__name__)
 
@@ -76,13 +77,22 @@ _SYNC_REPORT_SECONDS = 30.0
 # Flags
 
 
-def _positive_int(text: str) -> int:
+# The most workers: each is a coroutine on the one event loop, and their requests share one
+# connection pool (100 connections unless the kubeconfig asks for more), so beyond a few
+# hundred a worker only waits for a connection; a mistyped 1000000000 would create a billion
+# tasks at start and run the process out of memory.
+MAX_CONCURRENT_SYNCS = 1000
+
+
+def _worker_count(text: str) -> int:
     try:
         value = int(text)
     except ValueError:
         value = 0
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be an integer >= 1, got {text!r}")
+    if value > MAX_CONCURRENT_SYNCS:
+        raise argparse.ArgumentTypeError(f"must be at most {MAX_CONCURRENT_SYNCS}, got {text!r}")
     return value
 
 
@@ -91,8 +101,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     settings_flags.add_arguments(parser)
     group = parser.add_argument_group("controller")
     group.add_argument("--concurrent-syncs", "--concurrent-horizontal-pod-autoscaler-syncs",
-                       dest="concurrent_syncs", type=_positive_int, default=5, metavar="N",
-                       help="autoscalers reconciled at the same time (default 5)")
+                       dest="concurrent_syncs", type=_worker_count, default=5, metavar="N",
+                       help=f"autoscalers reconciled at the same time (default 5, at most "
+                            f"{MAX_CONCURRENT_SYNCS})")
     group.add_argument("--dry-run", action="store_true",
                        help="decide and report (status, events), but never write a scale; "
                             "one autoscaler at a time: annotation metricscale.dev/dry-run=true")
@@ -100,7 +111,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                        help="also act on autoscaling/v2 HorizontalPodAutoscalers; only when "
                             "kube-controller-manager's HPA controller is switched off")
     group.add_argument("--namespace", default="", metavar="NAMESPACE",
-                       help="watch only this namespace (default: all)")
+                       help="watch only this namespace, a DNS-1123 label (default: all)")
     add_kubeconfig_arguments(group)
     group.add_argument("--metrics-bind-address", default=":8080", metavar="HOST:PORT",
                        help="where /metrics, /healthz and /readyz are served (default :8080; "
@@ -136,10 +147,17 @@ class StartupError(Exception):
 
 def options_from_arguments(args: argparse.Namespace) -> Options:
     """Options from parsed flags; raises ValueError naming the flag that cannot be used."""
+    namespace = args.namespace
+    problem = dns_label_problem(namespace) if namespace else None
+    if problem is not None:
+        raise ValueError(f"--namespace {namespace!r}: a namespace must be a DNS-1123 label: "
+                         f"{problem}")
     try:
         election = leader_election_config(args)
     except ValueError as error:
-        raise ValueError(f"--leader-elect-*: {error}") from None
+        text = str(error)
+        raise ValueError(text if text.startswith("--") else f"--leader-elect-*: {text}") \
+            from None
     try:
         parse_bind_address(args.metrics_bind_address)
     except ValueError as error:

@@ -46,6 +46,7 @@ from autoscaler.kube.operations import (
 )
 from autoscaler.model.fields import ModelError
 from autoscaler.model.history import render_history
+from autoscaler.model.names import dns_label_problem, dns_subdomain_problem
 from autoscaler.model.objects import HPA_KIND, parse_autoscaler
 from autoscaler.model.pods import Scale
 from autoscaler.model.spec import LABEL_SELECTOR, MetricSpec
@@ -172,11 +173,34 @@ def _split(target: str) -> tuple[str, str]:
     namespace, slash, name = target.partition("/")
     if not slash or not namespace or not name:
         raise SnapshotError("live", f"expected NAMESPACE/NAME, not {target!r}")
+    problem = dns_label_problem(namespace)
+    if problem is not None:
+        raise SnapshotError("live", f"{namespace!r}: a namespace must be a DNS-1123 label: "
+                                    f"{problem}")
+    problem = dns_subdomain_problem(name)
+    if problem is not None:
+        raise SnapshotError("live", f"{name!r}: an autoscaler's name must be a DNS-1123 "
+                                    f"subdomain: {problem}")
     return namespace, name
+
+
+def _check_lease_flags(args: argparse.Namespace) -> None:
+    """--lease-namespace and --lease-name name a Lease (checked before anything is asked)."""
+    namespace = getattr(args, "lease_namespace", None)
+    problem = dns_label_problem(namespace) if namespace else None
+    if problem is not None:
+        raise SnapshotError("lease-namespace", f"{namespace!r}: a namespace must be a DNS-1123 "
+                                               f"label: {problem}")
+    name = getattr(args, "lease_name", None)
+    problem = dns_subdomain_problem(name) if name else None
+    if problem is not None:
+        raise SnapshotError("lease-name", f"{name!r}: a Lease's name must be a DNS-1123 "
+                                          f"subdomain: {problem}")
 
 
 async def _capture(args: argparse.Namespace) -> dict[str, Any]:
     namespace, name = _split(args.live)
+    _check_lease_flags(args)
     # A KubeConfigError passes through: it is the user's configuration, not the snapshot, that
     # is wrong, and `explain` reports it as the other commands do.
     async with contextlib.AsyncExitStack() as stack:

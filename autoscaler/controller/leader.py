@@ -38,13 +38,15 @@ from autoscaler.decision.settings import (
     Settings,
     render_settings_annotation,
 )
-from autoscaler.model.times import parse_duration
+from autoscaler.model.names import dns_label_problem, dns_subdomain_problem
+from autoscaler.model.times import format_duration, parse_duration
 from metricscale.core import durations
 from metricscale.kube.errors import AlreadyExists, Conflict, KubeError
 
 logger = logging.getLogger(__name__)
 
 __all__ = [
+    "MAX_LEASE_DURATION",
     "LeaderElectionConfig",
     "LeaderElector",
     "LeaderGuard",
@@ -120,7 +122,8 @@ def add_leader_election_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument(
         "--leader-elect-lease-duration", type=_duration_argument, metavar="DURATION",
         default=defaults.lease_duration, help="how long non-leaders wait after the last renewal "
-        "they saw before taking over (default: 15s)")
+        "they saw before taking over (default: 15s; at most 596523h14m7s, a Lease's int32 "
+        "leaseDurationSeconds)")
     group.add_argument(
         "--leader-elect-renew-deadline", type=_duration_argument, metavar="DURATION",
         default=defaults.renew_deadline, help="how long the leader keeps acting without a "
@@ -130,14 +133,42 @@ def add_leader_election_arguments(parser: argparse.ArgumentParser) -> None:
         default=defaults.retry_period, help="how often to try to acquire or renew (default: 2s)")
     group.add_argument(
         "--leader-elect-resource-name", default=defaults.resource_name, metavar="NAME",
-        help="name of the Lease (default: %(default)s)")
+        help="name of the Lease, a DNS-1123 subdomain (default: %(default)s)")
     group.add_argument(
         "--leader-elect-resource-namespace", default=defaults.resource_namespace,
-        metavar="NAMESPACE", help="namespace of the Lease (default: the pod's own namespace)")
+        metavar="NAMESPACE", help="namespace of the Lease, a DNS-1123 label (default: the pod's "
+        "own namespace)")
+
+
+# A Lease's spec.leaseDurationSeconds is an int32: a longer --leader-elect-lease-duration could
+# never be written (the API server would refuse the Lease at the first acquire).
+MAX_LEASE_DURATION = timedelta(seconds=2**31 - 1)
+
+
+def _check_lease_flags(args: argparse.Namespace) -> None:
+    """Values no Lease could carry: refused at start, each naming its flag (ValueError)."""
+    lease_duration = args.leader_elect_lease_duration
+    if lease_duration > MAX_LEASE_DURATION:
+        raise ValueError(f"--leader-elect-lease-duration: must be at most "
+                         f"{format_duration(MAX_LEASE_DURATION)} (a Lease's "
+                         f"leaseDurationSeconds is an int32), got "
+                         f"{format_duration(lease_duration)}")
+    name = args.leader_elect_resource_name
+    problem = dns_subdomain_problem(name)
+    if problem is not None:
+        raise ValueError(f"--leader-elect-resource-name {name!r}: a Lease's name must be a "
+                         f"DNS-1123 subdomain: {problem}")
+    namespace = args.leader_elect_resource_namespace
+    problem = dns_label_problem(namespace) if namespace else None
+    if problem is not None:
+        raise ValueError(f"--leader-elect-resource-namespace {namespace!r}: a namespace must be "
+                         f"a DNS-1123 label: {problem}")
 
 
 def leader_election_config(args: argparse.Namespace) -> LeaderElectionConfig:
-    """Build the config from parsed --leader-elect* flags (raises ValueError when inconsistent)."""
+    """Build the config from parsed --leader-elect* flags (raises ValueError when inconsistent
+    or out of range; a message that starts with a flag's name is about that flag alone)."""
+    _check_lease_flags(args)
     return LeaderElectionConfig(
         enabled=bool(args.leader_elect),
         lease_duration=args.leader_elect_lease_duration,

@@ -15,6 +15,8 @@ from metricscale.core import durations
 
 __all__ = [
     "FLAGS",
+    "MAX_GO_DURATION",
+    "MAX_SYNC_PERIOD",
     "SETTINGS_ANNOTATION",
     "Settings",
     "SettingsError",
@@ -107,7 +109,8 @@ def add_arguments(parser: argparse.ArgumentParser, *, with_defaults: bool = True
     group = parser.add_argument_group("HPA decision (upstream kube-controller-manager flags)")
     group.add_argument(FLAGS["sync_period"], dest="sync_period", type=duration_argument,
                        default=defaults.sync_period, metavar="DURATION",
-                       help="how often each autoscaler is reconciled (default 15s)")
+                       help="how often each autoscaler is reconciled (default 15s; at most 1h, "
+                            "as spec.behavior.syncPeriodSeconds)")
     group.add_argument(FLAGS["tolerance"], dest="tolerance", type=float,
                        default=defaults.tolerance, metavar="FLOAT",
                        help="minimum change of the usage ratio that causes scaling (default 0.1)")
@@ -126,11 +129,11 @@ def add_arguments(parser: argparse.ArgumentParser, *, with_defaults: bool = True
     group.add_argument(FLAGS["scale_up_limit_factor"], dest="scale_up_limit_factor", type=float,
                        default=defaults.scale_up_limit_factor, metavar="FLOAT",
                        help="without spec.behavior: scale up to at most factor x current "
-                            "(default 2)")
+                            "(default 2, at most 1000)")
     group.add_argument(FLAGS["scale_up_limit_minimum"], dest="scale_up_limit_minimum", type=float,
                        default=defaults.scale_up_limit_minimum, metavar="FLOAT",
                        help="without spec.behavior: the scale-up limit is at least this "
-                            "(default 4)")
+                            "(default 4, at most 2147483647)")
     group.add_argument(FLAGS["scale_to_zero"], dest="scale_to_zero", action="store_true",
                        default=defaults.scale_to_zero,
                        help="upstream's HPAScaleToZero behaviour: minReplicas 0 with Object or "
@@ -143,6 +146,33 @@ class _NoDefaults:
     def __getattr__(self, name: str) -> None:
         return None
 
+
+# The longest sync period: the longest period an autoscaler may ask for itself
+# (spec.behavior.syncPeriodSeconds, KEP-6003, 1 to 3600 s), so that one setting has one range.
+# A longer one would not autoscale in any useful sense: the metrics are read once a period.
+MAX_SYNC_PERIOD = timedelta(hours=1)
+# Go's longest time.Duration (2562047h47m16.854775807s, to the microsecond): kube-controller-
+# manager refuses a longer duration flag when it starts ("invalid duration").
+MAX_GO_DURATION = timedelta(microseconds=9_223_372_036_854_775)
+_GO_DURATION_TEXT = "2562047h47m16.854775807s, Go's longest duration"
+
+# Setting -> (the longest value, why), for the durations.
+_UPPER_BOUNDS: Mapping[str, tuple[timedelta, str]] = {
+    "sync_period": (MAX_SYNC_PERIOD, "1h0m0s, the longest spec.behavior.syncPeriodSeconds"),
+    "cpu_initialization_period": (MAX_GO_DURATION, _GO_DURATION_TEXT),
+    "initial_readiness_delay": (MAX_GO_DURATION, _GO_DURATION_TEXT),
+    "downscale_stabilization_window": (MAX_GO_DURATION, _GO_DURATION_TEXT),
+}
+# The scale-up limit of the classic rules is int32(max(factor * current, minimum)): beyond
+# int32 it turns into Go's int32 of an out-of-range float, math.MinInt32, and the target would
+# be scaled to a negative size at every sync. So the minimum must be an int32, and the factor
+# small enough that factor x current stays one for any real size: upstream's is 2 (8 in its
+# tests); 1000 keeps the product an int32 up to 2 million replicas.
+_INT32_MAX = 2**31 - 1
+_NUMBER_UPPER_BOUNDS: Mapping[str, tuple[float, str]] = {
+    "scale_up_limit_factor": (1000.0, "factor x current replicas must stay an int32"),
+    "scale_up_limit_minimum": (float(_INT32_MAX), "the scale-up limit is an int32"),
+}
 
 # Setting -> (the smallest value that works, whether that value itself is allowed).
 _LOWER_BOUNDS: Mapping[str, tuple[float, bool]] = {
@@ -167,6 +197,13 @@ def _check_range(name: str, value: Any) -> None:
     if number < bound or (number == bound and not inclusive):
         wanted = f">= {bound:g}{unit}" if inclusive else f"> {bound:g}{unit}"
         raise SettingsError(FLAGS[name], f"must be {wanted}, got {shown}")
+    upper = _UPPER_BOUNDS.get(name)
+    if upper is not None and isinstance(value, timedelta) and value > upper[0]:
+        raise SettingsError(FLAGS[name], f"must be at most {upper[1]}, got {shown}")
+    number_upper = _NUMBER_UPPER_BOUNDS.get(name)
+    if number_upper is not None and number > number_upper[0]:
+        raise SettingsError(FLAGS[name], f"must be at most {number_upper[0]:.0f} "
+                                         f"({number_upper[1]}), got {shown}")
 
 
 def settings_from_arguments(args: argparse.Namespace) -> Settings:
@@ -225,11 +262,19 @@ def parse_settings(raw: Any, path: str = "settings") -> Settings:
             number = _number(value, where)
             if number < 0:
                 raise SettingsError(where, "must not be negative")
+            number_upper = _NUMBER_UPPER_BOUNDS.get(name)
+            if number_upper is not None and number > number_upper[0]:
+                raise SettingsError(where, f"must be at most {number_upper[0]:.0f} "
+                                           f"({number_upper[1]})")
             changes[name] = number
         else:
             number = _number(value, where)
             if number < 0:
                 raise SettingsError(where, "must not be negative")
+            bound, why = _UPPER_BOUNDS[name]
+            if number > bound.total_seconds():
+                raise SettingsError(where, f"must be at most {int(bound.total_seconds())} "
+                                           f"({why})")
             changes[name] = timedelta(seconds=number)
     return replace(settings, **changes)
 

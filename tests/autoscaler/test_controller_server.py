@@ -7,6 +7,9 @@ import argparse
 import io
 import json
 import logging
+import os
+import subprocess
+import sys
 from collections.abc import Iterator
 from datetime import timedelta
 
@@ -14,6 +17,7 @@ import pytest
 
 from autoscaler.controller.workqueue import CURRENT_OBJECT
 from autoscaler.server import (
+    MAX_CONCURRENT_SYNCS,
     add_arguments,
     configure_logging,
     options_from_arguments,
@@ -115,3 +119,94 @@ def test_text_log_lines_name_the_autoscaler(restore_logging: None) -> None:
         CURRENT_OBJECT.reset(token)
     line = stream.getvalue()
     assert " WARNING shop/web autoscaler.controller.reconciler: metric failed" in line
+
+
+# ------------------------------------------------- values refused at start (issue 21, 10)
+
+NOT_A_LABEL = "a namespace must be a DNS-1123 label: a lowercase RFC 1123 label must consist"
+NOT_A_SUBDOMAIN = "a Lease's name must be a DNS-1123 subdomain: a lowercase RFC 1123 subdomain"
+
+
+@pytest.mark.parametrize(("flag", "message"), [
+    ("--namespace=Bad_NS!", f"--namespace 'Bad_NS!': {NOT_A_LABEL}"),
+    ("--namespace=shop.eu", f"--namespace 'shop.eu': {NOT_A_LABEL}"),
+    (f"--namespace={'a' * 64}", f"--namespace '{'a' * 64}': a namespace must be a DNS-1123 "
+                                "label: must be no more than 63 characters"),
+    ("--horizontal-pod-autoscaler-sync-period=1000000000h",
+     "--horizontal-pod-autoscaler-sync-period: must be at most 1h0m0s, the longest "
+     "spec.behavior.syncPeriodSeconds, got 1000000000h0m0s"),
+    ("--horizontal-pod-autoscaler-sync-period=61m",
+     "--horizontal-pod-autoscaler-sync-period: must be at most 1h0m0s"),
+    ("--horizontal-pod-autoscaler-downscale-stabilization=1000000000h",
+     "--horizontal-pod-autoscaler-downscale-stabilization: must be at most "
+     "2562047h47m16.854775807s, Go's longest duration, got 1000000000h0m0s"),
+    ("--horizontal-pod-autoscaler-cpu-initialization-period=2562048h",
+     "--horizontal-pod-autoscaler-cpu-initialization-period: must be at most 2562047h"),
+    ("--horizontal-pod-autoscaler-initial-readiness-delay=2562048h",
+     "--horizontal-pod-autoscaler-initial-readiness-delay: must be at most 2562047h"),
+    ("--scale-up-limit-factor=1e308", "--scale-up-limit-factor: must be at most 1000"),
+    ("--scale-up-limit-minimum=1e10", "--scale-up-limit-minimum: must be at most 2147483647"),
+    ("--leader-elect-lease-duration=1000000000h",
+     "--leader-elect-lease-duration: must be at most 596523h14m7s (a Lease's "
+     "leaseDurationSeconds is an int32), got 1000000000h0m0s"),
+    ("--leader-elect-resource-name=Bad_Name",
+     f"--leader-elect-resource-name 'Bad_Name': {NOT_A_SUBDOMAIN}"),
+    ("--leader-elect-resource-namespace=Ops", f"--leader-elect-resource-namespace 'Ops': "
+                                              f"{NOT_A_LABEL}"),
+])
+def test_a_value_that_would_fail_later_is_refused_naming_the_flag(flag: str,
+                                                                  message: str) -> None:
+    with pytest.raises(ValueError) as raised:
+        options_from_arguments(parse(flag))
+    assert str(raised.value).startswith(message), str(raised.value)
+
+
+def test_the_edges_of_every_range_are_accepted() -> None:
+    options = options_from_arguments(parse(
+        "--horizontal-pod-autoscaler-sync-period=1h", f"--namespace={'a' * 63}",
+        "--horizontal-pod-autoscaler-downscale-stabilization=2562047h",
+        f"--concurrent-syncs={MAX_CONCURRENT_SYNCS}", "--scale-up-limit-factor=1000",
+        "--leader-elect-lease-duration=596523h14m7s", "--leader-elect-renew-deadline=10s",
+        "--leader-elect-resource-name=lock.metricscale.dev",
+        "--leader-elect-resource-namespace=kube-system"))
+    assert options.settings.sync_period == timedelta(hours=1)
+    assert options.namespace == "a" * 63
+    assert options.concurrent_syncs == MAX_CONCURRENT_SYNCS
+    assert options.leader_election.resource_name == "lock.metricscale.dev"
+
+
+def test_more_workers_than_the_most_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        parse(f"--concurrent-syncs={MAX_CONCURRENT_SYNCS + 1}")
+    assert (f"argument --concurrent-syncs/--concurrent-horizontal-pod-autoscaler-syncs: must "
+            f"be at most {MAX_CONCURRENT_SYNCS}, got '1001'") in capsys.readouterr().err
+
+
+def test_help_states_the_bounds(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        parse("--help")
+    text = " ".join(capsys.readouterr().out.split())
+    assert "(default 15s; at most 1h, as spec.behavior.syncPeriodSeconds)" in text
+    assert f"(default 5, at most {MAX_CONCURRENT_SYNCS})" in text
+    assert "watch only this namespace, a DNS-1123 label (default: all)" in text
+
+
+def run_autoscaler(*flags: str) -> subprocess.CompletedProcess[str]:
+    env = {key: value for key, value in os.environ.items()
+           if key not in ("KUBECONFIG", "KUBERNETES_SERVICE_HOST")}
+    return subprocess.run([sys.executable, "-m", "metricscale", "autoscaler", *flags,
+                           "--kubeconfig", "/nonexistent"], env=env, capture_output=True,
+                          text=True, timeout=60, check=False)
+
+
+@pytest.mark.parametrize(("flag", "message"), [
+    ("--namespace=Bad_NS!", f"--namespace 'Bad_NS!': {NOT_A_LABEL}"),
+    ("--horizontal-pod-autoscaler-sync-period=1000000000h",
+     "--horizontal-pod-autoscaler-sync-period: must be at most 1h0m0s"),
+])
+def test_the_program_stops_at_start_with_one_line_and_exit_2(flag: str, message: str) -> None:
+    # before it reads the kubeconfig (which does not exist here): the flag is what is wrong
+    result = run_autoscaler(flag)
+    assert result.returncode == 2, result.stderr
+    (line,) = result.stderr.strip().splitlines()
+    assert message in line and "kubeconfig" not in line

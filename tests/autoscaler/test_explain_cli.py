@@ -189,3 +189,21 @@ def test_text_names_a_metric_with_a_selector_as_kubectl_prints_selectors() -> No
                "map[string]string{queue: orders,},MatchExpressions:[]LabelSelectorRequirement{},})")
     assert out["metrics"][0]["description"] == go_name
     assert out["events"][-1]["message"] == f"New size: 4; reason: {go_name} above target"
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (("--live", "Bad_NS/web"), "live: 'Bad_NS': a namespace must be a DNS-1123 label: "),
+    (("--live", "shop/Web_1"), "live: 'Web_1': an autoscaler's name must be a DNS-1123 "
+                               "subdomain: "),
+    (("--live", "shop/web", "--lease-namespace", "Ops"),
+     "lease-namespace: 'Ops': a namespace must be a DNS-1123 label: "),
+    (("--live", "shop/web", "--lease-name", "Lock_1"),
+     "lease-name: 'Lock_1': a Lease's name must be a DNS-1123 subdomain: "),
+])
+def test_live_names_the_api_would_refuse_are_refused_before_any_request(
+        args: tuple[str, ...], message: str, tmp_path: Path) -> None:
+    # (the kubeconfig does not exist: the names are checked before it is read)
+    result = explain(*args, "--kubeconfig", str(tmp_path / "nonexistent"))
+    assert result.returncode == 2
+    assert result.stderr.startswith(f"metricscale explain: invalid snapshot: {message}")
+    assert result.stderr.count("\n") == 1

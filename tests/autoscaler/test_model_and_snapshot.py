@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from autoscaler.decision.settings import Settings, parse_settings
+from autoscaler.decision.settings import Settings, SettingsError, parse_settings
 from autoscaler.decision.snapshot import (
     SnapshotError,
     decide_snapshot,
@@ -242,6 +242,22 @@ def test_settings_from_a_snapshot() -> None:
                                "scaleToZero": True})
     assert settings == Settings(tolerance=0.05, cpu_initialization_period=timedelta(minutes=2),
                                 scale_to_zero=True)
+
+
+@pytest.mark.parametrize(("raw", "message"), [
+    # the controller's flags refuse these at start: a snapshot cannot claim them either
+    ({"syncPeriodSeconds": 3601}, "settings.syncPeriodSeconds: must be at most 3600"),
+    ({"downscaleStabilizationWindowSeconds": 1e15},
+     "settings.downscaleStabilizationWindowSeconds: must be at most 9223372036"),
+    ({"cpuInitializationPeriodSeconds": 1e300},
+     "settings.cpuInitializationPeriodSeconds: must be at most 9223372036"),
+    ({"scaleUpLimitFactor": 1e308}, "settings.scaleUpLimitFactor: must be at most 1000"),
+    ({"scaleUpLimitMinimum": 1e10}, "settings.scaleUpLimitMinimum: must be at most 2147483647"),
+])
+def test_settings_out_of_the_flags_range_are_refused(raw: dict[str, float], message: str) -> None:
+    with pytest.raises(SettingsError) as raised:
+        parse_settings(raw)
+    assert str(raised.value).startswith(message)
 
 
 # --------------------------------------------------------------------------------------------
