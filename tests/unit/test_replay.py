@@ -203,3 +203,220 @@ def test_without_the_replay_extra_it_exits_2_naming_the_extra(tmp_path: Any,
     assert result.returncode == 2, result.stderr
     assert result.stderr == (f"metricscale replay: needs the replay extra ({module} is not "
                              "installed): pip install 'metricscale[replay]'\n")
+
+
+# --- bad input: exit 2 at start, one line naming the flag or file, never a traceback ---------
+# Prometheus is an address nothing listens on: a case that got as far as a query would exit 1.
+
+_AUTOSCALER_YAML = """\
+apiVersion: metricscale.dev/v1alpha1
+kind: Autoscaler
+metadata: {name: worker, namespace: jobs}
+spec:
+  scaleTargetRef: {apiVersion: apps/v1, kind: Deployment, name: worker}
+  minReplicas: 1
+  maxReplicas: 5
+  metrics:
+  - type: External
+    external:
+      metric: {name: queue_depth}
+      target: {type: AverageValue, averageValue: "10"}
+"""
+_NOWHERE = "http://127.0.0.1:1"
+
+
+def _replay_error(arguments: list[str], capsys: pytest.CaptureFixture[str]) -> str:
+    from cli.main import main
+
+    status = main(["replay", *arguments])
+    captured = capsys.readouterr()
+    assert "Traceback" not in captured.err
+    assert status == 2, captured.err
+    lines = captured.err.splitlines()
+    assert len(lines) == 1, captured.err
+    prefix = "metricscale replay: "
+    assert lines[0].startswith(prefix)
+    return lines[0][len(prefix):]
+
+
+@pytest.fixture
+def autoscaler_file(tmp_path: Any) -> Any:
+    path = tmp_path / "autoscaler.yaml"
+    path.write_text(_AUTOSCALER_YAML, encoding="utf-8")
+    return path
+
+
+def _write_bytes(tmp_path: Any, name: str, data: bytes) -> Any:
+    path = tmp_path / name
+    path.write_bytes(data)
+    return path
+
+
+def _sparse(tmp_path: Any, name: str) -> Any:
+    from metricscale.files import MAX_FILE_BYTES
+
+    path = tmp_path / name
+    with path.open("wb") as handle:  # sparse: no disk used
+        handle.truncate(MAX_FILE_BYTES + 1)
+    return path
+
+
+def _common(*extra: str) -> list[str]:
+    return ["--prometheus-url", _NOWHERE, "--initial-replicas", "1", "--query", "0=up", *extra]
+
+
+def test_an_autoscaler_file_that_is_not_utf8_is_named(
+        tmp_path: Any, capsys: pytest.CaptureFixture[str]) -> None:
+    path = _write_bytes(tmp_path, "binary.yaml", b"spec: \xff\xfe\n")
+    assert _replay_error([str(path), *_common("--last", "1h")], capsys) == \
+        f"{path} is not UTF-8 text (byte 6)"
+
+
+def test_an_autoscaler_file_nested_too_deeply_is_named(
+        tmp_path: Any, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "deep.yaml"
+    path.write_text("[" * 20_000 + "\n", encoding="utf-8")
+    assert _replay_error([str(path), *_common("--last", "1h")], capsys) == \
+        f"{path} is not YAML: nested too deeply"
+
+
+def test_a_binary_config_file_is_named_with_its_flag(
+        tmp_path: Any, autoscaler_file: Any, capsys: pytest.CaptureFixture[str]) -> None:
+    rules = _write_bytes(tmp_path, "rules.bin", b"\x00\x01\x02\xfe\xff" * 100)
+    assert _replay_error([str(autoscaler_file), *_common("--last", "1h", "--config",
+                                                         str(rules))], capsys) == \
+        f"--config: {rules} is not UTF-8 text (byte 3)"
+
+
+def test_a_config_file_nested_too_deeply_is_named_with_its_flag(
+        tmp_path: Any, autoscaler_file: Any, capsys: pytest.CaptureFixture[str]) -> None:
+    rules = tmp_path / "deep.yaml"
+    rules.write_text("[" * 20_000 + "\n", encoding="utf-8")
+    message = _replay_error([str(autoscaler_file), *_common("--last", "1h", "--config",
+                                                            str(rules))], capsys)
+    assert message.startswith("--config: ") and "nested too deeply" in message
+
+
+def test_a_compare_file_that_is_not_utf8_is_named_with_its_flag(
+        tmp_path: Any, autoscaler_file: Any, capsys: pytest.CaptureFixture[str]) -> None:
+    other = _write_bytes(tmp_path, "other.yaml", b"\xff")
+    assert _replay_error([str(autoscaler_file), *_common("--last", "1h", "--compare",
+                                                         str(other))], capsys) == \
+        f"--compare: {other} is not UTF-8 text (byte 0)"
+
+
+@pytest.mark.parametrize("flag", ["AUTOSCALER.yaml", "--config", "--compare",
+                                  "--prometheus-token-file"])
+@pytest.mark.parametrize("source", ["sparse", "/dev/zero"])
+def test_files_are_read_with_a_bound(tmp_path: Any, autoscaler_file: Any, flag: str,
+                                     source: str, capsys: pytest.CaptureFixture[str]) -> None:
+    path = source if source.startswith("/") else _sparse(tmp_path, "huge")
+    if flag == "AUTOSCALER.yaml":
+        arguments, prefix = [str(path), *_common("--last", "1h")], ""
+    else:
+        arguments, prefix = [str(autoscaler_file), *_common("--last", "1h", flag, str(path))], \
+            f"{flag}: "
+    assert _replay_error(arguments, capsys) == \
+        f"{prefix}cannot read {path}: larger than 16 MiB (the most a command reads)"
+
+
+@pytest.mark.parametrize("metrics", ["[1]", "{a: b}", "[{type: Bogus}]"])
+def test_metrics_replay_cannot_decide_on_are_refused_before_any_query(
+        tmp_path: Any, metrics: str, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "autoscaler.yaml"
+    path.write_text(_AUTOSCALER_YAML.split("  metrics:")[0] + f"  metrics: {metrics}\n",
+                    encoding="utf-8")
+    message = _replay_error([str(path), *_common("--last", "1h")], capsys)
+    assert message.startswith(f"{path}: spec.metrics")
+
+
+@pytest.mark.parametrize("step", ["0s", "0m", "0d0h"])
+def test_a_zero_step_is_refused(autoscaler_file: Any, step: str,
+                                capsys: pytest.CaptureFixture[str]) -> None:
+    assert _replay_error([str(autoscaler_file), *_common("--last", "1h", "--step", step)],
+                         capsys) == f"--step {step}: must be more than 0s"
+
+
+def test_more_steps_than_the_maximum_are_refused_naming_the_flags(
+        autoscaler_file: Any, capsys: pytest.CaptureFixture[str]) -> None:
+    from cli.replay import MAX_STEPS
+
+    assert MAX_STEPS == 110_000
+    message = _replay_error([str(autoscaler_file), *_common("--last", "1000000h", "--step",
+                                                            "1s")], capsys)
+    assert message == ("--last 1000000h with --step 1s is 3,600,000,001 steps, more than the "
+                       "110,000 a replay decides (ten range queries of Prometheus' 11,000 "
+                       "points per series); use a longer --step or a shorter range")
+
+
+def test_the_default_step_counts_against_the_maximum(
+        autoscaler_file: Any, capsys: pytest.CaptureFixture[str]) -> None:
+    message = _replay_error([str(autoscaler_file), *_common("--from", "0", "--to",
+                                                            "1700000000")], capsys)
+    assert message.startswith("--from/--to with the default --step of 15s is 113,333,334 "
+                              "steps, more than the 110,000")
+
+
+def test_the_maximum_itself_is_allowed() -> None:
+    import argparse
+
+    from cli.replay import MAX_STEPS, step_count
+
+    step = timedelta(seconds=15)
+    args = argparse.Namespace(last=None, step="15s")
+    assert step_count(args, start=T0, end=T0 + step * (MAX_STEPS - 1), step=step) == MAX_STEPS
+    with pytest.raises(ReplayInputError):
+        step_count(args, start=T0, end=T0 + step * MAX_STEPS, step=step)
+
+
+@pytest.mark.parametrize(("flag", "value", "message"), [
+    ("--last", "99999999999d", "--last: duration too long: '99999999999d'"),
+    ("--last", "999999999d", "--last 999999999d: reaches back before year 1"),
+    ("--pod-startup", "999999999d", "--pod-startup 999999999d: too long"),
+    ("--step", "5x", "--step: not a duration: '5x' (use e.g. 15s, 5m, 24h, 2d)"),
+])
+def test_durations_out_of_range_are_refused(autoscaler_file: Any, flag: str, value: str,
+                                            message: str,
+                                            capsys: pytest.CaptureFixture[str]) -> None:
+    arguments = [str(autoscaler_file), *_common(flag, value)]
+    if flag != "--last":
+        arguments += ["--last", "1h"]
+    assert _replay_error(arguments, capsys) == message
+
+
+# --- --from/--to: RFC 3339 or Unix timestamps, as Prometheus takes them ----------------------
+
+@pytest.mark.parametrize(("text", "expected"), [
+    ("1700000000", datetime(2023, 11, 14, 22, 13, 20, tzinfo=UTC)),
+    ("1700000000.5", datetime(2023, 11, 14, 22, 13, 20, 500_000, tzinfo=UTC)),
+    ("1.7e9", datetime(2023, 11, 14, 22, 13, 20, tzinfo=UTC)),
+    ("0", datetime(1970, 1, 1, tzinfo=UTC)),
+    ("2023-11-14T22:13:20Z", datetime(2023, 11, 14, 22, 13, 20, tzinfo=UTC)),
+    ("2023-11-14T23:13:20.25+01:00", datetime(2023, 11, 14, 22, 13, 20, 250_000, tzinfo=UTC)),
+])
+def test_times_are_rfc3339_or_unix_timestamps(text: str, expected: datetime) -> None:
+    import argparse
+
+    from cli.replay import _range
+
+    start, end = _range(argparse.Namespace(last=None, start=text, end="1800000000"))
+    assert start == expected and end == datetime.fromtimestamp(1_800_000_000, UTC)
+
+
+@pytest.mark.parametrize("text", ["nan", "inf", "-inf", "1e300", "yesterday", ""])
+def test_times_that_are_neither_are_refused(autoscaler_file: Any, text: str,
+                                            capsys: pytest.CaptureFixture[str]) -> None:
+    message = _replay_error([str(autoscaler_file), *_common(f"--from={text or ' '}", "--to",
+                                                            "1800000000")], capsys)
+    assert message == ("--from: not an RFC 3339 time or a Unix timestamp within years 1 to "
+                       f"9999: {text or ' '!r}")
+
+
+def test_unix_timestamps_reach_prometheus(autoscaler_file: Any,
+                                          capsys: pytest.CaptureFixture[str]) -> None:
+    from cli.main import main
+
+    status = main(["replay", str(autoscaler_file), *_common("--from", "1700000000.5",
+                                                            "--to", "1700003600")])
+    assert status == 1  # checked, then Prometheus was asked (and nothing listens there)
+    assert f"cannot reach Prometheus at {_NOWHERE}" in capsys.readouterr().err
