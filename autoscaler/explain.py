@@ -20,6 +20,7 @@ from autoscaler.decision.snapshot import (
     parse_snapshot,
     render_decision,
 )
+from metricscale.files import FileError, read_document
 from metricscale.kube.config import add_kubeconfig_arguments
 from metricscale.kube.errors import KubeConfigError
 
@@ -79,22 +80,11 @@ def load_document(text: str) -> Any:
     return yaml.load(text, Loader=_Loader)  # a SafeLoader subclass: no arbitrary objects
 
 
-def _read(path: str, stdin: TextIO) -> str:
-    if path == "-":
-        return stdin.read()
-    with open(path, encoding="utf-8") as handle:
-        return handle.read()
-
-
 def _snapshot_from_file(path: str, stdin: TextIO) -> Snapshot:
-    try:
-        text = _read(path, stdin)
-    except OSError as err:
-        raise SnapshotError("", f"cannot read {path}: {err.strerror or err}") from None
-    try:
-        document = load_document(text)
-    except yaml.YAMLError as err:
-        raise SnapshotError("", f"{path} is neither JSON nor YAML: {err}") from None
+    try:  # bounded, UTF-8, JSON or YAML, every failure one line naming the file
+        document = read_document(path, loader=_Loader, stream=stdin if path == "-" else None)
+    except FileError as err:
+        raise SnapshotError("", str(err)) from None
     return parse_snapshot(document)
 
 
