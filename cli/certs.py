@@ -21,11 +21,11 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-import yaml
 from cryptography import x509
 from cryptography.exceptions import InvalidSignature
 
 from metricscale import pki
+from metricscale.files import FileError, parse_yaml, read_bytes, read_text
 
 logger = logging.getLogger(__name__)
 
@@ -251,8 +251,8 @@ def _load_pair(cert_path: Path, key_path: Path) -> pki.CertifiedKey | None:
     if not cert_path.is_file() or not key_path.is_file():
         return None
     try:
-        certificate = pki.load_certificate_pem(cert_path.read_bytes())
-        key = pki.load_private_key_pem(key_path.read_bytes())
+        certificate = pki.load_certificate_pem(_read_pem(cert_path))
+        key = pki.load_private_key_pem(_read_pem(key_path))
     except pki.PKIError as error:
         logger.warning("ignoring %s: %s", cert_path, error)
         return None
@@ -262,9 +262,21 @@ def _load_pair(cert_path: Path, key_path: Path) -> pki.CertifiedKey | None:
     return pki.CertifiedKey(certificate=certificate, private_key=key)
 
 
+def _read_pem(path: Path) -> bytes:
+    """A PEM file of --dir, bounded (/dev/zero or a misplaced file is refused, not read)."""
+    try:
+        return read_bytes(str(path))
+    except FileError as error:
+        raise CertsError(str(error)) from None
+
+
 def _write_text_if_changed(path: Path, text: str) -> bool:
-    if path.is_file() and path.read_text() == text:
-        return False
+    if path.is_file():
+        try:
+            if read_text(str(path)) == text:
+                return False
+        except FileError:
+            pass  # unreadable as text: written anew
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(text)
     return True
@@ -274,7 +286,7 @@ def _still_valid(path: Path, *, now: datetime) -> x509.Certificate | None:
     if not path.is_file():
         return None
     try:
-        certificate = pki.load_certificate_pem(path.read_bytes())
+        certificate = pki.load_certificate_pem(_read_pem(path))
     except pki.PKIError:
         return None
     return certificate if certificate.not_valid_after_utc > now else None
@@ -284,6 +296,7 @@ def ensure_certificates(options: CertsOptions, *, now: datetime) -> list[str]:
     """Create or renew what is needed; return one human line per thing done or kept."""
     if options.renew_before >= options.validity:
         raise CertsError("--renew-before must be shorter than --validity, or every run renews")
+    _check_manifests_use(options)
     directory = options.directory
     ca = _load_pair(directory / CA_CERT, directory / CA_KEY)
     serving = _load_pair(directory / SERVING_CERT, directory / SERVING_KEY)
@@ -344,10 +357,6 @@ def ensure_certificates(options: CertsOptions, *, now: datetime) -> list[str]:
         patch = options.manifests / CA_BUNDLE_PATCH
         if _write_text_if_changed(patch, ca_bundle_patch(trusted)):
             lines.append(f"wrote {patch} (caBundle for the APIServices)")
-        expected_certs = _certs_directory_of(options.manifests)
-        if expected_certs is not None and directory.resolve() != expected_certs:
-            lines.append(f"note: {options.manifests / 'kustomization.yaml'} takes the Secret "
-                         f"from {expected_certs}, not {directory}")
     if plan.new_serving:
         if options.manifests is not None and options.manifests.name == "certs-files":
             lines.append(f"list components/{options.manifests.name} in "
@@ -364,14 +373,32 @@ def ensure_certificates(options: CertsOptions, *, now: datetime) -> list[str]:
 
 def _certs_directory_of(kustomize_dir: Path) -> Path | None:
     """The certs directory a kustomization (or component) lists among its resources, if any."""
+    path = str(kustomize_dir / "kustomization.yaml")
     try:
-        listed = yaml.safe_load((kustomize_dir / "kustomization.yaml").read_text()) or {}
-    except (OSError, yaml.YAMLError):
-        return None
-    for entry in listed.get("resources") or []:
+        listed = parse_yaml(read_text(path), path)
+    except FileError:
+        return None  # not ours to judge: kustomize reports what is wrong with it
+    resources = listed.get("resources") if isinstance(listed, dict) else None
+    for entry in resources if isinstance(resources, list) else []:
         if isinstance(entry, str) and Path(entry).name == "certs":
             return (kustomize_dir / entry).resolve()
     return None
+
+
+def _check_manifests_use(options: CertsOptions) -> None:
+    """Refuse to write a caBundle patch for a kustomization that serves another directory's
+    certificate: the APIServices would trust a CA that did not sign what the adapter serves,
+    and every metrics request would fail TLS verification."""
+    if options.manifests is None:
+        return
+    served = _certs_directory_of(options.manifests)
+    if served is None or options.directory.resolve() == served:
+        return
+    raise CertsError(
+        f"--dir {options.directory}: {options.manifests / 'kustomization.yaml'} serves the "
+        f"certificate in {served}, so its caBundle patch must hold that CA, not this one; "
+        f"give --dir {served}, or --no-manifests to only write the files (or --manifests "
+        "for a kustomization of your own that takes them from here)")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

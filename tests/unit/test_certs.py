@@ -329,3 +329,61 @@ def test_cli_takes_drop_san(tmp_path: Path) -> None:
     assert main(["certs", "--dir", directory, "--no-manifests", "--san", "a.example"]) == 0
     assert main(["certs", "--dir", directory, "--no-manifests", "--drop-san", "a.example"]) == 0
     assert "a.example" not in _extra_names(tmp_path / "certs/serving.crt")
+
+
+# ------------------------------------- --dir against the kustomization the patch is written to
+
+@pytest.fixture
+def checkout(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A copy of the repository's certs-files component, the working directory as in a
+    checkout (the component serves ../../../certs, that is certs/ here)."""
+    import shutil
+
+    component = tmp_path / "manifests" / "components" / "certs-files"
+    shutil.copytree(REPO / "manifests" / "components" / "certs-files", component,
+                    ignore=shutil.ignore_patterns("ca-bundle-patch.yaml"))
+    monkeypatch.chdir(tmp_path)
+    return tmp_path
+
+
+def test_dir_other_than_the_one_the_component_serves_is_refused_and_nothing_written(
+        checkout: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    before = sorted(str(p.relative_to(checkout)) for p in checkout.rglob("*"))
+    assert cli.main(["certs", "--dir", "elsewhere"]) == 2
+    captured = capsys.readouterr()
+    component = Path("manifests/components/certs-files")
+    assert captured.out == ""
+    assert captured.err == (
+        f"metricscale certs: --dir elsewhere: {component / 'kustomization.yaml'} serves the "
+        f"certificate in {checkout / 'certs'}, so its caBundle patch must hold that CA, not "
+        f"this one; give --dir {checkout / 'certs'}, or --no-manifests to only write the files "
+        "(or --manifests for a kustomization of your own that takes them from here)\n")
+    assert sorted(str(p.relative_to(checkout)) for p in checkout.rglob("*")) == before
+
+
+def test_the_directory_the_component_serves_gets_a_patch_with_its_own_ca(
+        checkout: Path) -> None:
+    assert cli.main(["certs"]) == 0  # --dir certs, the component's ../../../certs
+    patch = checkout / "manifests/components/certs-files/ca-bundle-patch.yaml"
+    assert patch_bundle(patch) == [load(checkout / "certs/ca.crt")]
+    assert cli.main(["certs", "--dir", str(checkout / "certs")]) == 0  # the same, absolute
+
+
+def test_another_dir_without_the_patch_is_allowed(checkout: Path) -> None:
+    assert cli.main(["certs", "--dir", "elsewhere", "--no-manifests"]) == 0
+    assert (checkout / "elsewhere" / "ca.crt").is_file()
+    assert not (checkout / "manifests/components/certs-files/ca-bundle-patch.yaml").exists()
+
+
+def test_a_certificate_file_is_read_with_a_bound(tmp_path: Path,
+                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    from metricscale.files import MAX_FILE_BYTES
+
+    directory = tmp_path / "certs"
+    assert cli.main(["certs", "--dir", str(directory), "--no-manifests"]) == 0
+    capsys.readouterr()
+    with (directory / "ca.crt").open("wb") as handle:  # sparse: no disk used
+        handle.truncate(MAX_FILE_BYTES + 1)
+    assert cli.main(["certs", "--dir", str(directory), "--no-manifests"]) == 2
+    assert capsys.readouterr().err == (f"metricscale certs: cannot read {directory / 'ca.crt'}: "
+                                       "larger than 16 MiB (the most a command reads)\n")
