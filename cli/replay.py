@@ -36,7 +36,7 @@ from cli.replay_sim import (
     simulate,
     summarize,
 )
-from metricscale.files import FileError, parse_yaml, read_text
+from metricscale.files import FileError, parse_yaml, read_bytes, read_text
 
 EXIT_OK = 0
 EXIT_FAILED = 1
@@ -733,6 +733,38 @@ def _check_plot(path: str) -> None:
         raise ReplayInputError(INSTALL_HINT)
 
 
+def _check_tls_files(*, ca_file: str | None, cert_file: str | None,
+                     key_file: str | None) -> None:
+    """The CA bundle and client certificate, read (bounded) and loaded before any query:
+    requests would read them whole at the first one, and say only 'cannot reach'."""
+    import ssl
+
+    for flag, path in (("--prometheus-ca-file", ca_file),
+                       ("--prometheus-client-tls-cert-file", cert_file),
+                       ("--prometheus-client-tls-key-file", key_file)):
+        if path:
+            try:
+                read_bytes(path)
+            except FileError as err:
+                raise ReplayInputError(f"{flag}: {err}") from None
+    context = ssl.create_default_context()
+    if ca_file:
+        try:
+            context.load_verify_locations(cafile=ca_file)
+        except (ssl.SSLError, OSError) as err:
+            raise ReplayInputError(f"--prometheus-ca-file: {ca_file} holds no usable CA "
+                                   f"certificate ({getattr(err, 'reason', None) or err})"
+                                   ) from None
+    if cert_file and key_file:
+        try:
+            context.load_cert_chain(cert_file, key_file)
+        except (ssl.SSLError, OSError) as err:
+            raise ReplayInputError(
+                f"--prometheus-client-tls-cert-file/-key-file: {cert_file} and {key_file} are "
+                f"not a PEM certificate and its key ({getattr(err, 'reason', None) or err})"
+                ) from None
+
+
 def prometheus_client(args: argparse.Namespace) -> Any:
     """A prometheus-api-client connection with the adapter's backend options (headers, bearer
     token or basic auth, CA, client certificate), checked by the adapter's own rules."""
@@ -762,6 +794,8 @@ def prometheus_client(args: argparse.Namespace) -> Any:
             timeout=timeout)
     except PrometheusConfigError as err:
         raise ReplayInputError(str(err)) from None
+    _check_tls_files(ca_file=settings.ca_file, cert_file=settings.client_cert_file,
+                     key_file=settings.client_key_file)
 
     def secret(flag: str, path: str) -> str:
         try:

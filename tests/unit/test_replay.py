@@ -420,3 +420,34 @@ def test_unix_timestamps_reach_prometheus(autoscaler_file: Any,
                                                             "--to", "1700003600")])
     assert status == 1  # checked, then Prometheus was asked (and nothing listens there)
     assert f"cannot reach Prometheus at {_NOWHERE}" in capsys.readouterr().err
+
+
+# --- Prometheus' TLS files: checked before the first query ------------------------------------
+
+@pytest.mark.parametrize(("flags", "message"), [
+    (["--prometheus-ca-file", "{missing}"],
+     "--prometheus-ca-file: cannot read {missing}: no such file or directory"),
+    (["--prometheus-ca-file", "{garbage}"],
+     "--prometheus-ca-file: {garbage} holds no usable CA certificate "
+     "(NO_CERTIFICATE_OR_CRL_FOUND)"),
+    (["--prometheus-ca-file", "{huge}"],
+     "--prometheus-ca-file: cannot read {huge}: larger than 16 MiB (the most a command reads)"),
+    (["--prometheus-client-tls-cert-file", "{garbage}", "--prometheus-client-tls-key-file",
+      "{huge}"],
+     "--prometheus-client-tls-key-file: cannot read {huge}: larger than 16 MiB (the most a "
+     "command reads)"),
+    (["--prometheus-client-tls-cert-file", "{garbage}", "--prometheus-client-tls-key-file",
+      "{garbage}"],
+     "--prometheus-client-tls-cert-file/-key-file: {garbage} and {garbage} are not a PEM "
+     "certificate and its key"),
+])
+def test_tls_files_that_cannot_be_used_are_named_with_their_flag(
+        tmp_path: Any, autoscaler_file: Any, flags: list[str], message: str,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    names = {"missing": str(tmp_path / "missing.pem"),
+             "garbage": str(_write_bytes(tmp_path, "garbage.pem", b"\x00\x01 not PEM")),
+             "huge": str(_sparse(tmp_path, "huge.pem"))}
+    arguments = [str(autoscaler_file), *_common("--last", "1h"),
+                 *(flag.format(**names) for flag in flags)]
+    arguments[arguments.index(_NOWHERE)] = "https://127.0.0.1:1"
+    assert _replay_error(arguments, capsys).startswith(message.format(**names))
