@@ -17,7 +17,7 @@ from autoscaler.decision.snapshot import (
     Snapshot,
     SnapshotError,
     decide_snapshot,
-    parse_snapshot,
+    parse_checked_snapshot,
     render_decision,
 )
 from metricscale.files import FileError, read_document
@@ -85,7 +85,7 @@ def _snapshot_from_file(path: str, stdin: TextIO) -> Snapshot:
         document = read_document(path, loader=_Loader, stream=stdin if path == "-" else None)
     except FileError as err:
         raise SnapshotError("", str(err)) from None
-    return parse_snapshot(document)
+    return parse_checked_snapshot(document)
 
 
 def _load_snapshot(args: argparse.Namespace) -> Snapshot:
@@ -95,7 +95,7 @@ def _load_snapshot(args: argparse.Namespace) -> Snapshot:
         # Imported by name so that explaining a file never loads the cluster client.
         from autoscaler.controller import capture
 
-        return parse_snapshot(capture.capture_document(args))
+        return parse_checked_snapshot(capture.capture_document(args))
     if not args.snapshot:
         raise SnapshotError("", "a snapshot FILE (or - for standard input) is required")
     return _snapshot_from_file(args.snapshot, sys.stdin)

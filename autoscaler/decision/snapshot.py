@@ -27,10 +27,11 @@ from autoscaler.model.metrics import (
     PodMetricsList,
     parse_metric_input,
 )
-from autoscaler.model.objects import Autoscaler, parse_autoscaler
+from autoscaler.model.objects import AUTOSCALER_KIND, Autoscaler, parse_autoscaler
 from autoscaler.model.pods import Pod, Scale, ScaleError, parse_pods, parse_scale
 from autoscaler.model.status import render_status
 from autoscaler.model.times import parse_time
+from autoscaler.model.validation import validate_spec
 
 __all__ = [
     "SNAPSHOT_API_VERSION",
@@ -38,6 +39,7 @@ __all__ = [
     "Snapshot",
     "SnapshotError",
     "decide_snapshot",
+    "parse_checked_snapshot",
     "parse_snapshot",
     "render_decision",
 ]
@@ -152,6 +154,21 @@ def parse_snapshot(raw: Any) -> Snapshot:
         return _parse(raw)
     except (ModelError, SettingsError) as err:
         raise SnapshotError(err.path, err.message) from None
+
+
+def parse_checked_snapshot(raw: Any) -> Snapshot:
+    """parse_snapshot, refusing first an autoscaler spec the API server would have refused
+    (the Autoscaler CRD's schema and CEL rules, autoscaler.model.validation), with its words:
+    what `metricscale explain` reads. parse_snapshot alone decides on any spec it can read,
+    as the controller does on an object stored before a schema change."""
+    autoscaler = raw.get("autoscaler") if isinstance(raw, Mapping) else None
+    if isinstance(autoscaler, Mapping):
+        try:
+            validate_spec(autoscaler.get("spec"), "autoscaler.spec",
+                          strict=autoscaler.get("kind") == AUTOSCALER_KIND)
+        except ModelError as err:
+            raise SnapshotError(err.path, err.message) from None
+    return parse_snapshot(raw)
 
 
 def decide_snapshot(snapshot: Snapshot, *, other_selectors: Mapping[str, str] | None = None

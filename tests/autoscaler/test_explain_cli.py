@@ -207,3 +207,41 @@ def test_live_names_the_api_would_refuse_are_refused_before_any_request(
     assert result.returncode == 2
     assert result.stderr.startswith(f"metricscale explain: invalid snapshot: {message}")
     assert result.stderr.count("\n") == 1
+
+
+def _with_spec(**changes: Any) -> str:
+    document = yaml.safe_load((SNAPSHOTS / "cpu-scale-up.yaml").read_text())
+    spec = document["autoscaler"]["spec"]
+    for key, value in changes.items():
+        if value is None:
+            spec.pop(key, None)
+        else:
+            spec[key] = value
+    return json.dumps(document)
+
+
+CPU_ONLY = [{"type": "Resource", "resource": {"name": "cpu", "target": {
+    "type": "Utilization", "averageUtilization": 60}}}]
+QUANTITY_PATTERN = (r"^\+?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))(([KMGTPE]i)|[numkMGTPE]|([eE](\+|-)?"
+                    r"(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))))?$")
+
+
+@pytest.mark.parametrize(("changes", "message"), [
+    ({"behavior": {"scaleDown": {"tolerance": "-0.1"}}},
+     f"autoscaler.spec.behavior.scaleDown.tolerance: should match '{QUANTITY_PATTERN}'"),
+    ({"minReplicas": 0, "metrics": CPU_ONLY},
+     "autoscaler.spec.minReplicas: minReplicas 0 needs at least one Object or External metric"),
+    ({"minReplicas": 2, "idle": {"replicas": 2}},
+     "autoscaler.spec.idle.replicas: idle.replicas must be less than minReplicas"),
+    ({"metrics": [{**CPU_ONLY[0], "resource": {**CPU_ONLY[0]["resource"], "fallback": {
+        "replicas": 3, "failureThreshold": -1}}}]},
+     "autoscaler.spec.metrics[0].resource.fallback.failureThreshold: should be greater than "
+     "or equal to 1"),
+])
+def test_a_spec_the_api_server_refuses_is_refused_with_its_words(
+        changes: dict[str, Any], message: str) -> None:
+    # cpu-scale-up.yaml holds a native HPA: its spec is checked as the CRD checks an
+    # Autoscaler's (the CRD mirrors upstream's HPA validation)
+    result = explain("-", stdin=_with_spec(**changes))
+    assert (result.returncode, result.stdout) == (2, "")
+    assert result.stderr == f"metricscale explain: invalid snapshot: {message}\n"
