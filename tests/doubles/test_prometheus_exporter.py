@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import socket
+import struct
 import urllib.error
 import urllib.request
 from decimal import Decimal
@@ -9,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.fakes.cadvisor import CPU, CAdvisor
 from tests.fakes.exporter import Exporter
 from tests.fakes.prometheus import (
     MetricFamily,
@@ -59,6 +62,79 @@ def test_remove_drops_one_series_or_the_whole_metric() -> None:
         assert "load" not in exporter.render()
         exporter.clear()
         assert exporter.render() == ""
+
+
+class Clock:
+    """A monotonic clock the test moves."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_a_rated_counter_is_exact_to_its_rate_however_seldom_anything_runs() -> None:
+    clock = Clock()
+    with Exporter(clock=clock) as exporter:
+        exporter.set_rate("requests_total", {"pod": "a"}, Decimal(14) / 3)
+        clock.now += 2.5  # nothing ran meanwhile: a starved loop would have advanced nothing
+        assert exporter.get("requests_total", {"pod": "a"}) == Decimal("11.666666667")
+        exporter.set_rate("requests_total", {"pod": "a"}, 2)  # the gain so far is kept
+        clock.now += 1
+        assert 'requests_total{pod="a"} 13.666666667' in exporter.render()
+        assert exporter.inc("requests_total", {"pod": "a"}, 1) == Decimal("14.666666667")
+        clock.now += 0.5
+        assert exporter.get("requests_total", {"pod": "a"}) == Decimal("15.666666667")
+        exporter.set("requests_total", {"pod": "a"}, 0)  # a plain value again, no rate
+        clock.now += 10
+        assert exporter.get("requests_total", {"pod": "a"}) == 0
+
+
+def test_cadvisor_cpu_counters_advance_by_their_use_without_ticks() -> None:
+    clock = Clock()
+    with Exporter(clock=clock) as exporter:
+        cadvisor = CAdvisor(exporter)
+        cadvisor.add_node("n1", system_cpu=0.5)
+        cadvisor.set_container("ns", "p", "app", node="n1", cpu=0.25, memory=1)
+        app = {"namespace": "ns", "pod": "p", "container": "app", "id": "/kubepods/ns/p/app",
+               "node": "n1"}
+        pod = {**app, "container": "", "id": "/kubepods/ns/p"}
+        clock.now += 4
+        assert exporter.get(CPU, app) == 1
+        assert exporter.get(CPU, pod) == Decimal("1.004")  # the pause container's 1m too
+        assert exporter.get(CPU, {"id": "/", "node": "n1"}) == Decimal("3.004")
+        cadvisor.set_pod_cpu("ns", "p", 0.5)
+        clock.now += 2
+        assert exporter.get(CPU, app) == 2
+
+
+def test_only_a_counter_has_a_rate_and_never_a_negative_one() -> None:
+    with Exporter() as exporter:
+        exporter.set("depth", None, 1)
+        with pytest.raises(ValueError, match="gauge"):
+            exporter.set_rate("depth", None, 1)
+        with pytest.raises(ValueError, match="not negative"):
+            exporter.set_rate("hits_total", None, -1)
+
+
+def test_a_scraper_that_hangs_up_mid_answer_leaves_no_traceback(
+        capfd: pytest.CaptureFixture[str]) -> None:
+    exporter = Exporter()
+    try:
+        # An answer far larger than the socket buffers, so that writing it outlives the client.
+        for index in range(60_000):
+            exporter.set("padding_total", {"series": f"{index:08d}", "filler": "x" * 64}, index)
+        with socket.create_connection(("127.0.0.1", exporter.port)) as client:
+            client.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+            client.sendall(b"GET /metrics HTTP/1.0\r\n\r\n")
+            assert client.recv(12).startswith(b"HTTP/1.0 200")  # the answer has begun
+            # Reset rather than close, as a scraper that gives up does.
+            client.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    finally:
+        exporter.close()  # waits for the thread that was writing the answer
+    assert "Traceback" not in capfd.readouterr().err
+    assert exporter.disconnects == 1
 
 
 @pytest.mark.parametrize(

@@ -1,7 +1,8 @@
 """cAdvisor's series, as the kubelet's /metrics/cadvisor exposes them, published to an Exporter.
 
 Per container: `container_cpu_usage_seconds_total` (a counter that advances in time by the
-container's CPU use, in cores) and `container_memory_working_set_bytes` (a gauge), labelled
+container's CPU use, in cores: the exporter's rated counter, exact however seldom anything
+here runs) and `container_memory_working_set_bytes` (a gauge), labelled
 `namespace`, `pod`, `container`, `id` and `node` (`node` as the common relabelling adds it). As
 the real kubelet does, each pod also has a pod-level cgroup series (`container=""`, the sum of
 its containers) and the pause container (`container="POD"`), which a correct rule must leave
@@ -14,10 +15,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import threading
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
-from decimal import Decimal
 
 from tests.fakes.exporter import Exporter
 
@@ -44,16 +43,14 @@ class _Node:
 
 
 class CAdvisor:
-    """Usage set per container; `tick()` (or `run()`) advances the CPU counters."""
+    """Usage set per container and published at once: each CPU counter advances at its
+    series' use (pod cgroups, pause containers and nodes included) until the use changes."""
 
-    def __init__(self, exporter: Exporter, *, clock: Callable[[], float] = time.monotonic
-                 ) -> None:
+    def __init__(self, exporter: Exporter) -> None:
         self.exporter = exporter
-        self._clock = clock
         self._lock = threading.Lock()
         self._containers: dict[tuple[str, str, str], _Container] = {}
         self._nodes: dict[str, _Node] = {}
-        self._last = clock()
         self._task: asyncio.Task[None] | None = None
 
     # -- what runs where ------------------------------------------------------------------
@@ -78,6 +75,7 @@ class CAdvisor:
             mine = [c for key, c in self._containers.items() if key[:2] == (namespace, pod)]
             for container in mine:
                 container.cpu = cpu / len(mine)
+        self._publish()
 
     def remove_pod(self, namespace: str, pod: str) -> None:
         with self._lock:
@@ -91,6 +89,7 @@ class CAdvisor:
                     for node in self._nodes:
                         self.exporter.remove(name, self._labels((namespace, pod, container),
                                                                 node))
+        self._publish()  # the node's own use goes down
 
     def pods(self) -> list[tuple[str, str]]:
         with self._lock:
@@ -124,22 +123,13 @@ class CAdvisor:
 
     def _publish(self) -> None:
         with self._lock:
-            for labels, _, memory in self._usage():
+            for labels, cores, memory in self._usage():
                 self.exporter.set(MEMORY, labels, memory, type="gauge")
-                if self.exporter.get(CPU, labels) is None:
-                    self.exporter.set(CPU, labels, 0, type="counter")
+                self.exporter.set_rate(CPU, labels, cores, type="counter")
 
     def tick(self) -> None:
-        """Advance every CPU counter by its use since the last tick."""
-        now = self._clock()
-        with self._lock:
-            elapsed = max(0.0, now - self._last)
-            self._last = now
-            usage = list(self._usage())
-        for labels, cores, memory in usage:
-            self.exporter.inc(CPU, labels, Decimal(repr(round(cores * elapsed, 9))),
-                              type="counter")
-            self.exporter.set(MEMORY, labels, memory, type="gauge")
+        """Publish the use again (the CPU counters advance by themselves)."""
+        self._publish()
 
     async def run(self, interval: float = 0.25) -> None:
         while True:

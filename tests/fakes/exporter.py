@@ -1,15 +1,23 @@
-"""An in-test Prometheus exporter: series tests set and change, served over HTTP by a thread."""
+"""An in-test Prometheus exporter: series tests set and change, served over HTTP by a thread.
+
+A counter can also be given a rate (`set_rate`): it then advances by that rate times the time
+passed, reckoned whenever it is read, so a scrape sees the exact rate however seldom the code
+that sets it gets to run (a starved event loop's ticks would make it lumpy).
+"""
 
 from __future__ import annotations
 
 import logging
 import re
+import socket
+import sys
 import threading
-from collections.abc import Mapping
+import time
+from collections.abc import Callable, Mapping
 from decimal import Decimal
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import TracebackType
-from typing import Literal
+from typing import Any, Literal
 
 logger = logging.getLogger(__name__)
 
@@ -19,6 +27,10 @@ Number = int | float | Decimal
 _METRIC_NAME = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*\Z")
 _LABEL_NAME = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*\Z")
 _CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+_RATED_PLACES = Decimal("1e-9")  # what a rate adds is kept to the nanounit
+# A scraper that gives up (Prometheus' scrape timeout on a loaded machine) closes the connection
+# while the answer is being written: nothing to report.
+_CLIENT_GONE = (BrokenPipeError, ConnectionResetError, ConnectionAbortedError)
 
 LabelKey = tuple[tuple[str, str], ...]
 
@@ -74,6 +86,24 @@ class _Family:
     def __init__(self, metric_type: MetricType) -> None:
         self.type: MetricType = metric_type
         self.series: dict[LabelKey, Decimal] = {}
+        # A counter's rate: (per second, since when); its value is then the stored one plus
+        # the rate times the time since.
+        self.rates: dict[LabelKey, tuple[Decimal, float]] = {}
+
+    def value(self, key: LabelKey, now: float) -> Decimal:
+        value = self.series[key]
+        rated = self.rates.get(key)
+        if rated is None:
+            return value
+        per_second, since = rated
+        return value + (per_second * Decimal(repr(max(0.0, now - since)))).quantize(
+            _RATED_PLACES)
+
+    def fold(self, key: LabelKey, now: float) -> None:
+        """Store what the rate added so far; the rate (if any) goes on from `now`."""
+        if key in self.rates:
+            self.series[key] = self.value(key, now)
+            self.rates[key] = (self.rates[key][0], now)
 
 
 class _Server(ThreadingHTTPServer):
@@ -84,6 +114,15 @@ class _Server(ThreadingHTTPServer):
     def __init__(self, address: tuple[str, int], exporter: Exporter) -> None:
         super().__init__(address, _Handler)
         self.exporter = exporter
+
+    def handle_error(self, request: socket.socket | tuple[bytes, socket.socket],
+                     client_address: Any) -> None:
+        # socketserver prints a traceback for any error; a client that went away is none.
+        error = sys.exc_info()[1]
+        if isinstance(error, _CLIENT_GONE):
+            self.exporter.count_disconnect()
+            return
+        super().handle_error(request, client_address)
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -113,10 +152,13 @@ class Exporter:
     end of a `with` block) stops it. All methods are safe to call from any thread.
     """
 
-    def __init__(self, *, job: str | None = None, host: str = "127.0.0.1") -> None:
+    def __init__(self, *, job: str | None = None, host: str = "127.0.0.1",
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self._lock = threading.Lock()
+        self._clock = clock
         self._families: dict[str, _Family] = {}
         self._scrapes = 0
+        self._disconnects = 0
         self._server = _Server((host, 0), self)
         self.host = host
         self.port: int = self._server.server_address[1]
@@ -146,6 +188,16 @@ class Exporter:
         with self._lock:
             return self._scrapes
 
+    @property
+    def disconnects(self) -> int:
+        """How many clients went away before their answer was written."""
+        with self._lock:
+            return self._disconnects
+
+    def count_disconnect(self) -> None:
+        with self._lock:
+            self._disconnects += 1
+
     def set(
         self,
         name: str,
@@ -158,7 +210,32 @@ class Exporter:
         key = check_labels(labels or {})
         amount = to_decimal(value)
         with self._lock:
-            self._family(name, type).series[key] = amount
+            family = self._family(name, type)
+            family.series[key] = amount
+            family.rates.pop(key, None)
+
+    def set_rate(
+        self,
+        name: str,
+        labels: Mapping[str, str] | None,
+        per_second: Number,
+        *,
+        type: MetricType | None = None,
+    ) -> None:
+        """From now on a counter advances by `per_second` (created at 0); what it had gained at
+        the old rate stays. Read at any time, it is exact to the rate."""
+        key = check_labels(labels or {})
+        rate = to_decimal(per_second)
+        if not rate.is_finite() or rate < 0:
+            raise ValueError(f"a counter's rate must be finite and not negative, got {rate}")
+        with self._lock:
+            family = self._family(name, type or "counter")
+            if family.type != "counter":
+                raise ValueError(f"{name} is a {family.type}: only a counter has a rate")
+            now = self._clock()
+            family.fold(key, now)
+            family.series.setdefault(key, Decimal(0))
+            family.rates[key] = (rate, now)
 
     def inc(
         self,
@@ -173,6 +250,7 @@ class Exporter:
         delta = to_decimal(amount)
         with self._lock:
             family = self._family(name, type)
+            family.fold(key, self._clock())
             value = family.series.get(key, Decimal(0)) + delta
             family.series[key] = value
             return value
@@ -181,7 +259,9 @@ class Exporter:
         key = check_labels(labels or {})
         with self._lock:
             family = self._families.get(name)
-            return None if family is None else family.series.get(key)
+            if family is None or key not in family.series:
+                return None
+            return family.value(key, self._clock())
 
     def remove(self, name: str, labels: Mapping[str, str] | None = None) -> None:
         """Stop exposing one series, or every series of `name` when labels is None."""
@@ -192,7 +272,9 @@ class Exporter:
             if labels is None:
                 del self._families[name]
                 return
-            family.series.pop(check_labels(labels), None)
+            key = check_labels(labels)
+            family.series.pop(key, None)
+            family.rates.pop(key, None)
             if not family.series:
                 del self._families[name]
 
@@ -204,12 +286,14 @@ class Exporter:
         """The exposition body of the current series (counts as a scrape)."""
         with self._lock:
             self._scrapes += 1
+            now = self._clock()
             lines: list[str] = []
             for name in sorted(self._families):
                 family = self._families[name]
                 lines.append(f"# TYPE {name} {family.type}")
                 for key in sorted(family.series):
-                    lines.append(f"{name}{render_labels(key)} {format_value(family.series[key])}")
+                    lines.append(f"{name}{render_labels(key)} "
+                                 f"{format_value(family.value(key, now))}")
         lines.append("")
         return "\n".join(lines)
 
