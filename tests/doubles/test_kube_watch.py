@@ -4,9 +4,12 @@ timeoutSeconds, 410 after compaction, too-large resourceVersions)."""
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import AsyncIterator
 from typing import Any
+
+import pytest
 
 from tests.fakes.kube_api import FakeKubeAPI
 from tests.fakes.kube_http import KubeHTTPClient
@@ -176,3 +179,20 @@ async def test_send_initial_events_ends_with_an_annotated_bookmark(
     assert events[1]["type"] == "BOOKMARK"
     assert events[1]["object"]["metadata"]["annotations"] == {
         "k8s.io/initial-events-end": "true"}
+
+
+async def test_a_watcher_that_hangs_up_ends_its_watch_without_an_error_log(
+        fake_kube: FakeKubeAPI, kube_http: KubeHTTPClient,
+        caplog: pytest.LogCaptureFixture) -> None:
+    # As when the demo stops the autoscaler while its Deployment controller still writes.
+    fake_kube.create_pod("a", namespace="demo")
+    stream = kube_http.watch(PODS)
+    assert _summary(await _take(stream, 1)) == [("ADDED", "a")]
+    await stream.aclose()  # the client hangs up
+    labels = 0
+    while fake_kube.rest._watch_queues:  # events keep coming until the watch sees it is over
+        labels += 1
+        fake_kube.store.mutate("", "v1", "pods", "a", lambda p, n=labels: p["metadata"].update(
+            labels={"n": str(n)}), namespace="demo")
+        await asyncio.sleep(0)  # a turn of the loop for the server, not a wait
+    assert [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR] == []

@@ -1117,36 +1117,40 @@ class RestHandlers:
                 line = json.dumps({"type": kind, "object": obj}, separators=(",", ":"))
                 await response.write(line.encode() + b"\n")
 
-            if expired is not None:
-                await send("ERROR", expired.status)
-                return response
-            for kind, obj in initial:
-                await send(kind, obj)
-            if _truthy(send_initial) and bookmarks:
-                await send("BOOKMARK", self._bookmark(resource_type, path.version,
-                                                      initial_events_end=True))
-            next_bookmark = self._next_bookmark(deadline) if bookmarks else None
-            while not self.closing.is_set():
-                now = time.monotonic()
-                if now >= deadline:
-                    break
-                if next_bookmark is not None and now >= next_bookmark:
-                    await send("BOOKMARK", self._bookmark(resource_type, path.version))
-                    next_bookmark = self._next_bookmark(deadline)
-                    continue
-                wake = min(deadline, next_bookmark or deadline, now + 0.5) - now
-                try:
-                    incoming = await asyncio.wait_for(queue.get(), timeout=max(wake, 0.0))
-                except TimeoutError:
-                    transport = request.transport
-                    if transport is None or transport.is_closing():
+            def hung_up() -> bool:
+                transport = request.transport
+                return transport is None or transport.is_closing()
+
+            try:
+                if expired is not None:
+                    await send("ERROR", expired.status)
+                    return response
+                for kind, obj in initial:
+                    await send(kind, obj)
+                if _truthy(send_initial) and bookmarks:
+                    await send("BOOKMARK", self._bookmark(resource_type, path.version,
+                                                          initial_events_end=True))
+                next_bookmark = self._next_bookmark(deadline) if bookmarks else None
+                while not self.closing.is_set() and not hung_up():
+                    now = time.monotonic()
+                    if now >= deadline:
                         break
-                    continue
-                if incoming is None or incoming.resource_version <= newer_than:
-                    continue
-                translated = self._translate(incoming, resource_type, path, labels, fields)
-                if translated is not None:
-                    await send(*translated)
+                    if next_bookmark is not None and now >= next_bookmark:
+                        await send("BOOKMARK", self._bookmark(resource_type, path.version))
+                        next_bookmark = self._next_bookmark(deadline)
+                        continue
+                    wake = min(deadline, next_bookmark or deadline, now + 0.5) - now
+                    try:
+                        incoming = await asyncio.wait_for(queue.get(), timeout=max(wake, 0.0))
+                    except TimeoutError:
+                        continue
+                    if incoming is None or incoming.resource_version <= newer_than:
+                        continue
+                    translated = self._translate(incoming, resource_type, path, labels, fields)
+                    if translated is not None and not hung_up():
+                        await send(*translated)
+            except ConnectionResetError:
+                pass  # the watcher went away while an event was on its way: its watch is over
             return response
         finally:
             unsubscribe()
