@@ -15,6 +15,11 @@ kube-state-metrics, so the replicas the live controller set are in Prometheus to
 127.0.0.1, and every process and temporary directory is gone when the demo ends, also on
 Ctrl-C or failure. The demo needs a source checkout, because the fake cluster lives in
 tests/fakes; `make demo` runs it from one.
+
+Each load the story holds steady leaves more than the HPA's 10% tolerance on both sides
+before the count would change, and the loads the story moves to ask for their count with that
+much room too (tests/unit/test_demo_story.py checks both): a busy machine's readings may be
+off without the size going anywhere the story does not say.
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import dataclasses
 import json
 import logging
 import os
@@ -48,6 +54,7 @@ from metricscale import pki
 from metricscale.core.quantity import QuantityError, parse_quantity
 
 if TYPE_CHECKING:
+    from cli.replay_sim import Summary
     from tests.fakes.cadvisor import CAdvisor
     from tests.fakes.exporter import Exporter
     from tests.fakes.kube_api import FakeKubeAPI
@@ -60,11 +67,16 @@ DEMO_NAMESPACE = "demo"
 DEMO_APP = "web"
 SERIES = "http_requests_total"
 METRIC = "http_requests_per_second"
-# Requests per second each of the first three pods serves: 15 in all, 5 a pod on average.
-INITIAL_RATES = {"web-0": Decimal(3), "web-1": Decimal(5), "web-2": Decimal(7)}
+# Requests per second each of the first three pods serves: 14 in all, 4.67 a pod on average
+# against a target of 5 (93%: inside the 10% tolerance, and 3 pods hold from 3.34 to 5.5 a pod).
+INITIAL_RATES = {"web-0": Decimal(3), "web-1": Decimal(5), "web-2": Decimal(6)}
 TARGET_PER_POD = Decimal(5)
 MIN_REPLICAS, MAX_REPLICAS = 1, 10
-HIGH_LOAD, LOW_LOAD = Decimal(40), Decimal(8)  # 8 pods' worth, then 2 pods' worth
+# 7.8 pods' worth: 8 pods at 4.875 a pod (97.5%; 8 hold from 4.375 to 5.5 a pod, and are
+# reached once a reading passes 35/s). Then 1.6 pods' worth: 2 pods at 4 (80%, held by rounding
+# up rather than by the tolerance: 2 hold from 2.5 to 5.5 a pod, and are reached from above
+# once a reading is at most 10/s, which a scale-down's lingering series push up).
+HIGH_LOAD, LOW_LOAD = Decimal(39), Decimal(8)
 ADAPTER_NAMESPACE, ADAPTER_SERVICE = "metricscale", "metricscale-adapter"
 ADAPTER_USER = f"system:serviceaccount:{ADAPTER_NAMESPACE}:metricscale-adapter"
 AUTOSCALER_USER = f"system:serviceaccount:{ADAPTER_NAMESPACE}:metricscale-autoscaler"
@@ -76,7 +88,9 @@ APISERVICES = (("custom.metrics.k8s.io", "v1beta1", 100),
 CPU_APP = "php-apache"
 CPU_REQUEST = Decimal("0.2")
 CPU_TARGET_PERCENT = 50
-CPU_IDLE, CPU_BUSY = Decimal("0.05"), Decimal("0.5")  # cores in all: 1 pod's worth, then 5
+# Cores in all: one pod at 25% (the minimum of 1 holds up to 55%), then five pods at 47%
+# (five hold from 40% to 55%).
+CPU_IDLE, CPU_BUSY = Decimal("0.05"), Decimal("0.47")
 WEB_POD_CPU = 0.01  # what each web pod uses, so `kubectl top` shows it too
 POD_MEMORY = {"web": 48 << 20, CPU_APP: 96 << 20}
 NODES = ("node-1", "node-2")
@@ -90,6 +104,9 @@ DEMO_PODS = rf"{DEMO_APP}-[0-9]+"
 REPLAY_PLOT = "replay.png"
 REPLAY_TOLERANCE = 1  # replicas
 SCRAPE_SECONDS = 1  # Prometheus' scrape interval in the demo
+# How long a line waits for the Autoscaler's status to describe a size change it saw (the
+# controller writes the scale, then the status).
+STATUS_PATIENCE_SECONDS = 5.0
 
 
 @dataclass(frozen=True)
@@ -245,6 +262,36 @@ def _autoscaler(name: str, timing: Timing, metrics: list[dict[str, Any]]) -> dic
             },
         },
     }
+
+
+def pods_for(total: Decimal, per_pod: Decimal) -> int:
+    """How many pods a steady `total` asks for at `per_pod` each (upstream rounds up)."""
+    return int((total / per_pod).to_integral_value(rounding=ROUND_CEILING))
+
+
+def story_counts() -> tuple[int, int, int]:
+    """The sizes the story waits for: web at the top and after the fall, php-apache busy."""
+    cpu_per_pod = CPU_REQUEST * CPU_TARGET_PERCENT / 100
+    return (pods_for(HIGH_LOAD, TARGET_PER_POD), pods_for(LOW_LOAD, TARGET_PER_POD),
+            pods_for(CPU_BUSY, cpu_per_pod))
+
+
+def figure(value: Decimal) -> str:
+    """A load as the story says it: 39, 9.5, 4.67."""
+    text = f"{value.quantize(Decimal('0.01'), rounding=ROUND_HALF_UP):f}"
+    return text.rstrip("0").rstrip(".") if "." in text else text
+
+
+def readable_summary(summary: Summary) -> Summary:
+    """The replay's summary with its floats rounded as a reader takes them in: two decimals,
+    or three significant digits below 1 (0.0281 replica-hours)."""
+    def readable(value: float) -> float:
+        return round(value, 2) if abs(value) >= 1 else float(f"{value:.3g}")
+
+    rounded: dict[str, Any] = {
+        item.name: readable(value) for item in dataclasses.fields(summary)
+        if isinstance(value := getattr(summary, item.name), float)}
+    return dataclasses.replace(summary, **rounded)
 
 
 def spread(total: Decimal, pods: Sequence[str]) -> dict[str, Decimal]:
@@ -493,7 +540,7 @@ async def _until(check: Callable[[], Awaitable[bool]], *, within: float, what: s
     """Poll `check` until it holds; a DemoError naming `what` after `within` seconds."""
     deadline = time.monotonic() + within
     while not await check():
-        if time.monotonic() > deadline:
+        if time.monotonic() >= deadline:
             extra = detail()
             raise DemoError(f"{what} did not happen within {within:.0f} s"
                             + (f"\n{extra}" if extra else ""))
@@ -516,8 +563,9 @@ async def _wait_ready(program: Program, *, url: str, ssl_context: ssl.SSLContext
 
 class Workload:
     """Plays the Deployment controller (pods web-<n> follow spec.replicas, status in step), the
-    pods' traffic (each pod's request counter grows by its share of the load) and, through
-    `cadvisor`, what each pod uses of CPU and memory."""
+    pods' traffic (each pod's request counter grows at its share of the load: the exporter's
+    rated counter, exact however late this loop runs) and, through `cadvisor`, what each pod
+    uses of CPU and memory."""
 
     app = DEMO_APP
 
@@ -530,21 +578,26 @@ class Workload:
 
     @property
     def load_text(self) -> str:
-        return f"{self.load:>3.0f}/s"
+        return f"{figure(self.load)}/s"
 
     def create(self) -> None:
         self.kube.create_deployment(self.app, namespace=DEMO_NAMESPACE,
                                     replicas=len(INITIAL_RATES), labels={"app": self.app})
         for pod in INITIAL_RATES:
             self._add_pod(pod)
-        self.rates = dict(INITIAL_RATES)
+        self._serve(dict(INITIAL_RATES))
 
     def set_load(self, total: Decimal) -> None:
         self.load = total
         self._spread()
 
     def _spread(self) -> None:
-        self.rates = spread(self.load, self.pods())
+        self._serve(spread(self.load, self.pods()))
+
+    def _serve(self, rates: dict[str, Decimal]) -> None:
+        self.rates = rates
+        for pod, rate in rates.items():
+            self.exporter.set_rate(SERIES, self._labels(pod), rate)
 
     def pods(self) -> list[str]:
         names = (p["metadata"]["name"] for p in
@@ -600,19 +653,10 @@ class Workload:
         if changed:
             self._spread()
 
-    def serve(self, seconds: Decimal) -> None:
-        for pod, rate in self.rates.items():
-            self.exporter.inc(SERIES, self._labels(pod), rate * seconds)
-
     async def run(self) -> None:
-        last = time.monotonic()
         while True:
             await asyncio.sleep(0.1)
-            now = time.monotonic()
             self.sync()
-            self.serve(Decimal(repr(round(now - last, 4))))
-            self.cadvisor.tick()
-            last = now
 
 
 class CpuWorkload(Workload):
@@ -627,7 +671,7 @@ class CpuWorkload(Workload):
 
     @property
     def load_text(self) -> str:
-        return f"{int(self.load * 1000)}m"
+        return f"{figure(self.load * 1000)}m"
 
     def create(self) -> None:
         self.kube.create_deployment(self.app, namespace=DEMO_NAMESPACE, replicas=1,
@@ -652,26 +696,26 @@ class CpuWorkload(Workload):
         for pod, share in spread(self.load, pods).items():
             self.cadvisor.set_pod_cpu(DEMO_NAMESPACE, pod, float(share))
 
-    def serve(self, seconds: Decimal) -> None:
-        pass  # no request counters: the CPU counters advance in cadvisor.tick()
-
-    async def run(self) -> None:
-        while True:
-            await asyncio.sleep(0.1)
-            self.sync()  # the web workload's loop ticks the shared cAdvisor
-
 
 class Reporter:
-    """Prints a line whenever the replicas, the desired replicas or a condition changes."""
+    """Prints a line whenever the replicas, the desired replicas or a condition changes.
 
-    def __init__(self, *, kube: FakeKubeAPI, workload: Workload, started: float) -> None:
+    The controller writes the scale before the status that explains it, so a look can catch
+    the new size beside the old status (`1 -> 2 scaled up ... desired 1`): a size change is
+    shown once the status names the size it caused, or after STATUS_PATIENCE_SECONDS as it is
+    (a size the controller did not set)."""
+
+    def __init__(self, *, kube: FakeKubeAPI, workload: Workload, started: float,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self.app = workload.app
         self.kube = kube
         self.workload = workload
         self.started = started
+        self.clock = clock
         self.last: Observation | None = None
         self.ups = 0
         self.downs = 0
+        self._waiting_since: float | None = None
 
     def look(self) -> Observation:
         return observe(
@@ -681,16 +725,57 @@ class Reporter:
                                                namespace=DEMO_NAMESPACE))
 
     def report(self) -> Observation:
+        """The newest look the story goes on from (printed when it changed); while a size
+        change waits for its status, the last one shown."""
         now = self.look()
-        if self.last is None or now.key != self.last.key:
-            if self.last is not None:
-                self.ups += now.replicas > self.last.replicas
-                self.downs += now.replicas < self.last.replicas
-            print(format_observation(seconds=time.monotonic() - self.started,
-                                     load=self.workload.load_text, before=self.last, now=now),
+        last = self.last
+        if last is not None and now.key != last.key and now.replicas != last.replicas \
+                and now.desired != now.replicas:
+            if self._waiting_since is None:
+                self._waiting_since = self.clock()
+            if self.clock() - self._waiting_since < STATUS_PATIENCE_SECONDS:
+                return last
+        self._waiting_since = None
+        if last is None or now.key != last.key:
+            if last is not None:
+                self.ups += now.replicas > last.replicas
+                self.downs += now.replicas < last.replicas
+            print(format_observation(seconds=self.clock() - self.started,
+                                     load=self.workload.load_text, before=last, now=now),
                   flush=True)
             self.last = now
         return now
+
+
+@dataclass(frozen=True)
+class Act:
+    """One Autoscaler's part of the story: its lines, and waits that, when they fail, show that
+    Autoscaler's last status and the end of the controller's log."""
+
+    reporter: Reporter
+    log_file: Path
+    alive: Callable[[], None]
+
+    @property
+    def name(self) -> str:
+        return f"{DEMO_NAMESPACE}/{self.reporter.app}"
+
+    async def until(self, check: Callable[[Observation], bool], *, within: float,
+                    what: str) -> None:
+        async def watching() -> bool:
+            self.alive()
+            return check(self.reporter.report())
+
+        await _until(watching, within=within, what=what, detail=self.last_seen)
+
+    def last_seen(self) -> str:
+        autoscaler = self.reporter.kube.store.try_get(*AUTOSCALER_API, self.reporter.app,
+                                                      namespace=DEMO_NAMESPACE)
+        status = (autoscaler or {}).get("status") or {}
+        conditions = "; ".join(f"{c.get('type')}={c.get('status')} {c.get('reason')}: "
+                               f"{c.get('message')}" for c in status.get("conditions") or [])
+        return (f"last status of Autoscaler {self.name}: {conditions or '(none)'}\n"
+                f"the end of {self.log_file}:\n{_tail(self.log_file)}")
 
 
 class Banner:
@@ -814,10 +899,10 @@ async def _demo(*, workdir: Path, kubectl: str, timing: Timing) -> None:
         except prometheus_module.PrometheusError as error:
             raise DemoError(f"Prometheus never scraped the exporter: {error}") from None
 
-        path = f"/api/v1/namespaces/{DEMO_NAMESPACE}/pods"
-        banner(f"kubectl --kubeconfig {kubeconfig} get --raw {path}",
-               "The pods, as kubectl reads them from the cluster.")
-        print(json.dumps(json.loads(await admin("get", "--raw", path)), indent=2))
+        banner(f"kubectl --kubeconfig {kubeconfig} get deployments,pods -n {DEMO_NAMESPACE}",
+               "The Deployments and their pods, as kubectl shows them (the server renders "
+               "the table).")
+        print(await admin("get", "deployments,pods", "-n", DEMO_NAMESPACE), end="")
 
         banner("What Prometheus holds for those pods (requests per second)",
                f"rate() over {window} s of 1 s scrapes, once the window is full of samples.")
@@ -880,7 +965,8 @@ async def _demo(*, workdir: Path, kubectl: str, timing: Timing) -> None:
 
         banner("The autoscaler",
                f"The Autoscaler CRD from {CRD_MANIFEST.relative_to(_CHECKOUT)} is applied, "
-               "metricscale autoscaler starts, and an Autoscaler targets 5 requests/s a pod.")
+               f"metricscale autoscaler starts, and an Autoscaler targets "
+               f"{figure(TARGET_PER_POD)} requests/s a pod.")
         print(await admin("apply", "-f", str(CRD_MANIFEST)), end="")
         autoscaler_token = "autoscaler-" + os.urandom(12).hex()
         kube.add_user(token=autoscaler_token, username=AUTOSCALER_USER,
@@ -910,58 +996,47 @@ async def _demo(*, workdir: Path, kubectl: str, timing: Timing) -> None:
         applied_at = datetime.now(UTC)
         print(await admin("apply", "-f", str(manifest)), end="")
 
-        reporter = Reporter(kube=kube, workload=workload, started=started)
-
         def alive() -> None:
             check_workload()
             adapter.check_running()
             controller.check_running()
 
-        def last_seen() -> str:
-            status = (kube.store.try_get(*AUTOSCALER_API, DEMO_APP, namespace=DEMO_NAMESPACE)
-                      or {}).get("status") or {}
-            conditions = "; ".join(f"{c.get('type')}={c.get('status')} {c.get('reason')}: "
-                                   f"{c.get('message')}" for c in status.get("conditions") or [])
-            return (f"last status: {conditions or '(none)'}\n"
-                    f"the end of {controller.log_file}:\n{_tail(controller.log_file)}")
+        web = Act(reporter=Reporter(kube=kube, workload=workload, started=started),
+                  log_file=controller.log_file, alive=alive)
+        await web.until(lambda o: "ScalingActive=ValidMetricFound" in o.reasons, within=30.0,
+                        what="the autoscaler's first decision from real metrics")
+        start_load = sum(INITIAL_RATES.values(), Decimal(0))
+        if web.reporter.report().replicas != len(INITIAL_RATES):
+            raise DemoError(
+                f"{figure(start_load)} requests/s over {len(INITIAL_RATES)} pods is "
+                f"{figure(start_load / len(INITIAL_RATES))} a pod, inside the tolerance of the "
+                f"target {figure(TARGET_PER_POD)}, yet the autoscaler changed the size\n"
+                + web.last_seen())
 
-        async def watching(check: Callable[[Observation], bool]) -> bool:
-            alive()
-            return check(reporter.report())
-
-        await _until(lambda: watching(lambda o: "ScalingActive=ValidMetricFound" in o.reasons),
-                     within=30.0, what="the autoscaler's first decision from real metrics",
-                     detail=last_seen)
-        if reporter.report().replicas != len(INITIAL_RATES):
-            raise DemoError("15 requests/s over 3 pods is the target (5 a pod), yet the "
-                            "autoscaler changed the size\n" + last_seen())
-
-        up_to = int((HIGH_LOAD / TARGET_PER_POD).to_integral_value())
-        banner(f"The load rises to {HIGH_LOAD:.0f} requests/s",
-               f"{up_to} pods' worth at 5 a pod: the autoscaler adds pods as fast as its "
+        up_to, down_to, cpu_up_to = story_counts()
+        banner(f"The load rises to {figure(HIGH_LOAD)} requests/s",
+               f"{up_to} pods' worth at {figure(TARGET_PER_POD)} a pod "
+               f"({figure(HIGH_LOAD / up_to)} each): the autoscaler adds pods as fast as its "
                "scale-up policy allows, as the rate window fills.")
         workload.set_load(HIGH_LOAD)
-        await _until(lambda: watching(lambda o: o.replicas >= up_to),
-                     within=timing.scale_up_within, what=f"a scale-up to {up_to} replicas",
-                     detail=last_seen)
+        await web.until(lambda o: o.replicas >= up_to, within=timing.scale_up_within,
+                        what=f"a scale-up to {up_to} replicas")
 
-        down_to = int((LOW_LOAD / TARGET_PER_POD).to_integral_value(rounding=ROUND_CEILING))
-        banner(f"The load falls to {LOW_LOAD:.0f} requests/s",
-               f"{down_to} pods' worth: the size holds for the "
-               f"{timing.scale_down_window_seconds} s scale-down stabilization window "
+        banner(f"The load falls to {figure(LOW_LOAD)} requests/s",
+               f"{down_to} pods' worth ({figure(LOW_LOAD / down_to)} each): the size holds for "
+               f"the {timing.scale_down_window_seconds} s scale-down stabilization window "
                "(ScaleDownStabilized), then shrinks.")
         workload.set_load(LOW_LOAD)
-        await _until(lambda: watching(lambda o: o.replicas <= down_to),
-                     within=timing.scale_down_within, what=f"a scale-down to {down_to} replicas",
-                     detail=last_seen)
-        if not (reporter.ups and reporter.downs):
-            raise DemoError("the demo saw no scale-up or no scale-down line\n" + last_seen())
+        await web.until(lambda o: o.replicas <= down_to, within=timing.scale_down_within,
+                        what=f"a scale-down to {down_to} replicas")
+        if not (web.reporter.ups and web.reporter.downs):
+            raise DemoError("the demo saw no scale-up or no scale-down line\n"
+                            + web.last_seen())
         # One more reconcile, so that the status shown next describes the final size.
-        await _until(lambda: watching(lambda o: o.current == o.replicas),
-                     within=3 * period + 10.0, what="a reconcile after the scale-down",
-                     detail=last_seen)
+        await web.until(lambda o: o.current == o.replicas, within=3 * period + 10.0,
+                        what="a reconcile after the scale-down")
         first_act_ended = datetime.now(UTC)
-        print(f"        scaled up {reporter.ups} times and down {reporter.downs} times")
+        print(f"        scaled up {web.reporter.ups} times and down {web.reporter.downs} times")
 
         banner("What kubectl and `metricscale explain --live` say",
                "The Autoscaler with the CRD's own printer columns (the server renders them as "
@@ -985,12 +1060,12 @@ async def _demo(*, workdir: Path, kubectl: str, timing: Timing) -> None:
         print(await _top(admin, "pods", "-n", DEMO_NAMESPACE, within=window + 30.0), end="")
         print(f"$ kubectl top nodes\n{await _top(admin, 'nodes', within=30.0)}", end="")
 
-        target_milli = int(CPU_REQUEST * CPU_TARGET_PERCENT * 10)
+        target_milli = CPU_REQUEST * CPU_TARGET_PERCENT * 10
         banner(f"CPU autoscaling: {CPU_APP} at {CPU_TARGET_PERCENT}% of its CPU request",
                f"`kubectl autoscale deployment {CPU_APP} --cpu-percent={CPU_TARGET_PERCENT} "
-               f"--min=1 --max=10` as an Autoscaler; the load rises to {CPU_BUSY * 1000:.0f}m "
-               f"({CPU_BUSY * 1000 / target_milli:.0f} pods' worth at {target_milli}m a pod), "
-               "then falls back.")
+               f"--min=1 --max=10` as an Autoscaler; the load rises to "
+               f"{figure(CPU_BUSY * 1000)}m ({cpu_up_to} pods' worth at {figure(target_milli)}m "
+               f"a pod: {figure(CPU_BUSY * 1000 / cpu_up_to)}m each), then falls back.")
         # The replay act's imports (matplotlib takes seconds) load meanwhile, in a thread.
         preloaded = asyncio.create_task(asyncio.to_thread(_preload_replay),
                                         name="demo replay imports")
@@ -998,26 +1073,18 @@ async def _demo(*, workdir: Path, kubectl: str, timing: Timing) -> None:
         cpu_manifest.write_text(yaml.safe_dump(cpu_autoscaler_manifest(timing),
                                                sort_keys=False))
         print(await admin("apply", "-f", str(cpu_manifest)), end="")
-        cpu_reporter = Reporter(kube=kube, workload=cpu_workload, started=started)
-
-        async def watching_cpu(check: Callable[[Observation], bool]) -> bool:
-            alive()
-            return check(cpu_reporter.report())
-
-        await _until(lambda: watching_cpu(lambda o: "ScalingActive=ValidMetricFound" in o.reasons),
-                     within=30.0, what=f"the first decision for {CPU_APP} from metrics.k8s.io",
-                     detail=last_seen)
-        cpu_up_to = int((CPU_BUSY * 1000 / target_milli).to_integral_value())
+        cpu = Act(reporter=Reporter(kube=kube, workload=cpu_workload, started=started),
+                  log_file=controller.log_file, alive=alive)
+        await cpu.until(lambda o: "ScalingActive=ValidMetricFound" in o.reasons, within=30.0,
+                        what=f"the first decision for {CPU_APP} from metrics.k8s.io")
         cpu_workload.set_load(CPU_BUSY)
-        await _until(lambda: watching_cpu(lambda o: o.replicas >= cpu_up_to),
-                     within=timing.scale_up_within, what=f"a scale-up of {CPU_APP} to "
-                     f"{cpu_up_to} replicas", detail=last_seen)
+        await cpu.until(lambda o: o.replicas >= cpu_up_to, within=timing.scale_up_within,
+                        what=f"a scale-up of {CPU_APP} to {cpu_up_to} replicas")
         cpu_workload.set_load(CPU_IDLE)
-        await _until(lambda: watching_cpu(lambda o: o.replicas <= 1),
-                     within=timing.scale_down_within, what=f"a scale-down of {CPU_APP} to 1",
-                     detail=last_seen)
-        print(f"        {CPU_APP} scaled up {cpu_reporter.ups} times and down "
-              f"{cpu_reporter.downs} times on CPU utilization")
+        await cpu.until(lambda o: o.replicas <= MIN_REPLICAS, within=timing.scale_down_within,
+                        what=f"a scale-down of {CPU_APP} to {MIN_REPLICAS}")
+        print(f"        {CPU_APP} scaled up {cpu.reporter.ups} times and down "
+              f"{cpu.reporter.downs} times on CPU utilization")
         alive()
 
         # --- The third act: the first one replayed from Prometheus' history --------------
@@ -1087,8 +1154,8 @@ async def _replay(*, workdir: Path, prometheus_url: str, rules_file: Path, manif
     except (ReplayInputError, PrometheusApiClientException, requests.RequestException) as error:
         raise DemoError(f"metricscale replay failed: {error}") from None
     replayed = time.monotonic() - began
-    print(render(result.steps, result.summary, "table", None, result.observed,
-                 result.assumptions), end="")
+    print(render(result.steps, readable_summary(result.summary), "table", None,
+                 result.observed, result.assumptions), end="")
     began = time.monotonic()
     if plotting:
         await asyncio.to_thread(
