@@ -13,8 +13,9 @@ the first one with `metricscale replay` over Prometheus' history (the demo also 
 kube-state-metrics, so the replicas the live controller set are in Prometheus too), draws it to
 .demo/replay.png and checks the replay against what the controller did. Everything listens on
 127.0.0.1, and every process and temporary directory is gone when the demo ends, also on
-Ctrl-C or failure. The demo needs a source checkout, because the fake cluster lives in
-tests/fakes; `make demo` runs it from one.
+Ctrl-C or failure; with --keep the cluster, Prometheus and both programs stay up after the story
+for a user to try commands on, until Ctrl-C. The demo needs a source checkout, because the fake
+cluster lives in tests/fakes; `make demo` runs it from one.
 
 Each load the story holds steady leaves more than the HPA's 10% tolerance on both sides
 before the count would change, and the loads the story moves to ask for their count with that
@@ -143,6 +144,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--kubectl", default=None,
                         help="kubectl binary (default: kubectl on the PATH)")
     parser.add_argument("--fast", action="store_true", help=fast_help())
+    parser.add_argument("--keep", action="store_true",
+                        help="after the story, leave the cluster, Prometheus, the adapter and "
+                             "the autoscaler running, print the `export KUBECONFIG=...` line "
+                             "to try commands on them, and stop everything on Ctrl-C")
 
 
 def fast_help() -> str:
@@ -163,7 +168,8 @@ def run(args: argparse.Namespace) -> int:
         workdir = args.workdir.resolve()
         workdir.mkdir(parents=True, exist_ok=True)
         asyncio.run(_until_terminated(_demo(workdir=workdir, kubectl=kubectl,
-                                            timing=FAST if args.fast else NORMAL)))
+                                            timing=FAST if args.fast else NORMAL,
+                                            keep=args.keep)))
     except DemoError as error:
         print(f"\nmetricscale demo failed: {error}", file=sys.stderr, flush=True)
         return 1
@@ -173,8 +179,12 @@ def run(args: argparse.Namespace) -> int:
     except Terminated:
         print("\nmetricscale demo: terminated; every process was stopped", file=sys.stderr)
         return 128 + signal.SIGTERM
-    print(f"\nThe demo took {time.monotonic() - started:.0f} s; everything it started is "
-          "stopped and its temporary files are removed.", flush=True)
+    if args.keep:
+        print("\nmetricscale demo: stopped; everything it started is stopped and its temporary "
+              "files are removed.", flush=True)
+    else:
+        print(f"\nThe demo took {time.monotonic() - started:.0f} s; everything it started is "
+              "stopped and its temporary files are removed.", flush=True)
     return 0
 
 
@@ -816,7 +826,7 @@ def _write_pki(directory: Path) -> tuple[pki.CertifiedKey, Path, Path]:
 # --- the demo ---------------------------------------------------------------------------------
 
 
-async def _demo(*, workdir: Path, kubectl: str, timing: Timing) -> None:
+async def _demo(*, workdir: Path, kubectl: str, timing: Timing, keep: bool = False) -> None:
     exporter_module, kube_module, prometheus_module, cadvisor_module = _import_doubles()
     if prometheus_module.find_prometheus() is None:
         raise DemoError("prometheus was not found: install Debian's package "
@@ -1096,6 +1106,55 @@ async def _demo(*, workdir: Path, kubectl: str, timing: Timing) -> None:
         await _replay(workdir=workdir, prometheus_url=prometheus.url, rules_file=rules_file,
                       manifest=manifest, start=applied_at, end=first_act_ended, timing=timing,
                       scrape_seconds=SCRAPE_SECONDS)
+        if keep:
+            await _keep(kubeconfig=kubeconfig, prometheus_url=prometheus.url,
+                        adapter_url=f"https://127.0.0.1:{adapter_port}", alive=alive)
+
+
+def keep_lines(*, kubeconfig: Path, prometheus_url: str, adapter_url: str) -> list[str]:
+    """What --keep prints once the story is over: how to reach what still runs."""
+    return [
+        "",
+        "The cluster stays up (--keep): the fake API server, Prometheus, metricscale adapter "
+        "and metricscale autoscaler run,",
+        f"and the demo keeps playing the Deployment controller for {DEMO_APP} and {CPU_APP}. "
+        "In another shell:",
+        "",
+        f"export KUBECONFIG={shlex.quote(str(kubeconfig))}",
+        f"kubectl get msa,deployments,pods -n {DEMO_NAMESPACE}",
+        f"kubectl top pods -n {DEMO_NAMESPACE}",
+        f"metricscale explain --live {DEMO_NAMESPACE}/{DEMO_APP}",
+        f"metricscale autoscale deployment/{CPU_APP} --name {CPU_APP}-2 --max 10 "
+        f"--cpu-percent 50 -n {DEMO_NAMESPACE} --dry-run=server  # creates nothing",
+        f"kubectl scale deployment/{DEMO_APP} -n {DEMO_NAMESPACE} --replicas=6  "
+        "# the autoscaler brings it back",
+        "",
+        f"Prometheus: {prometheus_url} (the query page and /api/v1/query)",
+        f"metricscale adapter: {adapter_url} (behind the cluster's aggregator)",
+        "",
+        "Ctrl-C stops everything and removes the temporary files.",
+    ]
+
+
+async def _keep(*, kubeconfig: Path, prometheus_url: str, adapter_url: str,
+                alive: Callable[[], None]) -> None:
+    """Wait for Ctrl-C (SIGINT) with everything running; the caller's clean-up then runs as
+    at the end of the story. A program that exits meanwhile ends the demo with its log."""
+    for line in keep_lines(kubeconfig=kubeconfig, prometheus_url=prometheus_url,
+                           adapter_url=adapter_url):
+        print(f"        {line}" if line else "", flush=True)
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    loop.add_signal_handler(signal.SIGINT, stop.set)
+    try:
+        while not stop.is_set():
+            alive()
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(1.0):
+                    await stop.wait()
+    finally:
+        loop.remove_signal_handler(signal.SIGINT)
+    print("\nmetricscale demo: Ctrl-C: stopping everything", flush=True)
 
 
 def _preload_replay() -> None:

@@ -2,7 +2,8 @@
 kubectl, custom metrics through the aggregator, the autoscaler scaling up and back down, then
 `kubectl top` and CPU autoscaling on resource metrics, then `metricscale replay` of the first act
 agreeing with what the live controller did (and its plot), and nothing left running or lying
-around afterwards, also when the demo is terminated halfway.
+around afterwards, also when the demo is terminated halfway; and `--keep`, which leaves the
+cluster up for a user's commands until Ctrl-C.
 
 The tests wait for the demo's own lines and for its exit: every step of the demo is bounded by
 the demo itself, which then fails and ends."""
@@ -22,7 +23,7 @@ from pathlib import Path
 import pytest
 
 from cli.demo import story_counts
-from tests.fakes.tools import require_tool
+from tests.fakes.tools import find_tool, require_tool
 
 pytestmark = [pytest.mark.prometheus, pytest.mark.kubectl]
 
@@ -217,3 +218,48 @@ def test_sigterm_halfway_stops_every_process_and_removes_the_temporary_files(
         assert process.wait() == 128 + signal.SIGTERM
         assert not group_alive(process.pid), "a process the demo started outlived it"
     assert leftovers(workdir) == []
+
+
+def run(*command: str, kubeconfig: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(command, env={**os.environ, "KUBECONFIG": kubeconfig}, cwd=REPO,
+                          stdin=subprocess.DEVNULL, capture_output=True, text=True, check=False)
+
+
+def test_keep_leaves_the_cluster_up_for_commands_until_ctrl_c(tmp_path: Path) -> None:
+    workdir = tmp_path / "demo"
+    with demo_process(workdir, "--keep") as process:
+        lines = Lines(process)
+        export = lines.until("export KUBECONFIG=")
+        kubeconfig = export.split("export KUBECONFIG=", 1)[1].strip()
+        assert Path(kubeconfig) == workdir.resolve() / "kubeconfig"
+        prometheus = lines.until("Prometheus: http://127.0.0.1:")
+        assert re.search(r"Prometheus: http://127\.0\.0\.1:\d+ ", prometheus), prometheus
+        lines.until("Ctrl-C stops everything")
+        # As the README has a user do: kubectl (the real client when there is one, else the
+        # product's own), then a server-side dry run, which must create nothing (issue 21).
+        kubectl = find_tool("kubectl", env_var="KUBECTL")
+        if kubectl is not None:
+            listed = run(kubectl, "get", "msa", "-n", "demo", "-o", "name", kubeconfig=kubeconfig)
+            assert listed.returncode == 0, listed.stderr
+            assert listed.stdout.split() == ["autoscaler.metricscale.dev/php-apache",
+                                             "autoscaler.metricscale.dev/web"]
+        explained = run(sys.executable, "-m", "metricscale", "explain", "--live", "demo/web",
+                        "-o", "text", kubeconfig=kubeconfig)
+        assert explained.returncode == 0, explained.stderr
+        assert explained.stdout.startswith("Autoscaler demo/web -> Deployment/web")
+        dry = run(sys.executable, "-m", "metricscale", "autoscale", "deployment/php-apache",
+                  "--name", "php-apache-2", "--max", "10", "--cpu-percent", "50", "-n", "demo",
+                  "--dry-run=server", kubeconfig=kubeconfig)
+        assert (dry.returncode, dry.stdout.strip()) == (
+            0, "autoscaler.metricscale.dev/php-apache-2 autoscaled (server dry run)"), dry.stderr
+        if kubectl is not None:
+            listed = run(kubectl, "get", "msa", "-n", "demo", "-o", "name", kubeconfig=kubeconfig)
+            assert "php-apache-2" not in listed.stdout, listed.stdout
+        assert leftovers(workdir) != []  # the keys are still there while it runs
+        process.send_signal(signal.SIGINT)  # Ctrl-C, to the demo alone
+        rest = lines.rest()
+        assert process.wait() == 0, rest[-3000:]
+        assert "stopped; everything it started is stopped" in rest, rest[-3000:]
+        assert not group_alive(process.pid), "a process the demo started outlived it"
+    assert leftovers(workdir) == []
+    check_story_lines(lines.text)
