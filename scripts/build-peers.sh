@@ -13,18 +13,19 @@ if ! command -v go >/dev/null 2>&1; then
   echo "  Binaries built elsewhere can be given with METRICSCALE_PEERS=/dir (or KUBEBUILDER_ASSETS)." >&2
   exit 0
 fi
-# One build list per module: the main one, and prometheus-adapter's own.
+# One build list per module: the main one, and metrics-server's and prometheus-adapter's own.
 PEERS=(
   "etcd . go.etcd.io/etcd/server/v3"
   "kube-apiserver . k8s.io/kubernetes/cmd/kube-apiserver"
   "kube-controller-manager . k8s.io/kubernetes/cmd/kube-controller-manager"
   "kube-scheduler . k8s.io/kubernetes/cmd/kube-scheduler"
   "kubectl . k8s.io/kubernetes/cmd/kubectl"
-  "metrics-server . sigs.k8s.io/metrics-server/cmd/metrics-server"
+  "metrics-server metrics-server sigs.k8s.io/metrics-server/cmd/metrics-server"
   "helm . helm.sh/helm/v3/cmd/helm"
   "prometheus-adapter prometheus-adapter sigs.k8s.io/prometheus-adapter/cmd/adapter"
 )
-stamp="$( { go version; cat go.mod go.sum prometheus-adapter/go.mod prometheus-adapter/go.sum "$SELF"; \
+stamp="$( { go version; cat go.mod go.sum metrics-server/go.mod metrics-server/go.sum \
+           prometheus-adapter/go.mod prometheus-adapter/go.sum "$SELF"; \
            printf '%s\n' "${PEERS[@]}"; } | sha256sum | cut -d' ' -f1)"
 complete=1
 for peer in "${PEERS[@]}"; do
@@ -49,6 +50,9 @@ for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
   kube_ldflags+=" -X $pkg.gitTreeState=clean"
 done
 helm_ldflags="-X helm.sh/helm/v3/internal/version.version=$(go list -m -f '{{.Version}}' helm.sh/helm/v3)"
+# metrics-server's release build stamps client-go's version with its own tag (its --version).
+metrics_server_ldflags="-X k8s.io/client-go/pkg/version.gitVersion=$(cd metrics-server && \
+  go list -m -f '{{.Version}}' sigs.k8s.io/metrics-server)"
 total_start=$SECONDS
 for peer in "${PEERS[@]}"; do
   read -r name module package <<<"$peer"
@@ -57,6 +61,7 @@ for peer in "${PEERS[@]}"; do
   case "$package" in
     k8s.io/kubernetes/*) extra="$kube_ldflags" ;;
     helm.sh/*) extra="$helm_ldflags" ;;
+    sigs.k8s.io/metrics-server/*) extra="$metrics_server_ldflags" ;;
     *) extra="" ;;
   esac
   (cd "$module" && go build -trimpath -ldflags="-s -w $extra" -o "$OLDPWD/$BIN/$name.new" "$package")
