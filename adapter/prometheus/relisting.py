@@ -104,12 +104,23 @@ async def relist_once(now: datetime, *, config: AdapterConfig, lister: SeriesLis
                 collect_shapes(lister, query, start=start, request_timeout=request_timeout,
                                interned=interned),
                 name=f"series {query}") for query in queries}
-    except* PrometheusError as failures:
-        first = failures.exceptions[0]
+    except ExceptionGroup as failures:
+        # Not `except* PrometheusError`: before Python 3.11.4 (the image runs Debian's 3.11.2),
+        # an exception raised inside `except*` leaves it wrapped in an ExceptionGroup, which
+        # the callers' `except RelistFailed` misses, and the relist loop dies.
+        prometheus, others = failures.split(PrometheusError)
+        if prometheus is None or others is not None:
+            raise  # a bug, not an unreachable backend: the guarded task stops the process
+        first = _first_leaf(prometheus)
         raise RelistFailed(f"a series request failed: {first}") from first
     shapes = {query: task.result() for query, task in tasks.items()}
     return build_registry(config=config, series=shapes, catalog=catalog, now=now,
                           backend=backend, tenant=tenant)
+
+
+def _first_leaf(group: BaseExceptionGroup[PrometheusError]) -> PrometheusError:
+    first = group.exceptions[0]
+    return _first_leaf(first) if isinstance(first, BaseExceptionGroup) else first
 
 
 @dataclass(frozen=True)

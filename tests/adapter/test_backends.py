@@ -101,6 +101,7 @@ async def test_each_rule_is_discovered_and_queried_on_its_own_backend(
                     'endpoint="series"}') in text
 
 
+@pytest.mark.shipped_interpreter
 async def test_a_stopped_backend_fails_only_its_own_metrics(
         prometheus_factory: PrometheusFactory, tmp_path: Path) -> None:
     with Exporter() as alpha_exporter, Exporter() as beta_exporter:

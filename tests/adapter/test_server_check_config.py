@@ -95,6 +95,7 @@ def test_with_prometheus_each_rule_lists_its_metrics_and_a_sample_query(
     assert "discovered 2 custom and 1 external metrics" in out
 
 
+@pytest.mark.shipped_interpreter
 def test_an_unreachable_prometheus_exits_1(tmp_path: Path) -> None:
     code, out = run_check(tmp_path, VALID.format(job="j"), "--prometheus-url",
                           "http://127.0.0.1:9", "--prometheus-timeout", "2s")

@@ -16,7 +16,9 @@ from tests.fakes.exporter import Exporter
 from tests.fakes.kube_api import FakeKubeAPI
 from tests.fakes.prometheus import PrometheusServer
 
-pytestmark = [pytest.mark.prometheus, pytest.mark.asyncio(loop_scope="module")]
+# Also run on the image's Python (make test-shipped): a failed pass must not end the loop there.
+pytestmark = [pytest.mark.prometheus, pytest.mark.asyncio(loop_scope="module"),
+              pytest.mark.shipped_interpreter]
 
 CONFIG = """
 rules:
