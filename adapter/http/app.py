@@ -139,14 +139,33 @@ _API_PREFIXES = ("/apis", "/api")
 
 @dataclass
 class HealthChecks:
-    """Named checks per endpoint (`healthz`, `livez`, `readyz`); others may add their own."""
+    """Named checks per endpoint (`healthz`, `livez`, `readyz`); others may add their own.
+
+    A check may also say why it passes in a degraded way (`note`): `?verbose` shows it after
+    `[+]name ok: `. A failing check's reason is withheld, as kube-apiserver does.
+    """
 
     checks: dict[str, list[tuple[str, Callable[[], bool]]]] = field(default_factory=lambda: {
         "healthz": [], "livez": [], "readyz": []})
+    notes: dict[str, Callable[[], str | None]] = field(default_factory=dict)
 
-    def add(self, endpoints: Sequence[str], name: str, check: Callable[[], bool]) -> None:
+    def add(self, endpoints: Sequence[str], name: str, check: Callable[[], bool], *,
+            note: Callable[[], str | None] | None = None) -> None:
         for endpoint in endpoints:
             self.checks[endpoint].append((name, check))
+        if note is not None:
+            self.notes[name] = note
+
+    def note(self, name: str) -> str | None:
+        """What a passing check has to say (None: nothing), safe to show to anyone."""
+        note = self.notes.get(name)
+        if note is None:
+            return None
+        try:
+            return note()
+        except Exception:
+            logger.exception("health check note %s raised", name)
+            return None
 
     def run(self, endpoint: str) -> list[tuple[str, bool]]:
         results = []
@@ -515,7 +534,8 @@ def _health_handler(endpoint: str) -> Handler:
                 lines.append(f"[+]{name} excluded: ok\n")
                 excluded.discard(name)
             elif ok:
-                lines.append(f"[+]{name} ok\n")
+                note = health.note(name)
+                lines.append(f"[+]{name} ok: {note}\n" if note else f"[+]{name} ok\n")
             else:
                 lines.append(f"[-]{name} failed: reason withheld\n")
                 failed = True
@@ -785,9 +805,12 @@ def _register_health(app: web.Application) -> HealthChecks:
     # Not gated on the cluster's resource discovery: through kube-apiserver that discovery
     # includes this adapter's own APIServices, which stay unavailable until it is ready, and
     # the built-in resource list answers meanwhile.
+    # Ready on the last good snapshot when a later pass failed or was held; ?verbose says so.
     health.add(("readyz",), "metric-discovery",
                lambda: SNAPSHOTS_KEY in app
-               and app[SNAPSHOTS_KEY].current.discovery.has_succeeded)
+               and app[SNAPSHOTS_KEY].current.discovery.has_succeeded,
+               note=lambda: app[SNAPSHOTS_KEY].current.discovery.stale_reason
+               if SNAPSHOTS_KEY in app else None)
     health.add(("readyz",), "shutdown", lambda: not app[SHUTTING_DOWN_KEY].is_set())
 
     def informers() -> list[Informer[Any]]:

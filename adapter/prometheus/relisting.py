@@ -6,6 +6,18 @@ names) as it arrives, so memory follows metric names and label-name sets, never 
 series. Only a pass where every call succeeded builds a new `MetricRegistry`, which replaces
 the old one in a single assignment: requests see the old snapshot or the new one, never a mix.
 A failed pass keeps the last good snapshot and is retried sooner than the interval.
+
+A pass that succeeds but finds far fewer series than the snapshot in use (fewer than half its
+series shapes) is held: the snapshot in use keeps serving and the pass is retried sooner than
+the interval, like a failed one. That is what a Prometheus looks like right after a restart
+that lost its data (or one down for longer than max-age), before its first scrape: an empty
+answer that would otherwise turn every custom metric into a 404 for a whole interval. A later
+pass that finds the series again is swapped in at once; a drop that is still there when a
+relist interval has passed since the first held pass is real, and that pass is swapped in. A
+restart cannot be told from a real drop without asking the backend when it started, which not
+every backend (Thanos, Mimir, VictoriaMetrics) can answer, so every far drop is held once.
+Held passes are logged, counted (`metricscale_discovery_passes_total{result="held"}`) and
+shown (`metricscale_discovery_held_passes`: held passes in a row, 0 when none).
 """
 
 from __future__ import annotations
@@ -48,8 +60,10 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-# First retry after a failed pass; doubled per consecutive failure, capped at the interval.
+# First retry after a failed (or held) pass; doubled per consecutive one, capped at the interval.
 _FIRST_RETRY_SECONDS = 1.0
+# A pass finding fewer series shapes than this share of the snapshot in use is held.
+HOLD_BELOW_SHARE = 0.5
 
 
 class SeriesLister(Protocol):
@@ -135,12 +149,14 @@ class RelistMetrics:
     shapes: Gauge
     rule_metrics: Gauge
     rules: Gauge
+    held: Gauge
 
     @classmethod
     def register(cls, registry: CollectorRegistry) -> RelistMetrics:
         return cls(
             passes=Counter("metricscale_discovery_passes_total",
-                           "Discovery passes, by backend and result (success, failure).",
+                           "Discovery passes, by backend and result (success, failure, held: "
+                           "far fewer series than the snapshot in use, not swapped in).",
                            ["backend", "result"], registry=registry),
             duration=Histogram("metricscale_discovery_duration_seconds",
                                "Time of a discovery pass (failures included), by backend.",
@@ -165,6 +181,10 @@ class RelistMetrics:
             rules=Gauge("metricscale_rules",
                         "Rules in the configuration, by section.", ["section"],
                         registry=registry),
+            held=Gauge("metricscale_discovery_held_passes",
+                       "Discovery passes held in a row (far fewer series than the snapshot in "
+                       "use, which keeps serving), by backend (of its tenants, the most); 0: "
+                       "the last pass was not held.", ["backend"], registry=registry),
         )
 
 
@@ -223,6 +243,10 @@ class Relister:
         self._registry = empty_registry(catalog())
         self._failures = 0
         self.last_error: str | None = None
+        # Passes held in a row (far fewer series than the snapshot in use), and when the
+        # first of them started (clock time).
+        self.held_passes = 0
+        self._held_since: float | None = None
         self.passes = 0
         # False for a tenant added while serving: readiness does not wait for its first pass
         # (its namespaces are served once it succeeds, like a tenant never discovered before).
@@ -252,7 +276,8 @@ class Relister:
         return self._registry.built_at is not None
 
     async def step(self) -> bool:
-        """One pass: swap in the new snapshot on success, keep the old one on failure."""
+        """One pass: swap in the new snapshot on success, keep the old one on failure or when
+        the pass is held (far fewer series); True if the new snapshot was swapped in."""
         started = self._clock()
         now = datetime.fromtimestamp(started, tz=UTC)
         self.passes += 1
@@ -272,12 +297,43 @@ class Relister:
             logger.warning("%s: pass failed (%d in a row), keeping the snapshot of %s: %s %s",
                            self.name, self._failures, self._built_at_text(), error, detail)
             return False
-        self._registry = registry
         self._failures = 0
         self.last_error = None
         elapsed = max(0.0, self._clock() - started)
+        if self._holds(registry, started=started):
+            self._metrics.passes.labels(self.backend_label, "held").inc()
+            self._metrics.duration.labels(self.backend_label).observe(elapsed)
+            return False
+        self.held_passes = 0
+        self._held_since = None
+        self._registry = registry
         self._record(registry, elapsed)
         self.on_swap()
+        return True
+
+    def _holds(self, registry: MetricRegistry, *, started: float) -> bool:
+        """Whether `registry` is held rather than swapped in (the module docstring's rule)."""
+        kept = self._registry.stats.series_shapes
+        found = registry.stats.series_shapes
+        if self._registry.built_at is None or found >= kept * HOLD_BELOW_SHARE:
+            if self.held_passes:
+                logger.info("%s: the series are back (%d series shapes against %d in the "
+                            "snapshot in use) after %d held passes", self.name, found, kept,
+                            self.held_passes)
+            return False
+        if self._held_since is None:
+            self._held_since = started
+        if started - self._held_since >= self._interval:
+            logger.warning("%s: the drop to %d series shapes (from %d) has lasted a relist "
+                           "interval (%d passes held): swapping it in", self.name, found, kept,
+                           self.held_passes)
+            return False
+        self.held_passes += 1
+        logger.warning("%s: pass found %d series shapes against %d in the snapshot in use "
+                       "(%d held in a row): keeping the snapshot of %s until a pass finds them "
+                       "again or the drop lasts a relist interval (as after a Prometheus "
+                       "restart, before its first scrape)", self.name, found, kept,
+                       self.held_passes, self._built_at_text())
         return True
 
     def _built_at_text(self) -> str:
@@ -298,10 +354,12 @@ class Relister:
                     stats.external_metrics, stats.series_shapes)
 
     def next_delay(self) -> float:
-        """Seconds until the next pass: the interval, or a shorter backoff after failures."""
-        if self._failures == 0:
+        """Seconds until the next pass: the interval, or a shorter backoff after failures (or
+        held passes)."""
+        streak = self._failures or self.held_passes
+        if streak == 0:
             return self._interval
-        return min(self._interval, _FIRST_RETRY_SECONDS * 2.0 ** (self._failures - 1))
+        return min(self._interval, _FIRST_RETRY_SECONDS * 2.0 ** (streak - 1))
 
     async def run(self, *, passed: bool = False) -> NoReturn:
         """Pass, wait, pass... The interval counts from the end of one pass (as upstream).
@@ -352,6 +410,7 @@ class Relisting:
         config = self._config
         metrics = self._metrics
         metrics.age.clear()
+        metrics.held.clear()
         metrics.last_success.clear()
         self._aged = set()
         self._publish_backends()
@@ -370,10 +429,13 @@ class Relisting:
             self._publish_backends()
 
     def _publish_backends(self) -> None:
-        """An age series per backend (computed when scraped), from its first relister on."""
+        """An age and a held series per backend (computed when scraped), from its first
+        relister on."""
         for backend in {r.backend_label for r in self.relisters} - self._aged:
             self._aged.add(backend)
             self._metrics.age.labels(backend).set_function(functools.partial(self._age, backend))
+            self._metrics.held.labels(backend).set_function(
+                functools.partial(self._held_passes, backend))
 
     @property
     def registry(self) -> MetricRegistry:
@@ -425,6 +487,30 @@ class Relisting:
                 known = oldest[backend]
                 oldest[backend] = None if known is None or stamp is None else min(known, stamp)
         return oldest
+
+    def _held_passes(self, backend: str) -> float:
+        return max((r.held_passes for r in self.relisters if r.backend_label == backend),
+                   default=0)
+
+    @property
+    def stale_reason(self) -> str | None:
+        """Why the snapshot in use is older than the last pass, safe to show to anyone (no
+        backend, tenant or error text): None when every last pass was swapped in."""
+        failed = sum(1 for r in self.relisters if r.last_error is not None and r.has_succeeded)
+        held = sum(1 for r in self.relisters if r.held_passes)
+        if not (failed or held):
+            return None
+        total = len(self.relisters)
+        parts = []
+        if failed:
+            whose = "" if total == 1 else f" for {failed} of {total} backends/tenants"
+            parts.append(f"the last discovery pass failed{whose}")
+        if held:
+            whose = "" if total == 1 else f" for {held} of {total} backends/tenants"
+            parts.append(f"the last discovery pass found far fewer series{whose} and is held")
+        built = self._registry.built_at
+        since = "" if built is None else f" (built {built.isoformat(timespec='seconds')})"
+        return f"{'; '.join(parts)}; serving the last good snapshot{since}"
 
     def _age(self, backend: str) -> float:
         built = self._oldest_snapshots().get(backend)

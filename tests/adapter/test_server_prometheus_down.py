@@ -133,10 +133,16 @@ async def test_failed_relist_keeps_the_last_good_snapshot(
     assert {r["name"] for r in listing["resources"]} == {"pods/down_requests",
                                                          "namespaces/down_requests"}
     assert (await adapter.get("/readyz")).status == 200
+    # Still ready on the last good snapshot, and ?verbose says why (nothing of the backend).
+    verbose = (await adapter.get("/readyz?verbose")).text
+    assert ("[+]metric-discovery ok: the last discovery pass failed; serving the last good "
+            f"snapshot (built {before.built_at.isoformat(timespec='seconds')})\n") in verbose
+    assert_safe(verbose, world.prometheus)
     text = (await adapter.get("/metrics")).text
     assert 'metricscale_discovery_passes_total{backend="default",result="failure"} 1.0' in text
     world.prometheus.start()
     assert await adapter.relister.step() is True
+    assert "[+]metric-discovery ok\n" in (await adapter.get("/readyz?verbose")).text
     assert adapter.relister.registry is not before
     assert (await adapter.get(POD_METRIC)).status == 200
 
