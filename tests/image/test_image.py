@@ -1,5 +1,7 @@
 """The container image: built by `make image`, it runs read-only as UID 65532 with no
-capabilities, checks the default rules, and serves /readyz against the test doubles."""
+capabilities, checks the default rules, and serves /readyz against the test doubles; on the
+image's own Python (Debian's 3.11.2), Prometheus down at start or killed while serving leaves
+the adapter running, retrying, and serving what it last discovered."""
 
 from __future__ import annotations
 
@@ -9,15 +11,17 @@ import socket
 import ssl
 import subprocess
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import aiohttp
 import pytest
 
 from adapter.rules.defaults import DEFAULT_CONFIG_YAML
+from tests.fakes.exporter import Exporter
 from tests.fakes.kube_api import FakeKubeAPI
 from tests.fakes.prometheus import PrometheusServer
+from tests.fakes.prometheus_fixtures import PrometheusFactory
 from tests.fakes.tools import require_tool
 
 pytestmark = [pytest.mark.image]
@@ -171,3 +175,209 @@ async def test_adapter_serves_readyz_read_only(
     log = stderr.decode()
     assert process.returncode == 0, log
     assert "Traceback" not in log
+
+
+# --------------------------------------------------------------------------------------------
+# Prometheus down at start, and killed while serving (the image's Python is 3.11.2, where a
+# failed discovery pass once ended the adapter: `raise` inside `except*` came out wrapped)
+
+# Only ends a wedged test (a container that neither logs what is awaited nor exits); no
+# behaviour is timed against it.
+HANG_GUARD_SECONDS = 180
+RULES = """
+rules:
+- seriesQuery: 'image_requests'
+  resources: {overrides: {namespace: {resource: namespace}, pod: {resource: pod}}}
+  metricsQuery: 'sum(<<.Series>>{<<.LabelMatchers>>}) by (<<.GroupBy>>)'
+"""
+CUSTOM = "/apis/custom.metrics.k8s.io/v1beta2"
+
+
+async def get(port: int, path: str) -> tuple[int, str]:
+    """Status and body of a GET to the adapter in the container (its self-signed pair is in a
+    tmpfs the host cannot read: TLS is not verified here; tests/e2e covers it)."""
+    context = ssl.create_default_context()
+    context.check_hostname = False
+    context.verify_mode = ssl.CERT_NONE
+    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=context)) as session, \
+            session.get(f"https://127.0.0.1:{port}{path}") as response:
+        return response.status, await response.text()
+
+
+class RunningContainer:
+    """`podman run` of the adapter, its log (stderr) read line by line as it comes."""
+
+    def __init__(self, process: asyncio.subprocess.Process, name: str) -> None:
+        self.process = process
+        self.name = name
+        self.lines: list[str] = []
+        self._ended = False
+        self._changed = asyncio.Condition()
+        self._reader = asyncio.create_task(self._read())
+
+    async def _read(self) -> None:
+        assert self.process.stderr is not None
+        async for raw in self.process.stderr:
+            async with self._changed:
+                self.lines.append(raw.decode(errors="replace").rstrip("\n"))
+                self._changed.notify_all()
+        async with self._changed:
+            self._ended = True
+            self._changed.notify_all()
+
+    @property
+    def log(self) -> str:
+        return "\n".join(self.lines)
+
+    def _find(self, wanted: Callable[[str], bool], after: int) -> int | None:
+        return next((index for index in range(after, len(self.lines))
+                     if wanted(self.lines[index])), None)
+
+    async def wait_for_line(self, text: str, *, after: int = 0) -> int:
+        """Index of the first log line from `after` on containing `text`; fails as soon as the
+        container ends without logging it."""
+        def wanted(line: str) -> bool:
+            return text in line
+
+        async with asyncio.timeout(HANG_GUARD_SECONDS), self._changed:
+            await self._changed.wait_for(
+                lambda: self._find(wanted, after) is not None or self._ended)
+        index = self._find(wanted, after)
+        if index is None:
+            status = await self.process.wait()
+            raise AssertionError(f"the adapter exited with {status} before logging {text!r}:\n"
+                                 f"{self.log}")
+        return index
+
+    async def stop(self) -> int:
+        """SIGTERM through podman; the adapter's exit status."""
+        stopped = await asyncio.create_subprocess_exec(
+            "podman", "--runtime", "runc", "stop", "--time=10", self.name,
+            env=podman_environment(), stdout=asyncio.subprocess.DEVNULL)
+        async with asyncio.timeout(HANG_GUARD_SECONDS):
+            await stopped.wait()
+            await self._reader
+            return await self.process.wait()
+
+    async def close(self) -> None:
+        if self.process.returncode is None:
+            self.process.kill()
+            await self.process.wait()
+        self._reader.cancel()
+
+
+async def run_adapter(image: str, *, container_name: str, rules: Path, kubeconfig: Path,
+                      prometheus_url: str, port: int, extra: tuple[str, ...] = (),
+                      ) -> RunningContainer:
+    command = hardened_run(
+        image, "adapter", "--config", str(rules), "--prometheus-url", prometheus_url,
+        "--kubeconfig", str(kubeconfig), "--secure-port", str(port),
+        "--bind-address", "127.0.0.1", "--cert-dir", CERT_DIR,
+        "--metrics-relist-interval", "2s", *extra,
+        mounts=(readable_by_the_image_user(rules.parent.parent),))  # the kubeconfig's too
+    command.insert(command.index("--rm"), f"--name={container_name}")
+    process = await asyncio.create_subprocess_exec(
+        *command, stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE,
+        env=podman_environment())
+    return RunningContainer(process, container_name)
+
+
+def assert_clean_log(log: str) -> None:
+    assert "Traceback" not in log, log
+    assert "ExceptionGroup" not in log, log
+    assert "ended unexpectedly" not in log, log
+
+
+def rules_file(tmp_path: Path) -> Path:
+    directory = tmp_path / "rules"
+    directory.mkdir()
+    rules = directory / "config.yaml"
+    rules.write_text(RULES)
+    return rules
+
+
+@pytest.mark.prometheus
+async def test_prometheus_down_at_start_is_retried_until_it_answers(
+        image: str, kubeconfig: Path, prometheus_factory: PrometheusFactory, tmp_path: Path,
+        container_name: str) -> None:
+    server = prometheus_factory(start=False)
+    port = free_port()
+    container = await run_adapter(image, container_name=container_name,
+                                  rules=rules_file(tmp_path), kubeconfig=kubeconfig,
+                                  prometheus_url=server.url, port=port)
+    try:
+        serving = await container.wait_for_line("serving custom.metrics.k8s.io")
+        await container.wait_for_line("pass failed (3 in a row)")
+        status, body = await get(port, "/readyz?verbose")
+        assert status == 500, body
+        assert "[-]metric-discovery failed: reason withheld" in body
+        with Exporter() as exporter:
+            exporter.set("image_requests", {"namespace": "shop", "pod": "web-0"}, 1)
+            await asyncio.to_thread(server.start)
+            server.add_target(exporter)
+            await server.wait_for_scrape_async(exporter, series="image_requests")
+            await container.wait_for_line(" pass took ", after=serving)
+            status, body = await get(port, "/readyz")
+            assert status == 200, body
+        assert await container.stop() == 0, container.log
+    finally:
+        await container.close()
+    assert_clean_log(container.log)
+
+
+@pytest.mark.prometheus
+async def test_prometheus_killed_after_a_healthy_start_leaves_the_last_snapshot_serving(
+        image: str, kubeconfig: Path, prometheus_factory: PrometheusFactory, tmp_path: Path,
+        container_name: str) -> None:
+    with Exporter() as exporter:
+        exporter.set("image_requests", {"namespace": "shop", "pod": "web-0"}, 1)
+        server = prometheus_factory()
+        server.add_target(exporter)
+        await server.wait_for_scrape_async(exporter, series="image_requests")
+        port = free_port()
+        container = await run_adapter(image, container_name=container_name,
+                                      rules=rules_file(tmp_path), kubeconfig=kubeconfig,
+                                      prometheus_url=server.url, port=port,
+                                      extra=("--insecure-disable-auth",))
+        try:
+            await container.wait_for_line("serving custom.metrics.k8s.io")
+            passed = await container.wait_for_line(" pass took ")
+            assert (await get(port, "/readyz"))[0] == 200
+            await asyncio.to_thread(server.stop)
+            await container.wait_for_line("pass failed (2 in a row)", after=passed)
+            status, body = await get(port, "/readyz?verbose")
+            assert status == 200, body
+            assert ("[+]metric-discovery ok: the last discovery pass failed; serving the last "
+                    "good snapshot (built ") in body
+            status, body = await get(port, CUSTOM)
+            assert status == 200, body
+            assert '"pods/image_requests"' in body
+            assert await container.stop() == 0, container.log
+        finally:
+            await container.close()
+    assert_clean_log(container.log)
+
+
+def test_check_config_against_an_unreachable_prometheus_says_so_in_one_line(
+        image: str, prometheus_factory: PrometheusFactory, tmp_path: Path) -> None:
+    dead = prometheus_factory(start=False)
+    rules = rules_file(tmp_path)
+    result = run(hardened_run(image, "adapter", "--check-config", str(rules),
+                              "--prometheus-url", dead.url,
+                              mounts=(readable_by_the_image_user(rules.parent),)))
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert (f"discovery against {dead.url} failed: a series request failed: Prometheus cannot "
+            "be reached") in result.stdout
+    assert_clean_log(result.stdout + result.stderr)
+
+
+def test_make_test_shipped_runs_the_images_python(image: str) -> None:
+    """`make test-shipped` runs the tests marked shipped_interpreter on /usr/bin/python3: it
+    must be the image's interpreter, to the patch release, or those tests prove nothing."""
+    version = "import platform; print(platform.python_version())"
+    shipped = run(["podman", "--runtime", "runc", "run", "--rm", "--entrypoint",
+                   "/opt/metricscale/bin/python", image, "-c", version])
+    assert shipped.returncode == 0, shipped.stderr
+    host = subprocess.run(["/usr/bin/python3", "-c", version], capture_output=True, text=True,
+                          check=True)
+    assert host.stdout == shipped.stdout
