@@ -9,6 +9,11 @@ again; a valid one whose first discovery pass fails on some backend is retried w
 (1s doubling, at most a minute) until it succeeds or the file changes. Either way the running
 configuration keeps serving, the log says why in one line, and
 `metricscale_config_last_reload_successful` is 0 until a reload succeeds.
+
+A file without any rule (empty, only comments, `rules: []`, only `backends:`) is refused like an
+invalid one when the adapter started with rules: that is what a truncated write or an emptied
+ConfigMap looks like, and taking it would make every metric disappear at once. An adapter
+started from a rule-less file (which `--check-config` calls a warning) reloads such files.
 """
 
 from __future__ import annotations
@@ -118,6 +123,8 @@ class ConfigReloader:
         self._on_fatal = on_fatal
         self._poll_seconds = poll_seconds
         self._stamp = stamp_file(path)
+        # A rule-less file is refused on reload unless the adapter started from one.
+        self._started_with_rules = live.current.config.has_rules
         self._asked: str | None = None
         self._wake = asyncio.Event()
         self._lock = asyncio.Lock()  # one reload at a time, whoever asks
@@ -165,6 +172,10 @@ class ConfigReloader:
             return self._failed(why, f"cannot read it: {error.strerror or error}")
         except ConfigError as error:
             return self._failed(why, "; ".join(str(issue) for issue in error.issues))
+        if self._started_with_rules and not config.has_rules:
+            return self._failed(why, "the file has no rules (empty, or rules, externalRules "
+                                "and resourceRules all missing: a truncated or emptied file?); "
+                                "an adapter started with rules does not reload into none")
         try:
             snapshot = await self._opener.open(config, first_pass=True)
         except FirstRelistFailed as error:

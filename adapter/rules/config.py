@@ -201,6 +201,11 @@ class AdapterConfig:
     warnings: tuple[ConfigIssue, ...] = ()
     backends: tuple[BackendConfig, ...] = ()
 
+    @property
+    def has_rules(self) -> bool:
+        """Whether any section has a rule (an empty file, or only `backends:`, has none)."""
+        return bool(self.rules or self.external_rules or self.resource_rules is not None)
+
     def backend_names(self) -> tuple[str, ...]:
         """`default` (the --prometheus-* flags) then the file's backends, in file order."""
         return (DEFAULT_BACKEND, *(backend.name for backend in self.backends))
