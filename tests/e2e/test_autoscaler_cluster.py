@@ -17,6 +17,7 @@ from typing import Any
 import aiohttp
 
 from autoscaler.decision.persistence import HISTORY_ANNOTATION
+from autoscaler.model.times import parse_time
 from tests.e2e.test_autoscaler_support import (
     GROUP,
     NS,
@@ -33,6 +34,7 @@ from tests.e2e.test_autoscaler_support import (
     metrics_backend,
     pods_metric,
     replicas_of,
+    scale_reads,
     status_of,
     until,
 )
@@ -87,8 +89,8 @@ async def test_dry_run_annotation_decides_and_reports_but_never_scales(
         async with controller(fake_kube):
             await until(lambda: status_of(fake_kube, "web").get("desiredReplicas") == 4,
                         within=10, what="a dry-run decision")
-            await holds(lambda: replicas_of(fake_kube, "web") == 2, for_seconds=1,
-                        what="the scale must not be written")
+            await holds(lambda: replicas_of(fake_kube, "web") == 2, fake=fake_kube,
+                        target="web", for_seconds=1, what="the scale must not be written")
     assert fake_kube.requests_to("/deployments/web/scale$", method="PUT") == []
     assert condition(fake_kube, "web", "AbleToScale")[:2] == ("True", "DryRun")
     reasons = {e["reason"] for e in events_of(fake_kube, "web")}
@@ -390,6 +392,12 @@ async def test_a_restarted_controller_keeps_a_native_hpas_stabilization_window(
         raw = annotations.get(HISTORY_ANNOTATION)
         return json.loads(raw) if raw else {}
 
+    def rescale_to(size: int) -> datetime | None:
+        """When (the reconcile's `now`) the controller rescaled web to `size`."""
+        return next((parse_time(e["eventTime"], "eventTime") for e in events_of(fake_kube, "web")
+                     if e["reason"] == "SuccessfulRescale"
+                     and e["note"].startswith(f"New size: {size};")), None)
+
     async with metrics_backend(fake_kube, tmp_path / "metrics") as backend, \
             Workload(fake_kube, "web", replicas=2, total=Decimal(60),
                      publish=backend.publisher("http_requests")) as web:
@@ -406,19 +414,25 @@ async def test_a_restarted_controller_keeps_a_native_hpas_stabilization_window(
                         what="a held scale-down")
             await until(lambda: {r["replicas"] for r in history().get("recommendations", [])}
                         == {2, 6}, within=10, what="the history annotation")
-            await asyncio.sleep(1.0)  # the window runs a while under the first controller
-        # The newest recommendation of 6, as persisted: the window counts from it (it may
-        # precede the load's fall by a sync, or more on a loaded machine).
-        last_six = max(datetime.fromisoformat(r["timestamp"].replace("Z", "+00:00"))
-                       for r in history()["recommendations"] if r["replicas"] == 6)
+            # The newest recommendation of 6, as persisted: the window counts from it (it may
+            # precede the load's fall by a sync, or more on a loaded machine).
+            last_six = max(datetime.fromisoformat(r["timestamp"].replace("Z", "+00:00"))
+                           for r in history()["recommendations"] if r["replicas"] == 6)
+            # The window runs a while under the first controller: four of its reconciles.
+            await until(lambda: len(scale_reads(fake_kube, "web", since=last_six)) >= 4,
+                        within=20, what="the first controller reconciling inside the window")
         assert replicas_of(fake_kube, "web") == 6
         assert hpa()["metadata"]["annotations"]["team"] == "shop"  # a merge patch
         async with controller(fake_kube, native_hpa=True, identity="replica-b"):
-            restarted = time.monotonic()
-            scaled_down = await until(lambda: replicas_of(fake_kube, "web") == 2, within=15,
-                                      what="the scale-down")
-    # Not before the window that began under the first controller ends, and sooner than a
-    # controller that forgot it could have (it would hold the size a whole window from start).
-    scaled_at = datetime.now(UTC) - timedelta(seconds=time.monotonic() - scaled_down)
-    assert scaled_at >= last_six + timedelta(seconds=window - 0.05)
-    assert scaled_down - restarted < window - 0.5
+            restarted = datetime.now(UTC)
+            await until(lambda: replicas_of(fake_kube, "web") == 2, within=30,
+                        what="the scale-down")
+            await until(lambda: rescale_to(2) is not None, within=10, what="its event")
+    # Not before the window that began under the first controller ends, and by the first
+    # reconcile after it ended (or after the restart, if that came later): a controller that
+    # forgot it would hold the size a whole window from its start, reading the scale meanwhile.
+    scaled_at = rescale_to(2)
+    window_end = last_six + timedelta(seconds=window)
+    assert scaled_at is not None and scaled_at >= window_end
+    late = scale_reads(fake_kube, "web", since=max(window_end, restarted), before=scaled_at)
+    assert len(late) <= 1, late

@@ -75,7 +75,8 @@ async def test_external_replica_changes_raise_an_event_then_a_condition(
                             what="the controller scales web to 4")
                 assert scale_writes(fake_kube, "web")
                 await holds(lambda: "ExternalScaleChange" not in _reasons(fake_kube),
-                            for_seconds=1.0, what="our own write counted as external")
+                            fake=fake_kube, target="web", for_seconds=1.0,
+                            what="our own write counted as external")
                 assert condition(fake_kube, "web", "ScalingConflict") is None
 
                 _set_replicas(fake_kube, 7)

@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from metricscale.core.quantity import parse_quantity
 from tests.e2e.test_autoscaler_support import (
     GROUP,
     NS,
@@ -119,8 +120,8 @@ async def test_pause_annotations_hold_the_scale_and_removing_them_resumes(
                             and average(fake_kube) == "30", within=20,
                             what="the paused decision in the status")
                 await holds(lambda: len(scale_writes(fake_kube, "web")) == writes
-                            and replicas_of(fake_kube, "web") == 2, for_seconds=2,
-                            what="no scale write while paused")
+                            and replicas_of(fake_kube, "web") == 2, fake=fake_kube,
+                            target="web", for_seconds=2, what="no scale write while paused")
                 assert (condition(fake_kube, "web", "ScalingActive") or ("",))[0] == "True"
                 assert rescales(fake_kube) == []
 
@@ -142,8 +143,11 @@ async def test_pause_annotations_hold_the_scale_and_removing_them_resumes(
                     f"paused at 3 replicas by annotation {PAUSED_REPLICAS}")
                 writes = len(scale_writes(fake_kube, "web"))
                 web.set_load(20)  # 2 pods' worth: held at 3 as well
+                await until(lambda: parse_quantity(average(fake_kube) or "20") < 10, within=20,
+                            what="the controller seeing the lower load (the status's average)")
                 await holds(lambda: len(scale_writes(fake_kube, "web")) == writes
-                            and replicas_of(fake_kube, "web") == 3, for_seconds=2,
+                            and replicas_of(fake_kube, "web") == 3, fake=fake_kube,
+                            target="web", for_seconds=2,
                             what="the paused size is written once and then held")
 
                 # Scale-in paused: the scale-down to 2 is held, a scale-up goes through.
@@ -153,7 +157,8 @@ async def test_pause_annotations_hold_the_scale_and_removing_them_resumes(
                 await until(lambda: status_of(fake_kube, "web").get("desiredReplicas") == 2,
                             within=10, what="the held scale-down in the status")
                 await holds(lambda: len(scale_writes(fake_kube, "web")) == writes
-                            and replicas_of(fake_kube, "web") == 3, for_seconds=2,
+                            and replicas_of(fake_kube, "web") == 3, fake=fake_kube,
+                            target="web", for_seconds=2,
                             what="no scale-down while scale-in is paused")
                 web.set_load(80)
                 await until(lambda: replicas_of(fake_kube, "web") == 8, within=20,

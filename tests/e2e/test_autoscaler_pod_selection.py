@@ -122,8 +122,8 @@ async def test_a_jobs_pods_sharing_the_labels_count_only_with_the_label_selector
             if replicas == 2:
                 await until(lambda: status_of(fake_kube, "web").get("ignoredPods") == ignored,
                             within=10, what=f"ignoredPods, have {status_of(fake_kube, 'web')}")
-                await holds(lambda: replicas_of(fake_kube, "web") == 2, for_seconds=1.0,
-                            what="the Job's pod moved the size")
+                await holds(lambda: replicas_of(fake_kube, "web") == 2, fake=fake_kube,
+                            target="web", for_seconds=1.0, what="the Job's pod moved the size")
             else:
                 await until(lambda: replicas_of(fake_kube, "web") == replicas, within=15,
                             what="the Job's pod counts with the label selector")
@@ -156,5 +156,6 @@ async def test_steady_load_during_a_rollout_holds_the_size(
             await adapter_serves(kube_http, {"web-1-a", "web-1-b", "web-2-a"}, within=15)
             await until(lambda: status_of(fake_kube, "web").get("ignoredPods") == 1, within=10,
                         what=f"the surge pod left out, have {status_of(fake_kube, 'web')}")
-            await holds(lambda: replicas_of(fake_kube, "web") == 2, for_seconds=1.5,
+            await holds(lambda: replicas_of(fake_kube, "web") == 2, fake=fake_kube,
+                        target="web", for_seconds=1.5,
                         what="a not-Ready surge pod drove a scale-up")

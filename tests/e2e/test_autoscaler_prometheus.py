@@ -6,10 +6,9 @@ old leader's stabilization window from the history it persisted."""
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 from collections.abc import AsyncIterator
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -40,6 +39,7 @@ from tests.e2e.test_autoscaler_support import (
     new_user,
     pods_metric,
     replicas_of,
+    scale_reads,
     status_of,
     until,
 )
@@ -135,8 +135,13 @@ async def test_load_rises_by_policy_steps_and_falls_only_after_the_window(
             # Persisted with the first smaller recommendation: the last time 6 was recommended.
             held_since = last_recommended(fake_kube, 6)
             await until(lambda: sizes(fake_kube)[-1:] == [2], within=20, what="the scale-down")
-    waited = (event_time(fake_kube, 2) - held_since).total_seconds()
-    assert 5 <= waited < 8, waited
+    scaled_down = event_time(fake_kube, 2)
+    assert scaled_down - held_since >= timedelta(seconds=5)
+    # ... and by the first reconcile that began after the window: before it, only the one
+    # that was under way when the window ended may have read the scale.
+    late = scale_reads(fake_kube, "web", since=held_since + timedelta(seconds=5),
+                       before=scaled_down)
+    assert len(late) <= 1, late
     assert sizes(fake_kube) == [4, 6, 2]
 
 
@@ -163,7 +168,8 @@ async def test_when_prometheus_stops_nothing_scales_down_and_the_conditions_say_
                     await until(lambda: (condition(fake_kube, "web", "ScalingActive") or
                                          ("", ""))[1] == "FailedGetPodsMetric", within=20,
                                 what="the failing metric in the conditions")
-                    await holds(lambda: replicas_of(fake_kube, "web") == 4, for_seconds=2,
+                    await holds(lambda: replicas_of(fake_kube, "web") == 4, fake=fake_kube,
+                                target="web", for_seconds=2,
                                 what="no scale-down without metrics")
     status, reason, message = condition(fake_kube, "web", "ScalingActive") or ("", "", "")
     assert (status, reason) == ("False", "FailedGetPodsMetric")
@@ -215,16 +221,21 @@ async def test_two_replicas_one_writer_and_a_failover_that_keeps_the_window(
                       and "/leases" not in r.path]
             assert writes and {user for user, _ in writes} == {leader}
             held_since = last_recommended(fake_kube, 6)
-            await asyncio.sleep(1.5)  # let the window run a while under the first leader
+            # The window runs a while under the first leader: four of its reconciles.
+            await until(lambda: len(scale_reads(fake_kube, "web", since=held_since)) >= 4,
+                        within=20, what="the first leader reconciling inside the window")
             await replicas[leader].stop()
-            await until(lambda: holder() == standby, within=5, what="the standby takes over")
-            taken_over = datetime.now().astimezone()
-            await until(lambda: sizes(fake_kube)[-1:] == [2], within=15, what="the scale-down")
+            await until(lambda: holder() == standby, within=20, what="the standby takes over")
+            taken_over = datetime.now(UTC)
+            await until(lambda: sizes(fake_kube)[-1:] == [2], within=30, what="the scale-down")
     scaled_down = event_time(fake_kube, 2)
-    # Not before the old leader's window ends, and sooner than a controller that forgot the
-    # history could have (it would hold the size a whole window from its takeover).
-    assert (scaled_down - held_since).total_seconds() >= 6
-    assert (scaled_down - taken_over).total_seconds() < 5.5
+    # Not before the old leader's window ends, and by the standby's first reconcile after it
+    # ended (or after the takeover, if that came later): one that forgot the history would
+    # hold the size a whole window from its takeover, reading the scale all the while.
+    window_end = held_since + timedelta(seconds=6)
+    assert scaled_down >= window_end
+    late = scale_reads(fake_kube, "web", since=max(window_end, taken_over), before=scaled_down)
+    assert len(late) <= 1, late
     scale_writers = [r.user for r in fake_kube.requests_to(
         f"^/apis/apps/v1/namespaces/{NS}/deployments/web/scale$", method="PUT")]
     assert scale_writers[-1] == standby and set(scale_writers) == {leader, standby}

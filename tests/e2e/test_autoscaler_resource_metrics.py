@@ -124,8 +124,8 @@ async def test_cpu_utilization_scales_a_deployment_through_metrics_k8s_io(
                 web.set_load("1.4")
                 await until(lambda: replicas_of(fake_kube, "cpuweb") == 6, within=30,
                             what="the scale-up to 6")
-                await holds(lambda: replicas_of(fake_kube, "cpuweb") == 6, for_seconds=3,
-                            what="6 pods at 46.7% each stay 6")
+                await holds(lambda: replicas_of(fake_kube, "cpuweb") == 6, fake=fake_kube,
+                            target="cpuweb", for_seconds=3, what="6 pods at 46.7% each stay 6")
     assert sizes(fake_kube, "cpuweb")[-1] == 6
     # Authorized as the other groups are: a SubjectAccessReview for list pods in
     # metrics.k8s.io, in the autoscaler's namespace.
@@ -189,7 +189,8 @@ async def test_when_prometheus_stops_the_adapter_answers_503_and_nothing_scales_
                                          or ("", ""))[1] == "FailedGetResourceMetric",
                                 within=20, what="the failing metric in the conditions")
                     await holds(lambda: replicas_of(fake_kube, "downweb") == 4,
-                                for_seconds=2, what="no scale-down without metrics")
+                                fake=fake_kube, target="downweb", for_seconds=2,
+                                what="no scale-down without metrics")
     _, _, message = condition(fake_kube, "downweb", "ScalingActive") or ("", "", "")
     assert message.startswith("the HPA was unable to compute the replica count: failed to get "
                               "cpu utilization: unable to get metrics for resource cpu: "

@@ -32,20 +32,22 @@ from tests.fakes.kube_api import FakeKubeAPI, StallWatch
 
 STALL = 2.0        # the informers' stall timeout (production: bookmark interval + 15 s)
 LIST_READ = 2.0    # how long a stalled LIST is waited for
+SYNC_PERIOD = timedelta(minutes=10)  # longer than any wait below: only an immediate sync acts
 
 
 async def test_a_stalled_autoscaler_watch_restarts_reports_unready_and_applies_max_replicas(
         fake_kube: FakeKubeAPI, tmp_path: Path) -> None:
     """The re-watch and the re-list after it both stall, so the cache is stale for a while.
 
-    Bound on the lowered maxReplicas: the stalled re-watch is given up after STALL (2 s), the
-    stalled LIST after LIST_READ (2 s), the retry waits at most 0.2 s of backoff, and the
-    re-list's MODIFIED enqueues an immediate sync (the 30 s sync period cannot be what acts);
-    3 s margin for a loaded machine: 7.5 s from the stall, against 114 s before the fix.
+    The stalled re-watch is given up after STALL (2 s), the stalled LIST after LIST_READ (2 s),
+    and the re-list's MODIFIED enqueues an immediate sync: the lowered maxReplicas applies in
+    about 4 s (114 s before the fix). The sync period is 10 minutes, past the test's own time
+    limits, so it cannot be what acts: no wall-clock bound is needed to tell the two apart
+    (the stall detection itself is tested in tests/unit/test_informer_stall.py).
     """
     install_crd(fake_kube)
     options = Options(
-        settings=Settings(sync_period=timedelta(seconds=30)),
+        settings=Settings(sync_period=SYNC_PERIOD),
         leader_election=election(enabled=False), concurrent_syncs=2, identity="replica-a",
         lease_namespace="metricscale", reporting_instance="replica-a",
         metrics_bind_address="127.0.0.1:0",
@@ -69,8 +71,7 @@ async def test_a_stalled_autoscaler_watch_restarts_reports_unready_and_applies_m
 
             stall = fake_kube.add_fault(f"^/apis/{GROUP}/{VERSION}/{PLURAL}$", StallWatch(),
                                         method="GET", times=2)
-            await until(lambda: stall.hits == 1, within=5, what="the re-watch stalling")
-            started = time.monotonic()
+            await until(lambda: stall.hits == 1, within=30, what="the re-watch stalling")
 
             def lower(obj: dict[str, object]) -> None:
                 obj["spec"]["maxReplicas"] = 2  # type: ignore[index]
@@ -86,15 +87,14 @@ async def test_a_stalled_autoscaler_watch_restarts_reports_unready_and_applies_m
                         stale_seen = True
                 return stale_seen
 
-            deadline = time.monotonic() + STALL + LIST_READ + 3
+            deadline = time.monotonic() + 60
             while not await readyz_reports_stale():
                 assert time.monotonic() < deadline, "/readyz never reported the stale cache"
                 await asyncio.sleep(0.05)
-            await until(lambda: replicas_of(fake_kube, "web") == 2,
-                        within=STALL + LIST_READ + 0.2 + 3 - (time.monotonic() - started),
+            await until(lambda: replicas_of(fake_kube, "web") == 2, within=60,
                         what="the lowered maxReplicas")
             assert informer.restarts.get("stalled") == 1
-            await until(lambda: informer.stale_reason() is None, within=5, what="fresh again")
+            await until(lambda: informer.stale_reason() is None, within=30, what="fresh again")
             async with http.get(f"{base}/readyz") as response:
                 assert response.status == 200, await response.text()
             async with http.get(f"{base}/metrics") as response:

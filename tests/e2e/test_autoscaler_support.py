@@ -38,6 +38,7 @@ from tests.e2e.test_adapter_auth_support import (
 from tests.fakes.cadvisor import CAdvisor
 from tests.fakes.exporter import Exporter
 from tests.fakes.kube_api import FakeKubeAPI
+from tests.fakes.kube_store import StoreEvent
 
 REPO = Path(__file__).resolve().parents[2]
 NS = "shop"
@@ -116,11 +117,49 @@ async def until(check: Callable[[], object], *, within: float, what: str) -> flo
         await asyncio.sleep(0.02)
 
 
-async def holds(check: Callable[[], object], *, for_seconds: float, what: str) -> None:
-    """`check` stays true for `for_seconds` (a bounded observation window)."""
-    deadline = time.monotonic() + for_seconds
-    while time.monotonic() < deadline:
+def _scale_path(deployment: str) -> str:
+    return f"/apis/apps/v1/namespaces/{NS}/deployments/{deployment}/scale"
+
+
+def scale_reads(fake: FakeKubeAPI, deployment: str, *, since: datetime | None = None,
+                before: datetime | None = None) -> list[datetime]:
+    """When the scale of `deployment` was read (the fake's clock), oldest first, optionally
+    only in [since, before): every reconcile of its autoscaler reads it once, after taking the
+    `now` it decides with (the eventTime of its Events), so a reconcile whose read is at or
+    after `since` decided with a `now` no later than the read."""
+    path = _scale_path(deployment)
+    return [r.time for r in fake.requests if r.method == "GET" and r.path == path
+            and (since is None or r.time >= since) and (before is None or r.time < before)]
+
+
+async def holds(check: Callable[[], object], *, fake: FakeKubeAPI, target: str,
+                for_seconds: float, what: str, within: float = 60.0) -> None:
+    """`check` stays true for at least `for_seconds`, and through at least one whole reconcile
+    of the autoscaler of Deployment `target` that began inside that window.
+
+    The controller's reconciles of one autoscaler never overlap (one worker a key) and each
+    reads the target's scale once: two reads after the window opened mean the first of those
+    reconciles started inside it and had ended (its writes done) by the second. A controller
+    too starved to get there in `within` seconds fails the hold instead of passing it
+    vacuously; on a busy machine the window stretches until it does.
+    """
+    path = _scale_path(target)
+    log = fake.requests
+    seen, reads = len(log), 0
+    started = time.monotonic()
+    while True:
         assert check(), what
+        if len(log) < seen:  # the test trimmed the log meanwhile
+            seen = 0
+        reads += sum(1 for r in log[seen:] if r.method == "GET" and r.path == path)
+        seen = len(log)
+        waited = time.monotonic() - started
+        if reads >= 2 and waited >= for_seconds:
+            return
+        if waited > within:
+            raise AssertionError(f"{what}: held {waited:.1f}s, but {target}'s autoscaler was "
+                                 f"not reconciled from start to end meanwhile ({reads} scale "
+                                 "reads): the hold proves nothing")
         await asyncio.sleep(0.02)
 
 
@@ -131,7 +170,12 @@ async def holds(check: Callable[[], object], *, for_seconds: float, what: str) -
 class Workload:
     """Plays the Deployment and ReplicaSet controllers: as many ready pods as spec.replicas
     asks for (web-0, web-1, ...), status.replicas in step, and `total` load spread evenly over
-    the pods, handed to `publish(pod -> value)`."""
+    the pods, handed to `publish(pod -> value)`.
+
+    It watches the fake's store (its write callbacks) rather than polling it: a pass runs when
+    the Deployment or one of its pods was written, and the pods' names are kept from the
+    events, so an idle workload costs nothing and none lists or copies the namespace's pods
+    (twelve polling workloads starved the controller sharing their event loop)."""
 
     def __init__(self, fake: FakeKubeAPI, name: str, *, replicas: int, total: Decimal,
                  publish: Callable[[dict[str, Decimal]], None], cpu_request: str = "500m"
@@ -144,12 +188,34 @@ class Workload:
         fake.create_deployment(name, namespace=NS, replicas=replicas, labels={"app": name},
                                cpu_request=cpu_request)
         self._task: asyncio.Task[None] | None = None
+        self._changed = asyncio.Event()
+        self._pods = self._listed()
+        self._unsubscribe: Callable[[], None] | None = None
         self.sync()
 
+    def _listed(self) -> set[str]:
+        return {p["metadata"]["name"] for p in self.fake.store.list(
+            "", "v1", "pods", namespace=NS, label_selector=f"app={self.name}")}
+
+    def _on_write(self, event: StoreEvent) -> None:
+        """The store's callback after every write (synchronous: bookkeeping only)."""
+        if event.namespace != NS:
+            return
+        if (event.key.group, event.key.resource) == ("apps", "deployments"):
+            if event.name == self.name:
+                self._changed.set()
+        elif (event.key.group, event.key.resource) == ("", "pods"):
+            labels = (event.object.get("metadata") or {}).get("labels") or {}
+            if event.type != "DELETED" and labels.get("app") == self.name:
+                self._pods.add(event.name)
+            elif event.name in self._pods:
+                self._pods.discard(event.name)
+            else:
+                return
+            self._changed.set()
+
     def pods(self) -> list[str]:
-        return sorted(p["metadata"]["name"] for p in
-                      self.fake.store.list("", "v1", "pods", namespace=NS)
-                      if (p["metadata"].get("labels") or {}).get("app") == self.name)
+        return sorted(self._pods)
 
     def set_load(self, total: Decimal | int | str) -> None:
         self.total = Decimal(total)
@@ -166,17 +232,18 @@ class Workload:
         if deployment is None:
             return
         wanted = int(deployment["spec"].get("replicas", 0))
-        pods = self.pods()
         changed = False
         for index in range(wanted):
             pod = f"{self.name}-{index}"
-            if pod not in pods:
+            if pod not in self._pods:
                 self.fake.create_pod(pod, namespace=NS, labels={"app": self.name},
                                      cpu_request=self.cpu_request)
+                self._pods.add(pod)  # the callback does too, once subscribed
                 changed = True
-        for pod in pods:
+        for pod in self.pods():
             if int(pod.rsplit("-", 1)[1]) >= wanted:
                 self.fake.store.delete("", "v1", "pods", pod, namespace=NS)
+                self._pods.discard(pod)
                 changed = True
         if (deployment.get("status") or {}).get("replicas", 0) != wanted:
             def settle(obj: dict[str, Any]) -> None:
@@ -189,15 +256,22 @@ class Workload:
 
     async def _run(self) -> None:
         while True:
+            await self._changed.wait()
+            self._changed.clear()
             self.sync()
-            await asyncio.sleep(0.02)
 
     async def __aenter__(self) -> Workload:
+        self._unsubscribe = self.fake.store.subscribe(self._on_write)
+        self._pods = self._listed()  # what was written before the subscription
+        self.sync()
         self._publish(self.pods())
         self._task = asyncio.create_task(self._run(), name=f"workload {self.name}")
         return self
 
     async def __aexit__(self, *exc: object) -> None:
+        if self._unsubscribe is not None:
+            self._unsubscribe()
+            self._unsubscribe = None
         if self._task is not None:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -280,10 +354,14 @@ class MetricsBackend:
         return publish
 
     def _pods(self, request: web.Request, namespace: str) -> list[str]:
+        # The stored pods, read in place: a list would deep-copy every pod of the namespace
+        # for each of the controller's requests.
         selector = parse_selector(request.query.get("labelSelector", ""))
-        return sorted(p["metadata"]["name"]
-                      for p in self.fake.store.list("", "v1", "pods", namespace=namespace)
-                      if selector.matches(p["metadata"].get("labels") or {}))
+        pods = self.fake.registry.resolve("", "v1", "pods")
+        assert pods is not None
+        return sorted(obj["metadata"]["name"]
+                      for _, obj in self.fake.store.entries(pods, namespace)
+                      if selector.matches(obj["metadata"].get("labels") or {}))
 
     async def _discovery(self, request: web.Request) -> web.Response:
         group, version = request.match_info["group"], request.match_info["version"]
