@@ -29,6 +29,14 @@ from tests.e2e.test_autoscaler_support import (
 from tests.fakes.kube_api import FakeKubeAPI
 
 
+def current_average(fake: FakeKubeAPI) -> str | None:
+    """The Pods metric's current average in the controller's status."""
+    for item in status_of(fake, "web").get("currentMetrics") or []:
+        if item.get("type") == "Pods":
+            return str(item["pods"]["current"].get("averageValue"))
+    return None
+
+
 async def test_explain_live_captures_the_inputs_and_history_and_agrees_with_the_controller(
         fake_kube: FakeKubeAPI, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     install_crd(fake_kube)
@@ -36,13 +44,19 @@ async def test_explain_live_captures_the_inputs_and_history_and_agrees_with_the_
     saved = tmp_path / "snapshot.json"
     async with metrics_backend(fake_kube, tmp_path / "metrics") as backend, \
             Workload(fake_kube, "web", replicas=2, total=Decimal(60),
-                     publish=backend.publisher("http_requests")):
+                     publish=backend.publisher("http_requests")) as web:
         fake_kube.create(GROUP, VERSION, PLURAL, autoscaler(
             "web", target="web", metrics=[pods_metric("http_requests", "10")], max_replicas=6))
         async with controller(fake_kube):
-            await until(lambda: replicas_of(fake_kube, "web") == 6
-                        and status_of(fake_kube, "web").get("desiredReplicas") == 6,
-                        within=15, what="the controller settles at 6")
+            # Settled, and reconciled once settled: six pods at 10 each, and a reconcile that
+            # read them (the scale-up to 6 was decided from two pods at 30; explain run on the
+            # heels of that one would read other inputs than it did). Nothing changes after the
+            # controller stops, so explain reads what its last reconcile read.
+            await until(lambda: replicas_of(fake_kube, "web") == 6 and len(web.pods()) == 6
+                        and status_of(fake_kube, "web").get("currentReplicas") == 6
+                        and current_average(fake_kube) == "10", within=30,
+                        what=f"the controller settled at 6, have {status_of(fake_kube, 'web')}")
+        status = status_of(fake_kube, "web")
         capsys.readouterr()
         code = await asyncio.to_thread(main, [
             "explain", "--live", "shop/web", "--kubeconfig", str(kubeconfig),
@@ -50,11 +64,13 @@ async def test_explain_live_captures_the_inputs_and_history_and_agrees_with_the_
     out = capsys.readouterr().out
     assert code == 0
     decision = json.loads(out)
-    assert decision["desiredReplicas"] == 6
+    # The controller's last decision, and explain's from the same inputs.
+    assert decision["desiredReplicas"] == status["desiredReplicas"] == 6
     assert decision["scaleUpdated"] is False
     # The controller runs with --leader-elect=false and published its settings all the same.
     assert decision["settingsSource"] == "controller"
-    assert [m["current"] for m in decision["metrics"]] == ["10"]
+    assert [m["current"] for m in decision["metrics"]] == ["10"] == [
+        m["pods"]["current"]["averageValue"] for m in status["currentMetrics"]]
     snapshot = json.loads(saved.read_text())
     assert snapshot["kind"] == "DecisionSnapshot"
     assert snapshot["scale"]["spec"]["replicas"] == 6
