@@ -1,6 +1,10 @@
 """Configuration hot reload: an edit under load answers from the old or the new configuration and
 never fails, a broken edit changes nothing and says so in `/metrics`, a ConfigMap volume's
-`..data` swap is noticed within 2 s, and SIGHUP reloads (in-process and in a real process)."""
+`..data` swap is noticed by the next poll (so within 2 s), and SIGHUP reloads (in-process and
+in a real process).
+
+No wall-clock bounds: the waits below are on conditions, their limits only there to fail a
+test that hangs (generous, for a busy machine)."""
 
 from __future__ import annotations
 
@@ -20,6 +24,7 @@ import aiohttp
 import pytest
 
 from adapter.http.app import METRICS_REGISTRY_KEY, RELOADER_KEY, SNAPSHOTS_KEY
+from adapter.http.reloading import POLL_SECONDS
 from adapter.http.snapshots import ConfigSnapshot
 from tests.adapter.test_server_harness import RunningAdapter, running_adapter, wait_for_series
 from tests.fakes import kube_objects
@@ -67,13 +72,12 @@ def sample(adapter: RunningAdapter, name: str, labels: dict[str, str] | None = N
 
 
 async def wait_for_reloads(adapter: RunningAdapter, result: str, count: int, *,
-                           within: float = 5.0) -> float:
-    """Until `count` reloads with `result` have happened; returns the seconds it took."""
+                           within: float = 30.0) -> None:
+    """Until `count` reloads with `result` have happened."""
     started = time.monotonic()
     while sample(adapter, "metricscale_config_reloads_total", {"result": result}) < count:
         assert time.monotonic() - started < within, f"no {result} reload within {within}s"
         await asyncio.sleep(0.02)
-    return time.monotonic() - started
 
 
 def listed(reply_json: dict[str, object]) -> set[str]:
@@ -158,12 +162,19 @@ async def test_an_edit_under_load_answers_from_the_old_or_the_new_configuration_
                     seen[now] += 1
                 await asyncio.sleep(0.003)
 
+        async def answered(generation: str, count: int, *, within: float = 60.0) -> None:
+            """Until the clients have had more than `count` answers from `generation`."""
+            deadline = time.monotonic() + within
+            while seen[generation] <= count:
+                assert time.monotonic() < deadline, f"{seen} after {within}s"
+                await asyncio.sleep(0.02)
+
         clients = [asyncio.create_task(client(number)) for number in range(9)]
         try:
-            await asyncio.sleep(0.8)  # load on the old configuration first
+            await answered("old", 50)  # load on the old configuration first
             replace_file(config_file, NEW)
-            took = await wait_for_reloads(adapter, "success", 1)
-            await asyncio.sleep(max(0.5, 2.5 - 0.8 - took))  # and on the new one after
+            await wait_for_reloads(adapter, "success", 1)
+            await answered("new", 50)  # and on the new one after
         finally:
             stop.set()
             await asyncio.gather(*clients)
@@ -172,9 +183,9 @@ async def test_an_edit_under_load_answers_from_the_old_or_the_new_configuration_
         live = adapter.app[SNAPSHOTS_KEY]
         assert live.current is not first
         # The replaced snapshot's clients are closed once its requests are done.
-        for _ in range(250):
-            if not live.retiring:
-                break
+        deadline = time.monotonic() + 30
+        while live.retiring:
+            assert time.monotonic() < deadline, "the old snapshot still retiring after 30s"
             await asyncio.sleep(0.02)
         assert first.closed and first.requests == 0
         assert sample(adapter, "metricscale_config_last_reload_successful") == 1
@@ -251,7 +262,7 @@ def swap_data(directory: Path, version: str) -> None:
     os.replace(temporary, directory / "..data")
 
 
-async def test_a_configmap_symlink_swap_is_noticed_within_two_seconds(
+async def test_a_configmap_symlink_swap_is_noticed_by_the_next_poll(
         serving_exporter: Exporter, prometheus: PrometheusServer, tmp_path: Path) -> None:
     volume = tmp_path / "volume"
     volume.mkdir()
@@ -262,11 +273,12 @@ async def test_a_configmap_symlink_swap_is_noticed_within_two_seconds(
         assert "pods/hr_before" in listed((await adapter.get(CUSTOM)).json())
         second = configmap_version(volume, "01_05_00", NEW)
         swap_data(volume, second)
-        swapped = time.monotonic()
-        while "pods/hr_after" not in listed((await adapter.get(CUSTOM)).json()):
-            assert time.monotonic() - swapped < 2.0, "the ..data swap was not noticed in 2s"
-            await asyncio.sleep(0.02)
-        assert time.monotonic() - swapped < 2.0
+        # The next poll notices it: the adapter's own (polls are POLL_SECONDS apart, so the
+        # swap is served within 2 s) or this one, whichever comes first (one at a time).
+        assert POLL_SECONDS <= 1
+        await adapter.app[RELOADER_KEY].check_once()
+        assert "pods/hr_after" in listed((await adapter.get(CUSTOM)).json())
+        assert sample(adapter, "metricscale_config_reloads_total", {"result": "success"}) == 1
 
 
 # --------------------------------------------------------------------------------------------
@@ -279,7 +291,7 @@ async def test_sighup_reloads_even_an_unchanged_file(
         before = adapter.app[SNAPSHOTS_KEY].current
         # The function server.py installs as the SIGHUP handler.
         adapter.app[RELOADER_KEY].request_reload()
-        await wait_for_reloads(adapter, "success", 1, within=2.0)
+        await wait_for_reloads(adapter, "success", 1)
         assert adapter.app[SNAPSHOTS_KEY].current is not before
         reply = await adapter.get(f"{pod_path(serving_exporter)}/hr_requests")
         assert reply.json()["items"][0]["value"] == "3"
