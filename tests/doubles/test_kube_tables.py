@@ -69,16 +69,18 @@ async def test_a_watch_sends_a_table_per_event_with_headers_only_first(
         fake_kube: FakeKubeAPI, kube_http: KubeHTTPClient) -> None:
     await _autoscaler(fake_kube, kube_http)
     events: list[dict[str, Any]] = []
+    opened = asyncio.Event()  # the first event (ADDED) is in: the watch is open
 
     async def read() -> None:
         async for line in kube_http.watch(AUTOSCALERS, {"resourceVersion": "0"},
                                           headers={"Accept": TABLE}):
             events.append(line)
+            opened.set()
             if len(events) == 2:
                 return
 
     reader = asyncio.create_task(read())
-    await asyncio.sleep(0.2)
+    await asyncio.wait_for(opened.wait(), 30)
     await kube_http.patch(f"{AUTOSCALERS}/web/status", {"status": {"currentReplicas": 4}},
                           content_type=MERGE)
     await asyncio.wait_for(reader, 5)

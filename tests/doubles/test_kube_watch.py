@@ -159,7 +159,13 @@ async def test_watch_from_a_version_not_reached_yet_opens_and_skips_up_to_it(
     future = fake_kube.resource_version + 2
     stream = kube_http.watch(PODS, {"resourceVersion": str(future)})
     reader = asyncio.create_task(_take(stream, 1))
-    await asyncio.sleep(0.2)
+    # The fake subscribes a watch in the same step as it logs the request (no await between):
+    # once logged, the watch is open, at a version the server has not reached yet.
+    deadline = time.monotonic() + 30
+    while not fake_kube.requests_to(f"^{PODS}$", method="GET"):
+        assert time.monotonic() < deadline, "the watch request never arrived"
+        await asyncio.sleep(0.01)
+    assert fake_kube.resource_version < future
     for name in ("a", "b", "c"):  # resource versions future-1, future, future+1
         fake_kube.create_pod(name, namespace="demo")
     events = await reader
