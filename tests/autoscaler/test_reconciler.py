@@ -1,6 +1,7 @@
 """autoscaler.controller.reconciler: one reconcile, read-decide-write, against in-memory doubles of
 the Kubernetes and metrics APIs: what it asks, what it writes (and only when it changed), events,
-dry run, errors that leave everything else running, history that survives a restart."""
+dry run, errors that leave everything else running, history that survives a restart; and the
+Kubernetes double held to what the real client answers against the fake API server."""
 
 from __future__ import annotations
 
@@ -17,11 +18,14 @@ from autoscaler.controller.watching import AutoscalerKey, project_pod
 from autoscaler.decision.persistence import DRY_RUN_ANNOTATION, HISTORY_ANNOTATION
 from autoscaler.decision.settings import Settings
 from autoscaler.kube.metrics_api import MetricsError
+from autoscaler.kube.operations import KubeClient, ScaleTargetRef
 from autoscaler.model.history import parse_history
 from autoscaler.model.metrics import MetricFetchError, MetricValueList
 from metricscale.kube.discovery import ResourceMapping
-from metricscale.kube.errors import TooManyRequests
+from metricscale.kube.errors import KindNotFound, TooManyRequests
+from metricscale.kube.http import KubeHTTP
 from tests.autoscaler.controller_support import (
+    DEPLOYMENTS,
     MemoryCaches,
     MemoryKube,
     MemoryMetrics,
@@ -435,5 +439,23 @@ async def test_a_failing_metric_with_a_fallback_counts_its_failures_on_metrics()
                                            labels) is None
 
 
-def test_mapping_double_is_a_deployment() -> None:
-    assert isinstance(MemoryKube(MemoryCaches()).kinds["Deployment"], ResourceMapping)
+@pytest.mark.parametrize("kind", ["Deployment", "Rollout"])
+async def test_the_kube_double_resolves_scale_targets_as_the_real_client_does(
+        kind: str, kube_session: KubeHTTP) -> None:
+    """Every test above stands on MemoryKube's resolve_scale_target: the real client, against
+    the fake kube-apiserver's discovery, answers the same (the mapping, or the error's text)."""
+    real = KubeClient(kube_session, registry=CollectorRegistry(), reporting_instance="a")
+    double = MemoryKube(MemoryCaches())
+    ref = ScaleTargetRef(api_version="apps/v1", kind=kind, name="web")
+
+    async def answer(kube: KubeClient | MemoryKube) -> ResourceMapping | str:
+        try:
+            return await kube.resolve_scale_target(ref)
+        except KindNotFound as error:
+            return f"KindNotFound: {error}"
+
+    expected: ResourceMapping | str = (
+        DEPLOYMENTS if kind == "Deployment"
+        else f'KindNotFound: no matches for kind "{kind}" in group "apps"')
+    assert await answer(real) == expected
+    assert await answer(double) == expected

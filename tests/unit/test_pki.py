@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import ssl
 import stat
 from datetime import UTC, datetime, timedelta
@@ -105,14 +107,47 @@ def test_files_keys_are_private_and_expiry_is_readable(
     assert stat.S_IMODE(key_path.stat().st_mode) == 0o600
 
 
-def test_python_ssl_loads_the_pair(ca: pki.CertifiedKey, tmp_path: Path) -> None:
-    now = datetime.now(UTC)
+async def test_python_ssl_serves_the_pair_and_verifies_both_sides_with_the_ca(
+    tmp_path: Path,
+) -> None:
+    # A CA valid now (the module's `ca` is dated NOW, long past): a real handshake checks dates.
+    start = datetime.now(UTC) - timedelta(hours=1)
+    live = pki.generate_ca(common_name="live-ca", now=start, validity=DAY)
     leaf = pki.issue_serving_certificate(
-        ca, common_name="x", dns_names=["localhost"], now=now, validity=DAY,
+        live, common_name="x", dns_names=["localhost"], now=start, validity=DAY,
     )
-    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-    context.load_cert_chain(
+    client_pair = pki.issue_client_certificate(live, user="alice", now=start, validity=DAY)
+    server_context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    server_context.load_cert_chain(
         pki.write_certificate(tmp_path / "tls.crt", leaf.certificate),
         pki.write_private_key(tmp_path / "tls.key", leaf.private_key),
     )
-    context.load_verify_locations(cadata=ca.certificate_pem.decode())
+    server_context.load_verify_locations(cadata=live.certificate_pem.decode())
+    server_context.verify_mode = ssl.CERT_REQUIRED
+    client_context = ssl.create_default_context(cadata=live.certificate_pem.decode())
+    client_context.load_cert_chain(
+        pki.write_certificate(tmp_path / "client.crt", client_pair.certificate),
+        pki.write_private_key(tmp_path / "client.key", client_pair.private_key),
+    )
+
+    async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        der = writer.get_extra_info("ssl_object").getpeercert(binary_form=True)
+        user = str(x509.load_der_x509_certificate(der).subject.get_attributes_for_oid(
+            NameOID.COMMON_NAME)[0].value)
+        writer.write(f"{user}\n".encode())
+        await writer.drain()
+        writer.close()
+
+    server = await asyncio.start_server(answer, "127.0.0.1", 0, ssl=server_context)
+    async with server:
+        port = server.sockets[0].getsockname()[1]
+        reader, writer = await asyncio.open_connection(
+            "127.0.0.1", port, ssl=client_context, server_hostname="localhost")
+        try:
+            served = writer.get_extra_info("ssl_object").getpeercert(binary_form=True)
+            assert x509.load_der_x509_certificate(served) == leaf.certificate
+            assert await asyncio.wait_for(reader.readline(), 30) == b"alice\n"
+        finally:
+            writer.close()
+            with contextlib.suppress(ssl.SSLError, ConnectionError):
+                await writer.wait_closed()

@@ -559,8 +559,23 @@ def test_self_signed_pair_is_made_once_with_a_private_key_file(tmp_path: Path) -
     assert cert_path.read_bytes() == before
 
 
-def test_self_signed_pair_loads_into_a_server_context(tmp_path: Path) -> None:
+async def test_self_signed_pair_serves_tls_its_own_ca_verifies_for_its_names_only(
+        tmp_path: Path) -> None:
+    name = "metricscale.metricscale.svc"
     cert_path, key_path = ensure_self_signed_certificate(
-        tmp_path, now=datetime.now(UTC), dns_names=["metricscale.metricscale.svc"],
-        ip_addresses=[])
-    build_server_context(cert_file=cert_path, key_file=key_path)
+        tmp_path, now=datetime.now(UTC), dns_names=[name], ip_addresses=[])
+    leaf, ca = pki.load_certificates_pem(cert_path.read_bytes())
+    trusting = ssl.create_default_context(cadata=pki.certificate_pem(ca).decode())
+    async with serving(build_server_context(cert_file=cert_path, key_file=key_path)) as port:
+        reader, writer = await asyncio.open_connection("127.0.0.1", port, ssl=trusting,
+                                                       server_hostname=name)
+        connection = Connection(reader, writer)
+        try:
+            assert connection.served_cn() == \
+                leaf.subject.get_attributes_for_oid(NameOID.COMMON_NAME)[0].value
+            assert await connection.ask() == "-"  # no client CA: no client certificate asked
+        finally:
+            await connection.close()
+        with pytest.raises(ssl.SSLCertVerificationError, match="localhost"):
+            await asyncio.open_connection("127.0.0.1", port, ssl=trusting,
+                                          server_hostname="localhost")
