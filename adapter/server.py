@@ -17,6 +17,7 @@ import json
 import logging
 import os
 import signal
+import ssl
 import sys
 import time
 from datetime import UTC, datetime
@@ -31,7 +32,7 @@ from yarl import URL
 
 from adapter.http.app import HEALTH_KEY, RELOADER_KEY, create_app, mark_shutting_down
 from adapter.http.delegate import DelegateConfigError
-from adapter.http.reloading import read_config_file
+from adapter.http.reloading import read_config_bytes, read_config_file
 from adapter.kube.catalog import ClusterCatalog
 from adapter.kube.objects import USER_AGENT
 from adapter.prometheus.backends import BackendClients
@@ -372,7 +373,7 @@ def check_config(settings: AdapterSettings, *, out: TextIO | None = None) -> int
     out = out or sys.stdout
     path = settings.check_config or ""
     try:
-        raw = Path(path).read_bytes()
+        raw = read_config_bytes(path)
         text = raw.decode("utf-8")
         config_text = _rules_text_of(text, path=path, out=out)
         if config_text is None:
@@ -518,6 +519,68 @@ async def _named_kubeconfig_problem(args: argparse.Namespace,
     return None
 
 
+def _named_file_problem(settings: AdapterSettings) -> str | None:
+    """What is wrong with a file a `--prometheus-*` flag names, before anything starts.
+
+    Each must be a readable regular file, the CA bundle must hold a certificate and the client
+    pair must load. Without this a missing token file went unnoticed until the first request,
+    and a bad CA failed later naming neither file nor flag.
+    """
+    prometheus = settings.prometheus
+    if prometheus is None:
+        return None
+    named = (("--prometheus-ca-file", prometheus.ca_file),
+             ("--prometheus-token-file", prometheus.bearer_token_file),
+             ("--prometheus-password-file", prometheus.basic_auth_password_file),
+             ("--prometheus-client-tls-cert-file", prometheus.client_cert_file),
+             ("--prometheus-client-tls-key-file", prometheus.client_key_file))
+    for flag, name in named:
+        if not name:
+            continue
+        path = Path(name)
+        try:
+            if not path.is_file():
+                return f"{flag} {name}: {'not a regular file' if path.exists() else 'no such file'}"
+            with path.open("rb") as file:
+                file.read(1)
+        except OSError as error:
+            return f"{flag} {name}: cannot read it: {error.strerror or error}"
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    if prometheus.ca_file:
+        try:
+            context.load_verify_locations(cafile=prometheus.ca_file)
+        except ssl.SSLError:
+            return f"--prometheus-ca-file {prometheus.ca_file}: no PEM certificate in it"
+    if prometheus.client_cert_file:
+        try:
+            context.load_cert_chain(prometheus.client_cert_file,
+                                    keyfile=prometheus.client_key_file)
+        except ssl.SSLError:
+            return (f"--prometheus-client-tls-cert-file {prometheus.client_cert_file} and "
+                    f"--prometheus-client-tls-key-file {prometheus.client_key_file}: not a PEM "
+                    "certificate and its private key")
+    return None
+
+
+# The problems of a rule file refused at start, on its one line; --check-config lists them all.
+_SHOWN_ISSUES = 3
+
+
+def _start_config(path: str) -> AdapterConfig | str:
+    """--config read and parsed, or what is wrong with it in one line."""
+    try:
+        return _load_config(path)
+    except OSError as error:
+        return f"--config {path}: cannot read it: {error.strerror or error}"
+    except ConfigError as error:
+        shown = "; ".join(str(issue) for issue in error.issues[:_SHOWN_ISSUES])
+        more = len(error.issues) - _SHOWN_ISSUES
+        if more > 0:
+            shown += (f"; and {more} more (`metricscale adapter --check-config {path}` lists "
+                      "them all)")
+        return f"--config {path}: {shown}"
+
+
 def run(args: argparse.Namespace) -> int:
     """`metricscale adapter ...`: serve, or check a configuration file."""
     try:
@@ -526,6 +589,10 @@ def run(args: argparse.Namespace) -> int:
         print(f"metricscale adapter: error: {error}", file=sys.stderr)
         return 2
     configure_logging(level=settings.log_level, fmt=settings.log_format)
+    problem = _named_file_problem(settings)
+    if problem is not None:
+        print(f"metricscale adapter: error: {problem}", file=sys.stderr)
+        return 2
     if settings.check_config is not None:
         return check_config(settings)
     problem = asyncio.run(_named_kubeconfig_problem(args, settings))
@@ -533,16 +600,11 @@ def run(args: argparse.Namespace) -> int:
         print(f"metricscale adapter: error: {problem}", file=sys.stderr)
         return 2
     assert settings.config_file is not None  # settings_from_args requires it for serving
-    try:
-        config = _load_config(settings.config_file)
-    except OSError as error:
-        logger.error("cannot read --config %s: %s", settings.config_file,
-                     error.strerror or error)
-        return 1
-    except ConfigError as error:
-        for issue in error.issues:
-            logger.error("%s: %s", settings.config_file, issue)
-        return 1
+    # Bad input, like a bad flag: one line naming the flag (and field), exit 2.
+    config = _start_config(settings.config_file)
+    if isinstance(config, str):
+        print(f"metricscale adapter: error: {config}", file=sys.stderr)
+        return 2
     for warning in config.warnings:
         logger.warning("%s: %s", settings.config_file, warning)
     if settings.auth.insecure_disable_auth:

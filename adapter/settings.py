@@ -35,6 +35,7 @@ __all__ = [
     "SettingsError",
     "add_arguments",
     "backend_prometheus_settings",
+    "control_character",
     "format_duration",
     "parse_duration",
     "parse_header",
@@ -69,10 +70,29 @@ class PrometheusConfigError(ValueError):
     """Settings that cannot work (conflicting auth, a header without a name, a bad URL...)."""
 
 
+def control_character(text: str) -> str | None:
+    """`U+000A at position 21` for the first ASCII control character in `text` (which yarl
+    would silently drop from a URL), else None."""
+    for position, character in enumerate(text):
+        if character < " " or character == "\x7f":
+            return f"U+{ord(character):04X} at position {position}"
+    return None
+
+
 def parse_header(text: str) -> tuple[str, str]:
-    """`Name=value` (split on the first `=`; no `=` means an empty value, as upstream does)."""
-    name, _, value = text.partition("=")
+    """`Name=value`, split on the first `=` (`Name=` for an empty value).
+
+    Upstream takes a missing `=` as an empty value; here it is refused: `--prometheus-header
+    X-Scope-OrgID` sent an empty tenant, which a typo should not do silently.
+    """
+    name, equals, value = text.partition("=")
     name = name.strip()
+    if not equals:
+        # The text itself only when it is a plain name: a mistyped "Authorization: Bearer
+        # ..." must not end up in the error (and the log).
+        shown = f" {name!r}" if name and _HEADER_NAME.match(name) else ""
+        raise PrometheusConfigError(f"--prometheus-header{shown}: expected NAME=VALUE (no '=' "
+                                    "found; write NAME= for an empty value)")
     if not name or not _HEADER_NAME.match(name):
         raise PrometheusConfigError(f"--prometheus-header {name!r}: not a header name")
     if "\r" in value or "\n" in value:
@@ -100,6 +120,10 @@ class PrometheusSettings:
     cache_ttl: float = 0.0
 
     def __post_init__(self) -> None:
+        control = control_character(self.url)
+        if control is not None:
+            raise PrometheusConfigError(
+                f"--prometheus-url contains a control character ({control})")
         try:
             url = URL(self.url)
         except ValueError as error:
@@ -517,6 +541,9 @@ def settings_from_args(args: argparse.Namespace) -> AdapterSettings:
 def _delegate_url(flag: str, value: str | None) -> str | None:
     if not value:
         return None
+    control = control_character(value)
+    if control is not None:
+        raise SettingsError(f"{flag} contains a control character ({control})")
     try:
         url = URL(value)
     except ValueError as error:

@@ -24,7 +24,6 @@ import logging
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 from typing import NoReturn
 
 from prometheus_client import CollectorRegistry, Counter, Gauge
@@ -34,10 +33,12 @@ from adapter.rules.config import AdapterConfig, ConfigError, ConfigIssue, parse_
 from adapter.settings import PrometheusConfigError
 
 __all__ = [
+    "MAX_CONFIG_BYTES",
     "POLL_SECONDS",
     "ConfigReloader",
     "FileStamp",
     "ReloadMetrics",
+    "read_config_bytes",
     "read_config_file",
     "stamp_file",
 ]
@@ -47,11 +48,24 @@ logger = logging.getLogger(__name__)
 POLL_SECONDS = 1.0
 _FIRST_RETRY_SECONDS = 1.0
 _MAX_RETRY_SECONDS = 60.0
+# The most a rule file may hold: 4 MiB, four times what a ConfigMap can (1 MiB). Reading stops
+# there, so `--config /dev/zero` or a runaway file is refused instead of read without end.
+MAX_CONFIG_BYTES = 4 * 1024 * 1024
+
+
+def read_config_bytes(path: str) -> bytes:
+    """The rule file's bytes; raises ConfigError past MAX_CONFIG_BYTES (or OSError)."""
+    with open(path, "rb") as file:
+        raw = file.read(MAX_CONFIG_BYTES + 1)
+    if len(raw) > MAX_CONFIG_BYTES:
+        raise ConfigError([ConfigIssue("", f"larger than {MAX_CONFIG_BYTES >> 20} MiB, the most "
+                                       "a rule file may hold (a ConfigMap holds at most 1 MiB)")])
+    return raw
 
 
 def read_config_file(path: str) -> AdapterConfig:
     """Read and parse the rule file; raises ConfigError (or OSError) for the caller to report."""
-    raw = Path(path).read_bytes()
+    raw = read_config_bytes(path)
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as error:

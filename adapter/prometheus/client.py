@@ -464,13 +464,21 @@ class PrometheusClient:
         s = self.settings
         if self._base.scheme != "https":
             return None
+        # Each error names its file (and the backend): "the TLS files" told nobody which.
+        where = f"Prometheus backend {self.backend}"
         try:
             context = ssl.create_default_context(cafile=s.ca_file)
+        except (OSError, ssl.SSLError) as exc:
+            raise PrometheusConfigError(
+                f"{where}: cannot load the CA file {s.ca_file}: {type(exc).__name__}: "
+                f"{exc}") from None
+        try:
             if s.client_cert_file:
                 context.load_cert_chain(s.client_cert_file, keyfile=s.client_key_file)
         except (OSError, ssl.SSLError) as exc:
             raise PrometheusConfigError(
-                f"cannot load the Prometheus TLS files: {type(exc).__name__}: {exc}") from None
+                f"{where}: cannot load the client certificate {s.client_cert_file} and key "
+                f"{s.client_key_file}: {type(exc).__name__}: {exc}") from None
         if s.insecure_skip_verify:
             context.check_hostname = False
             context.verify_mode = ssl.CERT_NONE

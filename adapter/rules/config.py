@@ -552,6 +552,12 @@ class _ConfigBuilder:
         if not url:
             self.decoder.issue(path, "required: the Prometheus base URL", node)
             return
+        control = next((c for c in url if c < " " or c == "\x7f"), None)
+        if control is not None:
+            # yarl would drop it silently (and the URL may carry a password: not quoted).
+            self.decoder.issue(path, f"contains a control character (U+{ord(control):04X})",
+                               node)
+            return
         try:
             parsed = URL(url)
         except ValueError as error:
@@ -826,11 +832,47 @@ def parse_config(text: str) -> AdapterConfig:
         raise ConfigError([ConfigIssue("", f"yaml: {error}")]) from None
     except RecursionError:
         raise ConfigError([ConfigIssue("", "yaml: nested too deeply")]) from None
+    unencodable = _surrogate_issues(root)
+    if unencodable:
+        # Reported alone: the other checks would quote these strings, which cannot be printed.
+        raise ConfigError(unencodable)
     builder = _ConfigBuilder()
     config = builder.config(root)
     if builder.issues:
         raise ConfigError(sorted(builder.issues, key=_issue_order))
     return config
+
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def _surrogate_issues(root: yaml.Node | None) -> list[ConfigIssue]:
+    """Every key or value holding a UTF-16 surrogate escape (`"\\ud800"`): YAML decodes it to a
+    lone surrogate, which is not a character and cannot be encoded to send, log or print."""
+    issues: list[ConfigIssue] = []
+    seen: set[int] = set()  # anchors and aliases share nodes, and may loop
+    pending: list[tuple[yaml.Node, str]] = [] if root is None else [(root, "")]
+    while pending:
+        node, path = pending.pop()
+        if isinstance(node, yaml.ScalarNode):
+            found = _SURROGATE.search(str(node.value))
+            if found is not None:
+                issues.append(ConfigIssue(
+                    path, f"\\u{ord(found.group()):04x} is a UTF-16 surrogate escape, not a "
+                    "character: write the character itself", node.start_mark.line + 1))
+            continue
+        if id(node) in seen:
+            continue
+        seen.add(id(node))
+        if isinstance(node, yaml.SequenceNode):
+            pending.extend((item, f"{path}[{index}]") for index, item in enumerate(node.value))
+        elif isinstance(node, yaml.MappingNode):
+            for key_node, value_node in node.value:
+                key = str(key_node.value) if isinstance(key_node, yaml.ScalarNode) else "?"
+                # quote_go_string shows a surrogate as U+FFFD, so the path itself prints.
+                child = _child_path(path, key)
+                pending.extend([(value_node, child), (key_node, child)])
+    return sorted(issues, key=_issue_order)
 
 
 def _issue_order(issue: ConfigIssue) -> tuple[int, str]:

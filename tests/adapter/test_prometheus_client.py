@@ -150,13 +150,14 @@ def test_form_bodies_are_the_bytes_urlencode_makes(params: list[tuple[str, str]]
 @pytest.mark.parametrize(("text", "expected"), [
     ("X-Scope-OrgID=tenant-a", ("X-Scope-OrgID", "tenant-a")),
     ("X-A=b=c", ("X-A", "b=c")),
-    ("X-Empty", ("X-Empty", "")),
+    ("X-Empty=", ("X-Empty", "")),
 ])
 def test_header_flag_splits_on_the_first_equals(text: str, expected: tuple[str, str]) -> None:
     assert parse_header(text) == expected
 
 
-@pytest.mark.parametrize("text", ["=v", "Bad Name=v", "X-A=a\nb"])
+# No `=` at all is refused too (upstream sends an empty value): a typo must not go unnoticed.
+@pytest.mark.parametrize("text", ["=v", "Bad Name=v", "X-A=a\nb", "X-Empty"])
 def test_header_flag_rejects_what_cannot_be_sent(text: str) -> None:
     with pytest.raises(PrometheusConfigError):
         parse_header(text)

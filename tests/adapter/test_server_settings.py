@@ -91,6 +91,9 @@ def test_prometheus_options_reach_the_client_settings() -> None:
       "--prometheus-password-file", "p"], "bearer token file or basic auth"),
     (["--prometheus-client-tls-cert-file", "c"], "client certificate"),
     (["--prometheus-header", "=x"], "header"),
+    (["--prometheus-header", "NoEquals"], "--prometheus-header 'NoEquals': expected NAME=VALUE"),
+    (["--delegate-external-to", "https://keda\r\n:443"],
+     r"--delegate-external-to contains a control character \(U\+000D at position 12\)"),
     (["--prometheus-timeout", "0s"], "--prometheus-timeout"),
     (["--prometheus-cache-ttl=-1s"], "--prometheus-cache-ttl"),
     (["--tls-cert-file", "c"], "--tls-private-key-file"),
@@ -123,3 +126,16 @@ def test_auth_flags_are_parsed_for_the_auth_wiring() -> None:
     assert settings.auth.authentication_skip_lookup
     assert settings.auth.authorization_always_allow_paths == ("/healthz", "/livez")
     assert settings.auth.insecure_disable_auth
+
+
+def test_an_empty_header_value_is_written_with_equals() -> None:
+    settings = parse_settings([*REQUIRED, "--prometheus-header", "X-Scope-OrgID="])
+    assert settings.prometheus is not None
+    assert settings.prometheus.headers == (("X-Scope-OrgID", ""),)
+
+
+@pytest.mark.parametrize("url", ["http://prometheus:9090/\n", "http://prom\x00etheus:9090",
+                                 "http://prometheus:9090/\x7f"])
+def test_a_prometheus_url_with_a_control_character_is_refused(url: str) -> None:
+    with pytest.raises(SettingsError, match="--prometheus-url contains a control character"):
+        parse_settings(["--config", "rules.yaml", "--prometheus-url", url])

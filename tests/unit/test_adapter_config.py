@@ -189,3 +189,35 @@ def test_default_rules_parse_without_warnings_and_do_not_map_job() -> None:
         assert "job" not in dict(rule.resources.overrides)
     assert "template:" not in DEFAULT_CONFIG_YAML.split("resourceRules:")[0].replace(
         "`template: <<.Resource>>`", "")
+
+
+# --- strings that cannot be encoded ----------------------------------------------------------
+
+
+@pytest.mark.parametrize(("text", "expected"), [
+    ('rules:\n- seriesQuery: "up\\ud800"\n',
+     ["rules[0].seriesQuery: \\ud800 is a UTF-16 surrogate escape, not a character: write the "
+      "character itself (line 2)"]),
+    # A pair is two lone surrogates to YAML (PyYAML does not join them): write the character.
+    ('rules:\n- name: {as: "\\ud83d\\ude00"}\n',
+     ["rules[0].name.as: \\ud83d is a UTF-16 surrogate escape, not a character: write the "
+      "character itself (line 2)"]),
+    ('rules:\n- "\\U0000dfff": 1\n',
+     ['rules[0]["\\ufffd"]: \\udfff is a UTF-16 surrogate escape, not a character: write the '
+      "character itself (line 2)"]),
+])
+def test_a_surrogate_escape_is_refused_naming_its_field(text: str, expected: list[str]) -> None:
+    found = problems(text)
+    assert found == expected
+    "\n".join(found).encode()  # the messages themselves print
+
+
+def test_an_alias_loop_is_walked_once() -> None:
+    assert problems("a: &x [*x]\n") == [
+        "a: field a not found in type config.MetricsDiscoveryConfig (line 1)"]
+
+
+def test_a_real_character_is_kept() -> None:
+    config = parse_config('rules:\n- seriesQuery: "up"\n  name: {as: "r\\u00e9ponses"}\n'
+                          "  metricsQuery: x\n")
+    assert config.rules[0].name_as == "réponses"

@@ -161,3 +161,8 @@ def test_resource_rules_on_a_tenant_backend_need_a_default_for_nodes() -> None:
                             "over the namespace without a default") for p in found), found
     with_default = tenant.replace('"<<.Namespace>>"', '{value: "<<.Namespace>>", default: ops}')
     parse_config(with_default + resource)
+
+
+def test_a_url_with_a_control_character_is_an_error() -> None:
+    assert problems('backends:\n- name: b\n  url: "http://b:9090/\\n"\n') == [
+        "backends[0].url: contains a control character (U+000A) (line 3)"]
