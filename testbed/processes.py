@@ -52,7 +52,7 @@ class Child:
         full_env.update(env or {})
         self.process = subprocess.Popen(
             self.argv, stdout=self._log_file, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-            env=full_env, cwd=cwd, preexec_fn=_die_with_parent)  # noqa: PLW1509
+            env=full_env, cwd=cwd, preexec_fn=_die_with_parent)
         logger.info("started %s (pid %d): %s", name, self.process.pid, " ".join(self.argv))
 
     @property

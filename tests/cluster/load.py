@@ -1,0 +1,146 @@
+"""Load on a workload's pods, as a load balancer spreads it: evenly over the Ready pods.
+
+A `Load` watches the pods of one label selector through kube-apiserver (no polling) and, each
+time the set of Ready pods or the total changes, gives every Ready pod its share: CPU on the
+kubelet stand-in (so cAdvisor series, metrics.k8s.io and metrics-server see it) and, if asked,
+a per-pod gauge on a test exporter (a Pods custom metric). A pod that leaves loses its series.
+It runs in a thread of its own, so a busy test event loop cannot delay it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import socket
+import ssl
+import threading
+import urllib.parse
+import urllib.request
+from collections.abc import Mapping
+from decimal import Decimal
+from typing import Any
+
+from testbed.controlplane import ControlPlane, Kubelet
+from tests.fakes.exporter import Exporter
+
+logger = logging.getLogger(__name__)
+
+
+def _ready(pod: Mapping[str, Any]) -> bool:
+    status = pod.get("status") or {}
+    if (pod.get("metadata") or {}).get("deletionTimestamp"):
+        return False
+    return status.get("phase") == "Running" and any(
+        c.get("type") == "Ready" and c.get("status") == "True"
+        for c in status.get("conditions") or [])
+
+
+class Load:
+    def __init__(self, cluster: ControlPlane, kubelet: Kubelet, *, namespace: str,
+                 selector: Mapping[str, str], cpu: Decimal | str | int = 0,
+                 exporter: Exporter | None = None, metric: str | None = None,
+                 metric_total: Decimal | str | int = 0) -> None:
+        self.cluster = cluster
+        self.kubelet = kubelet
+        self.namespace = namespace
+        self.selector = ",".join(f"{k}={v}" for k, v in selector.items())
+        self.exporter = exporter
+        self.metric = metric
+        self._lock = threading.Lock()
+        self._cpu = Decimal(cpu)
+        self._metric_total = Decimal(metric_total)
+        self._pods: dict[str, bool] = {}
+        self._published: set[str] = set()
+        self._stop = threading.Event()
+        self._response: Any = None
+        self._thread = threading.Thread(target=self._run, name=f"load {self.selector}",
+                                        daemon=True)
+
+    # ---- what the test sets -------------------------------------------------------------
+
+    def set(self, *, cpu: Decimal | str | int | None = None,
+            metric_total: Decimal | str | int | None = None) -> None:
+        with self._lock:
+            if cpu is not None:
+                self._cpu = Decimal(cpu)
+            if metric_total is not None:
+                self._metric_total = Decimal(metric_total)
+        self._publish()
+
+    def ready_pods(self) -> list[str]:
+        with self._lock:
+            return sorted(name for name, ready in self._pods.items() if ready)
+
+    # ---- the watch ----------------------------------------------------------------------
+
+    def _publish(self) -> None:
+        with self._lock:
+            ready = sorted(name for name, is_ready in self._pods.items() if is_ready)
+            gone = self._published - set(ready)
+            cpu_share = self._cpu / len(ready) if ready else Decimal(0)
+            metric_share = self._metric_total / len(ready) if ready else Decimal(0)
+            self._published = set(ready)
+        for pod in ready:
+            self.kubelet.set_usage(self.namespace, pod, cpu=str(cpu_share))
+            if self.exporter is not None and self.metric:
+                self.exporter.set(self.metric, {"namespace": self.namespace, "pod": pod},
+                                  metric_share, type="gauge")
+        for pod in gone:
+            if self.exporter is not None and self.metric:
+                self.exporter.remove(self.metric, {"namespace": self.namespace, "pod": pod})
+
+    def _path(self, **query: str) -> str:
+        query["labelSelector"] = self.selector
+        return (f"/api/v1/namespaces/{self.namespace}/pods?"
+                + urllib.parse.urlencode(query))
+
+    def _run(self) -> None:
+        context = ssl.create_default_context(cafile=str(self.cluster.ca_file))
+        context.load_cert_chain(str(self.cluster.admin.cert), str(self.cluster.admin.key))
+        while not self._stop.is_set():
+            try:
+                listed = self.cluster.get(self._path())
+                with self._lock:
+                    self._pods = {p["metadata"]["name"]: _ready(p) for p in listed["items"]}
+                self._publish()
+                url = self.cluster.server + self._path(
+                    watch="1", resourceVersion=listed["metadata"]["resourceVersion"],
+                    timeoutSeconds="120")
+                with urllib.request.urlopen(url, context=context, timeout=300) as response:
+                    self._response = response
+                    for line in response:
+                        if self._stop.is_set():
+                            return
+                        event = json.loads(line)
+                        pod = event.get("object") or {}
+                        name = (pod.get("metadata") or {}).get("name")
+                        if event.get("type") == "ERROR" or not name:
+                            break
+                        with self._lock:
+                            if event["type"] == "DELETED":
+                                self._pods.pop(name, None)
+                            else:
+                                self._pods[name] = _ready(pod)
+                        self._publish()
+            except Exception as error:  # the watch is retried until stopped
+                if not self._stop.is_set():
+                    logger.warning("load on %s: %s; watching again", self.selector, error)
+                    self._stop.wait(0.5)
+
+    def __enter__(self) -> Load:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        close_stream(self._response)
+        self._thread.join(timeout=30)
+
+
+def close_stream(response: Any) -> None:
+    """Unblocks a thread reading `response` (an open watch) by shutting its socket down."""
+    with contextlib.suppress(Exception):
+        response.fp.raw._sock.shutdown(socket.SHUT_RDWR)
+    with contextlib.suppress(Exception):
+        response.close()
