@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from testbed.controlplane import ControlPlane, Kubelet
-from tests.cluster.install import Installation
+from testbed.install import Installation
 from tests.fakes.prometheus import PrometheusServer
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from tests.cluster.install import APISERVICES, Installation
+from testbed.install import APISERVICES, Installation
 
 
 def test_every_apiservice_is_available_through_the_real_aggregator(

@@ -20,8 +20,8 @@ from typing import Any
 import pytest
 
 from testbed.controlplane import ControlPlane, Kubelet
-from tests.cluster.install import Installation
-from tests.cluster.load import Load, close_stream
+from testbed.install import Installation
+from testbed.load import Load, close_stream
 from tests.fakes.exporter import Exporter
 
 SYNC_SECONDS = 5.0

@@ -19,10 +19,18 @@ import urllib.parse
 import urllib.request
 from collections.abc import Mapping
 from decimal import Decimal
-from typing import Any
+from typing import Any, Protocol
 
 from testbed.controlplane import ControlPlane, Kubelet
-from tests.fakes.exporter import Exporter
+
+
+class Exporter(Protocol):
+    """What a Load needs of a test exporter (tests.fakes.exporter.Exporter has it)."""
+
+    def set(self, name: str, labels: Mapping[str, str] | None, value: Decimal, *,
+            type: Any = None) -> None: ...
+
+    def remove(self, name: str, labels: Mapping[str, str] | None = None) -> None: ...
 
 logger = logging.getLogger(__name__)
 
