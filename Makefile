@@ -48,6 +48,7 @@ dashboards: venv
 
 test: venv prometheus peers image-tools lint
 	$(BIN)/pytest
+	$(MAKE) test-shipped
 
 # The tests marked shipped_interpreter again on the Python the image ships (Debian's python3,
 # 3.11.2 in bookworm): exception groups behave differently within 3.11 (`raise` inside

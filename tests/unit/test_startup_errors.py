@@ -82,13 +82,13 @@ def kubeconfig_file(tmp_path: Path) -> Path:
 def test_adapter_config_not_utf8_is_one_line(tmp_path: Path, not_utf8: Path) -> None:
     result = _run(["adapter", "--config", str(not_utf8), "--prometheus-url", "http://x:9090"],
                   tmp_path)
-    _assert_one_line(result, status=1, message=f"{not_utf8}: not UTF-8 text")
+    _assert_one_line(result, status=2, message=f"{not_utf8}: not UTF-8 text")
 
 
 def test_adapter_config_nested_too_deep_is_one_line(tmp_path: Path, too_deep: Path) -> None:
     result = _run(["adapter", "--config", str(too_deep), "--prometheus-url", "http://x:9090"],
                   tmp_path)
-    _assert_one_line(result, status=1, message=f"{too_deep}: yaml: nested too deeply")
+    _assert_one_line(result, status=2, message=f"{too_deep}: yaml: nested too deeply")
 
 
 @pytest.mark.parametrize(("fixture", "problem"), [
