@@ -121,7 +121,8 @@ class ControlPlane:
     """Start with `with ControlPlane() as cluster:` (or `start()`/`stop()`)."""
 
     def __init__(self, *, workdir: Path | None = None, hpa_sync_period: str = "15s",
-                 hpa_downscale_stabilization: str = "5m", verbosity: int = 1) -> None:
+                 hpa_downscale_stabilization: str = "5m", verbosity: int = 1,
+                 controllers: Sequence[str] = CONTROLLERS) -> None:
         missing = missing_peers()
         if missing:
             raise ControlPlaneMissing(
@@ -132,6 +133,7 @@ class ControlPlane:
         self.hpa_sync_period = hpa_sync_period
         self.hpa_downscale_stabilization = hpa_downscale_stabilization
         self.verbosity = verbosity
+        self.controllers = tuple(controllers)
         self.children: list[Child] = []
         self.api_port = free_port()
         self.server = f"https://127.0.0.1:{self.api_port}"
@@ -296,7 +298,7 @@ class ControlPlane:
             "--use-service-account-credentials=true",
             f"--service-account-private-key-file={self.sa_key}",
             f"--root-ca-file={self.ca_file}",
-            f"--controllers={','.join(CONTROLLERS)}",
+            f"--controllers={','.join(self.controllers)}",
             f"--horizontal-pod-autoscaler-sync-period={self.hpa_sync_period}",
             "--horizontal-pod-autoscaler-downscale-stabilization="
             f"{self.hpa_downscale_stabilization}",
@@ -315,7 +317,9 @@ class ControlPlane:
         # The controllers act with their own service accounts, which the manager creates first;
         # the default service account of `default` shows the service-account controller runs.
         try:
-            self.get("/api/v1/namespaces/kube-system/serviceaccounts/horizontal-pod-autoscaler")
+            if "horizontal-pod-autoscaler-controller" in self.controllers:
+                self.get("/api/v1/namespaces/kube-system/serviceaccounts/"
+                         "horizontal-pod-autoscaler")
             self.get("/api/v1/namespaces/default/serviceaccounts/default")
         except KubeError:
             return False

@@ -19,7 +19,7 @@ from typing import Any
 import yaml
 
 from testbed.binaries import CHECKOUT
-from testbed.controlplane import ControlPlane
+from testbed.controlplane import ControlPlane, Kubelet
 from testbed.processes import Child, free_port, wait_until
 
 NAMESPACE = "metricscale"
@@ -69,14 +69,19 @@ class Installation:
     autoscaler_port: int = field(default_factory=free_port)
     adapter: Child | None = None
     autoscaler: Child | None = None
+    autoscaler_args: tuple[str, ...] = ()
+    kubelet: Kubelet | None = None
 
     def install(self) -> None:
+        self.install_manifests()
+        self.start_adapter()
+        self.start_autoscaler()
+
+    def install_manifests(self) -> None:
         overlay = write_overlay(self.workdir / "overlay", adapter_port=self.adapter_port)
         self.cluster.kubectl("apply", "-k", str(overlay))
         self.cluster.kubectl("wait", "--for=condition=Established", "--timeout=120s",
                              "crd/autoscalers.metricscale.dev")
-        self.start_adapter()
-        self.start_autoscaler()
 
     def kubeconfig_of(self, service_account: str) -> Path:
         token = self.cluster.service_account_token(NAMESPACE, service_account, seconds=DAY)
@@ -126,7 +131,7 @@ class Installation:
             f"--kubeconfig={self.kubeconfig_of(AUTOSCALER_SA)}",
             f"--horizontal-pod-autoscaler-sync-period={self.sync_period}",
             f"--metrics-bind-address=127.0.0.1:{self.autoscaler_port}",
-            f"--leader-elect-resource-namespace={NAMESPACE}"],
+            f"--leader-elect-resource-namespace={NAMESPACE}", *self.autoscaler_args],
             log=self.workdir / "autoscaler.log", cwd=CHECKOUT,
             env={"POD_NAMESPACE": NAMESPACE, "POD_NAME": "metricscale-autoscaler-test"})
 

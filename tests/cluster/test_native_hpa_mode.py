@@ -1,0 +1,100 @@
+"""`metricscale autoscaler --enable-native-hpa` on a control plane whose kube-controller-manager
+runs without its own HPA controller (the only way the two may share a cluster): our controller
+acts on a native autoscaling/v2 HorizontalPodAutoscaler, writes its scale and its status."""
+
+from __future__ import annotations
+
+import asyncio
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from testbed.binaries import CHECKOUT
+from testbed.controlplane import CONTROLLERS, ControlPlane
+from testbed.install import Installation
+from testbed.load import Load
+from testbed.pytest_plugin import require_peers
+from tests.fakes.exporter import Exporter
+from tests.fakes.prometheus import PrometheusServer
+
+WITHOUT_HPA = tuple(c for c in CONTROLLERS if c != "horizontal-pod-autoscaler-controller")
+
+
+@pytest.fixture(scope="module")
+def native(prometheus: PrometheusServer) -> Iterator[Installation]:
+    require_peers("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler",
+                  "kubectl")
+    with tempfile.TemporaryDirectory(prefix="metricscale-native-") as workdir, \
+            ControlPlane(controllers=WITHOUT_HPA) as cluster:
+        kubelet = cluster.start_kubelet(("native-a",))
+        prometheus.add_target(kubelet.address, job="kubelet-native")
+        installed = Installation(cluster=cluster, workdir=Path(workdir),
+                                 prometheus_url=prometheus.url,
+                                 autoscaler_args=("--enable-native-hpa",))
+        try:
+            installed.install_manifests()
+            cluster.kubectl("apply", "-f",
+                            str(CHECKOUT / "manifests" / "autoscaler" / "native-hpa-rbac.yaml"))
+            installed.start_adapter()
+            installed.start_autoscaler()
+            installed.kubelet = kubelet
+            yield installed
+        finally:
+            installed.stop()
+            prometheus.remove_target(kubelet.address)
+
+
+async def until(check: Callable[[], bool], *, what: str, within: float = 180) -> None:
+    deadline = time.monotonic() + within
+    while not check():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"not within {within:.0f} s: {what}")
+        await asyncio.sleep(0.25)
+
+
+def deployment(namespace: str) -> dict[str, Any]:
+    return {"apiVersion": "apps/v1", "kind": "Deployment",
+            "metadata": {"name": "api", "namespace": namespace},
+            "spec": {"replicas": 1, "selector": {"matchLabels": {"app": "api"}},
+                     "template": {"metadata": {"labels": {"app": "api"}},
+                                  "spec": {"containers": [{
+                                      "name": "app", "image": "registry.invalid/app:1"}]}}}}
+
+
+async def test_a_native_hpa_is_scaled_by_our_controller(native: Installation,
+                                                        exporter: Exporter) -> None:
+    cluster = native.cluster
+    namespace = "native"
+    cluster.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}})
+    cluster.apply(deployment(namespace))
+    assert native.kubelet is not None
+    with Load(cluster, native.kubelet, namespace=namespace, selector={"app": "api"},
+              exporter=exporter, metric="calls_in_flight", metric_total=35):
+        cluster.apply({"apiVersion": "autoscaling/v2", "kind": "HorizontalPodAutoscaler",
+                       "metadata": {"name": "api", "namespace": namespace},
+                       "spec": {"scaleTargetRef": {"apiVersion": "apps/v1",
+                                                   "kind": "Deployment", "name": "api"},
+                                "minReplicas": 1, "maxReplicas": 8,
+                                "metrics": [{"type": "Pods", "pods": {
+                                    "metric": {"name": "calls_in_flight"},
+                                    "target": {"type": "AverageValue",
+                                               "averageValue": "10"}}}]}})
+
+        def hpa() -> dict[str, Any]:
+            return dict(cluster.get(f"/apis/autoscaling/v2/namespaces/{namespace}/"
+                                    "horizontalpodautoscalers/api"))
+
+        # 35 in flight at 10 a pod: 4 pods; only our controller runs here.
+        await until(lambda: (hpa().get("status") or {}).get("desiredReplicas") == 4
+                    and (hpa().get("status") or {}).get("currentReplicas") == 4,
+                    what="the HPA's status at 4 replicas")
+        events = cluster.get(f"/api/v1/namespaces/{namespace}/events")["items"]
+        rescales = [e for e in events if e.get("reason") == "SuccessfulRescale"]
+        assert rescales and all(e["involvedObject"]["kind"] == "HorizontalPodAutoscaler"
+                                for e in rescales)
+        described = cluster.kubectl("describe", "hpa", "api", "-n", namespace).stdout
+        assert "calls_in_flight" in described and "ValidMetricFound" in described, described
