@@ -40,6 +40,13 @@ lint: venv
 manifests: venv
 	$(BIN)/python -m adapter.rules.defaults > manifests/adapter/configmap.yaml
 
+# charts/metricscale's generated files, from what manifests/ is made of: the default rules
+# (adapter/rules/defaults.py, as `make manifests`), the CRD (manifests/autoscaler/crd.yaml), and
+# the values table of docs/helm.md (values.yaml's comments). A test fails when they are stale.
+.PHONY: chart
+chart: venv
+	$(BIN)/python charts/generate.py
+
 # Regenerates the Grafana dashboards in manifests/monitoring/dashboards/ (committed; a test
 # fails when they differ from what monitoring/dashboards.py produces).
 .PHONY: dashboards
