@@ -138,6 +138,7 @@ class ControlPlane:
         self.api_port = free_port()
         self.server = f"https://127.0.0.1:{self.api_port}"
         self.startup_seconds: float | None = None
+        self._admin_token: str | None = None
         self._make_pki()
 
     # ---- files --------------------------------------------------------------------------
@@ -434,6 +435,32 @@ class ControlPlane:
             "POST", f"/api/v1/namespaces/{namespace}/serviceaccounts/{name}/token",
             {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": spec})
         return str(reply["status"]["token"])
+
+    def admin_token(self) -> str:
+        """A token of a cluster-admin service account (kube-system/testbed-admin), for clients
+        that cannot present the admin's certificate (through the fault proxy)."""
+        if self._admin_token is None:
+            self.apply({"apiVersion": "rbac.authorization.k8s.io/v1",
+                        "kind": "ClusterRoleBinding",
+                        "metadata": {"name": "testbed-admin"},
+                        "roleRef": {"apiGroup": "rbac.authorization.k8s.io",
+                                    "kind": "ClusterRole", "name": "cluster-admin"},
+                        "subjects": [{"kind": "ServiceAccount", "name": "testbed-admin",
+                                      "namespace": "kube-system"}]})
+            self._admin_token = self.service_account_token("kube-system", "testbed-admin",
+                                                           seconds=24 * 3600)
+        return self._admin_token
+
+    def api_client_configuration(self, token: str | None = None,
+                                 server: str | None = None) -> Any:
+        """A kubernetes_asyncio Configuration with a bearer token (the admin's by default)."""
+        from kubernetes_asyncio.client import Configuration
+
+        configuration = Configuration(host=server or self.server)
+        configuration.ssl_ca_cert = str(self.ca_file)
+        configuration.api_key = {"BearerToken": token or self.admin_token()}
+        configuration.api_key_prefix = {"BearerToken": "Bearer"}
+        return configuration
 
     # ---- aggregation ----------------------------------------------------------------------
 

@@ -14,8 +14,9 @@ import pytest
 
 from testbed.binaries import missing_peers, where
 from testbed.controlplane import ControlPlane, Kubelet
+from testbed.faultproxy import FaultProxy
 
-__all__ = ["control_plane", "kubelet", "namespace", "require_peers"]
+__all__ = ["control_plane", "fault_proxy", "kubelet", "namespace", "require_peers"]
 
 _NAMESPACES = itertools.count(1)
 
@@ -59,3 +60,10 @@ def namespace(control_plane: ControlPlane) -> Iterator[str]:
     control_plane.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})
     yield name
     control_plane.delete({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})
+
+
+@pytest.fixture
+def fault_proxy(control_plane: ControlPlane) -> Iterator[FaultProxy]:
+    """A fault-injecting proxy in front of the session's kube-apiserver (token clients only)."""
+    with FaultProxy(control_plane) as proxy:
+        yield proxy
