@@ -278,12 +278,13 @@ class AnswerTimes:
 
 def _metadata(name: str, namespace: str | None, labels: Mapping[str, str],
               times: AnswerTimes) -> dict[str, Any]:
+    # ObjectMeta's field order, the order metrics-server's (Go's) encoder writes.
     metadata: dict[str, Any] = {"name": name}
     if namespace is not None:
         metadata["namespace"] = namespace
+    metadata["creationTimestamp"] = times.created
     if labels:
         metadata["labels"] = dict(labels)
-    metadata["creationTimestamp"] = times.created
     return metadata
 
 
@@ -322,12 +323,12 @@ _json_string = json.encoder.encode_basestring_ascii
 class _ItemParts(NamedTuple):
     """The parts of a pod item's JSON that one answer shares."""
 
-    created: str  # ',"creationTimestamp":"..."}' (it closes the metadata)
+    created: str  # ',"creationTimestamp":"..."' (the labels and the metadata's end follow)
     after_time: str  # ',"window":"...","containers":['
 
 
 def _item_parts(times: AnswerTimes, window: str) -> _ItemParts:
-    return _ItemParts(',"creationTimestamp":' + _json_string(times.created) + "}",
+    return _ItemParts(',"creationTimestamp":' + _json_string(times.created),
                       ',"window":' + _json_string(window) + ',"containers":[')
 
 
@@ -343,7 +344,7 @@ def _pod_item_json(pod: PodLike, *, timestamp: str, containers: str, parts: _Ite
         labels = ',"labels":' + (pod.labels_json if pod.labels_json is not None else
                                  json.dumps(dict(pod.labels), separators=(",", ":")))
     return ('{"metadata":{"name":' + _json_string(pod.name) + ',"namespace":'
-            + _json_string(pod.namespace) + labels + parts.created + ',"timestamp":"'
+            + _json_string(pod.namespace) + parts.created + labels + '},"timestamp":"'
             + timestamp + '"' + parts.after_time + containers + "]}")
 
 
