@@ -167,34 +167,33 @@ class FaultProxy:
     # ---- serving --------------------------------------------------------------------------
 
     async def _handle(self, request: web.Request) -> web.StreamResponse:
-        path_and_query = request.path_qs
-        fault = self._take_fault(request.method, path_and_query)
-        status = 0
-        try:
-            if isinstance(fault, Latency):
-                await asyncio.sleep(fault.seconds)
-            elif isinstance(fault, TooManyRequests):
-                status = 429
-                return self._status(429, "TooManyRequests", "the fault proxy throttled it",
-                                    headers={"Retry-After": str(fault.retry_after)})
-            elif isinstance(fault, ServerError):
-                status = fault.code
-                return self._status(fault.code, "InternalError", fault.message)
-            elif isinstance(fault, DropConnection):
-                if request.transport is not None:
-                    request.transport.close()
-                raise ConnectionResetError("dropped by the fault proxy")
-            elif isinstance(fault, StallWatch):
-                status = 200
-                return await self._stall(request)
-            response, status = await self._forward(request)
-            return response
-        finally:
-            with self._lock:
-                self.recorded.append(RecordedRequest(
-                    method=request.method, path=request.path, query=request.query_string,
-                    user_agent=request.headers.get("User-Agent", ""), status=status,
-                    fault=fault))
+        fault = self._take_fault(request.method, request.path_qs)
+        # Each request is recorded before its answer leaves, so a client that has its answer
+        # finds it recorded.
+        if isinstance(fault, Latency):
+            await asyncio.sleep(fault.seconds)
+        elif isinstance(fault, TooManyRequests):
+            self._record(request, 429, fault)
+            return self._status(429, "TooManyRequests", "the fault proxy throttled it",
+                                headers={"Retry-After": str(fault.retry_after)})
+        elif isinstance(fault, ServerError):
+            self._record(request, fault.code, fault)
+            return self._status(fault.code, "InternalError", fault.message)
+        elif isinstance(fault, DropConnection):
+            self._record(request, 0, fault)
+            if request.transport is not None:
+                request.transport.close()
+            raise ConnectionResetError("dropped by the fault proxy")
+        elif isinstance(fault, StallWatch):
+            self._record(request, 200, fault)
+            return await self._stall(request)
+        return await self._forward(request, fault)
+
+    def _record(self, request: web.Request, status: int, fault: FaultAction | None) -> None:
+        with self._lock:
+            self.recorded.append(RecordedRequest(
+                method=request.method, path=request.path, query=request.query_string,
+                user_agent=request.headers.get("User-Agent", ""), status=status, fault=fault))
 
     @staticmethod
     def _status(code: int, reason: str, message: str,
@@ -216,7 +215,8 @@ class FaultProxy:
         self._release.set()
         self._release = asyncio.Event()
 
-    async def _forward(self, request: web.Request) -> tuple[web.StreamResponse, int]:
+    async def _forward(self, request: web.Request,
+                       fault: FaultAction | None) -> web.StreamResponse:
         assert self._session is not None
         headers = {k: v for k, v in request.headers.items() if k.lower() not in _HOP_BY_HOP}
         body = await request.read()
@@ -225,6 +225,7 @@ class FaultProxy:
                 request.method, self.cluster.server + request.path_qs, headers=headers,
                 data=body or None, ssl=context, allow_redirects=False,
                 timeout=aiohttp.ClientTimeout(total=None, sock_connect=30)) as upstream:
+            self._record(request, upstream.status, fault)
             response = web.StreamResponse(status=upstream.status, headers={
                 k: v for k, v in upstream.headers.items() if k.lower() not in _HOP_BY_HOP})
             await response.prepare(request)
@@ -232,7 +233,7 @@ class FaultProxy:
                 async for chunk in upstream.content.iter_any():
                     await response.write(chunk)
                 await response.write_eof()
-            return response, upstream.status
+            return response
 
     # ---- lifecycle ------------------------------------------------------------------------
 
