@@ -50,6 +50,11 @@ for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
   kube_ldflags+=" -X $pkg.gitTreeState=clean"
 done
 helm_ldflags="-X helm.sh/helm/v3/internal/version.version=$(go list -m -f '{{.Version}}' helm.sh/helm/v3)"
+# As helm's own release build: the Kubernetes version it assumes without a cluster (helm
+# template, helm lint) is its client-go's (v0.36 -> 1.36), not the v1.20 of a plain go build.
+for pkg in helm.sh/helm/v3/pkg/chartutil helm.sh/helm/v3/pkg/lint/rules; do
+  helm_ldflags+=" -X $pkg.k8sVersionMajor=1 -X $pkg.k8sVersionMinor=$minor"
+done
 # metrics-server's release build stamps client-go's version with its own tag (its --version).
 metrics_server_ldflags="-X k8s.io/client-go/pkg/version.gitVersion=$(cd metrics-server && \
   go list -m -f '{{.Version}}' sigs.k8s.io/metrics-server)"
