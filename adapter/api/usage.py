@@ -414,8 +414,10 @@ def _not_found(group: str, resource: str, name: str) -> dict[str, Any]:
 
 
 def object_not_found(kind: str, name: str) -> dict[str, Any]:
-    """The pod or node is not (or not a running pod): `pods "web-1" not found`."""
-    return _not_found("", kind, name)
+    """The pod or node is not (or not a running pod): `pods "web-1" not found`, `node "n-1"
+    not found`. Both metrics-server and prometheus-adapter pass on their lister's NotFound, and
+    client-go's node lister names the resource in the singular."""
+    return _not_found("", "node" if kind == "nodes" else kind, name)
 
 
 def usage_not_found(kind: str, *, namespace: str | None, name: str) -> dict[str, Any]:

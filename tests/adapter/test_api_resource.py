@@ -203,7 +203,7 @@ async def test_nodes_and_a_single_node(world: World) -> None:
     assert n3.status == 404
     assert n3.json()["message"] == 'nodemetrics.metrics.k8s.io "n3" not found'
     ghost = await world.adapter.get(f"{BASE}/nodes/ghost")
-    assert ghost.json()["message"] == 'nodes "ghost" not found'
+    assert ghost.json()["message"] == 'node "ghost" not found'
     labelled = (await world.adapter.get(
         f"{BASE}/nodes?labelSelector=kubernetes.io%2Fhostname%3Dn2")).json()
     assert [i["metadata"]["name"] for i in labelled["items"]] == ["n2"]
