@@ -10,8 +10,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from autoscaler.decision.conditions import remove_condition, set_condition
+from autoscaler.decision.conditions import TRUE, condition_status, remove_condition, set_condition
 from autoscaler.decision.events import Event
+from autoscaler.decision.outcome import Draft
 from autoscaler.model.history import ScaleWatch
 from autoscaler.model.status import Condition
 
@@ -22,6 +23,7 @@ __all__ = [
     "ConflictObservation",
     "conflict_conditions",
     "observe_replicas",
+    "report_scale_changes",
 ]
 
 CONFLICT_CONDITION = "ScalingConflict"
@@ -86,3 +88,34 @@ def conflict_conditions(conditions: tuple[Condition, ...], *, conflicting: bool,
     return set_condition(conditions, type=CONFLICT_CONDITION, status="True",
                          reason=CONFLICT_REASON,
                          message=CONFLICT_MESSAGE.format(minutes=minutes), now=now)
+
+
+def report_scale_changes(draft: Draft, *, observed: int, now: datetime) -> None:
+    """Conflict detection: another writer changed the replicas this autoscaler left the target
+    at (an event each time; the ScalingConflict condition after a second change within the
+    window, until a window passes without one). It changes no replica count."""
+    watch = draft.history.scale_watch
+    seen = observe_replicas(watch, observed=observed, now=now)
+    if seen.watch is watch and not seen.events and not seen.watch.conflicting \
+            and not any(c.type == CONFLICT_CONDITION for c in draft.conditions):
+        return  # the steady state: the size we left, no conflict to keep or lift
+    if seen.watch is not watch:
+        draft.history = draft.history._replace(scale_watch=seen.watch)
+    draft.events.extend(seen.events)
+    if seen.changed_from is not None:
+        draft.explanation.append(
+            f"Since the last sync the target's replicas changed from {seen.changed_from} to "
+            f"{observed}, and this autoscaler did not write them: another writer did (a "
+            "`kubectl apply` or `scale`, a GitOps tool, a second autoscaler).")
+    was = condition_status(draft.conditions, CONFLICT_CONDITION) == TRUE
+    draft.conditions = conflict_conditions(draft.conditions, conflicting=seen.watch.conflicting,
+                                           now=now)
+    minutes = int(CONFLICT_WINDOW.total_seconds() // 60)
+    if seen.watch.conflicting:
+        draft.explanation.append(
+            f"ScalingConflict: another writer changed the replicas at least twice within "
+            f"{minutes} minutes; the condition stays until {minutes} minutes pass without a "
+            "change.")
+    elif was:
+        draft.explanation.append(f"No external change for {minutes} minutes: the "
+                                 "ScalingConflict condition is lifted.")

@@ -17,7 +17,13 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import datetime
+from typing import NamedTuple
 
+from autoscaler.decision.conditions import PAUSED as PAUSED_CONDITION
+from autoscaler.decision.conditions import TRUE, remove_condition, set_condition
+from autoscaler.decision.events import Event
+from autoscaler.decision.outcome import Draft, Limit
 from autoscaler.decision.phrases import phrase_replicas
 
 __all__ = [
@@ -27,7 +33,10 @@ __all__ = [
     "PAUSED_SCALE_OUT",
     "PAUSE_ANNOTATIONS",
     "Pause",
+    "PausedProposal",
+    "apply_pause",
     "read_pause",
+    "report_pause",
 ]
 
 PAUSED = "metricscale.dev/paused"
@@ -118,3 +127,52 @@ def _read_flag(annotation: Callable[[str], str | None], key: str) -> bool | Paus
                      f"paused, because {problem}; scaling resumes when it is fixed or removed",
                      problem=problem)
     return flag
+
+
+def report_pause(draft: Draft, pause: Pause | None, *, now: datetime) -> None:
+    """The Paused condition while paused (and the events of pausing and resuming); without a
+    pause annotation no condition is added, so an unpaused autoscaler's status is upstream's."""
+    was = next((c for c in draft.conditions
+                if c.type == PAUSED_CONDITION and c.status == TRUE), None)
+    if pause is None:
+        if was is not None:
+            draft.conditions = remove_condition(draft.conditions, PAUSED_CONDITION)
+            draft.events.append(Event("Normal", "Resumed", "the pause annotations were "
+                                      "removed: scaling resumes"))
+            draft.explanation.append("The pause was lifted: the autoscaler scales again.")
+        return
+    draft.conditions = set_condition(draft.conditions, type=PAUSED_CONDITION, status=TRUE,
+                                     reason=pause.reason, message=pause.message, now=now)
+    if was is None or was.reason != pause.reason:
+        draft.events.append(Event("Warning" if pause.problem else "Normal", pause.reason,
+                                  pause.message))
+
+
+class PausedProposal(NamedTuple):
+    """Where a decision goes once the pause has had its say."""
+
+    desired: int
+    reason: str
+    rescale: bool
+    shown: int  # status.desiredReplicas when the size is kept
+
+
+def apply_pause(draft: Draft, pause: Pause | None, *, desired: int, reason: str,
+                rescale: bool) -> PausedProposal:
+    """`paused-replicas` sets the size to its N; the other modes keep the current size where
+    they hold the proposal's direction (status.desiredReplicas still shows the proposal)."""
+    shown = draft.current
+    if pause is not None and pause.mode == "replicas":
+        assert pause.replicas is not None
+        if pause.replicas != desired:
+            draft.limits.append(Limit("PausedReplicas", desired, pause.replicas, pause.message))
+        draft.explanation.append(f"Paused at {phrase_replicas(pause.replicas)} "
+                                 f"({pause.message}); the metrics' {desired} is not applied.")
+        desired, reason = pause.replicas, f"paused at {phrase_replicas(pause.replicas)}"
+        rescale = desired != draft.current
+    elif pause is not None and rescale and pause.holds(current=draft.current, desired=desired):
+        draft.limits.append(Limit("Paused", desired, draft.current, pause.message))
+        draft.explanation.append(f"Without the pause the target would go from {draft.current} "
+                                 f"to {desired}: {pause.message}, so it stays.")
+        shown, rescale = desired, False
+    return PausedProposal(desired, reason, rescale, shown)

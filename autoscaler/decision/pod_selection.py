@@ -6,6 +6,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from autoscaler.decision.outcome import Draft
 from autoscaler.model.fields import read_object, read_str, read_string_map
 from autoscaler.model.metrics import MetricInput, MetricValueList, PodMetricsList
 from autoscaler.model.pods import ControllerRef, Pod, parse_controller_ref
@@ -24,6 +25,7 @@ __all__ = [
     "ReplicaSetOwner",
     "parse_pod_selection_strategy",
     "parse_replica_set",
+    "report_pod_selection",
     "restrict_pod_metrics",
     "select_pods",
 ]
@@ -122,3 +124,20 @@ def restrict_pod_metrics(metric_types: Sequence[str], inputs: Sequence[MetricInp
                                                if v.described_name in names))
         restricted.append(data)
     return restricted
+
+
+def report_pod_selection(draft: Draft, selection: PodSelection, *, pods: int) -> None:
+    """KEP-5325's OwnerReferences: which of the selector's pods the decision counts."""
+    draft.ignored_pods = selection.ignored
+    ref = draft.reference.split("/")
+    target = f"{ref[0]}/{ref[-1]}"
+    parts = []
+    if selection.not_owned:
+        parts.append(f"{selection.not_owned} not owned by {target}")
+    if selection.rollout_unready:
+        parts.append(f"{selection.rollout_unready} not Ready in its newest ReplicaSet during a "
+                     "rollout")
+    left_out = f": {', '.join(parts)} left out" if parts else ""
+    draft.explanation.append(
+        f"Pod selection (OwnerReferences, KEP-5325): {len(selection.pods)} of the selector's "
+        f"{pods} pods count{left_out}.")
