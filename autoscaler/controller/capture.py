@@ -21,11 +21,8 @@ from prometheus_client import CollectorRegistry
 
 from autoscaler.controller.leader import LeaderElectionConfig, default_lease_namespace
 from autoscaler.controller.reconciler import MetricsAPI, fetch_metric, needs_metrics
-from autoscaler.decision.persistence import (
-    history_from_annotations,
-    history_from_status,
-    restore_history,
-)
+from autoscaler.decision.handover import carried_history
+from autoscaler.decision.persistence import restore_history
 from autoscaler.decision.settings import (
     SETTINGS_ANNOTATION,
     Settings,
@@ -149,8 +146,9 @@ async def capture_snapshot(kube: CaptureAPI, metrics: MetricsAPI, *, namespace: 
         snapshot["replicaSets"] = replica_sets
     try:
         annotations = (document.get("metadata") or {}).get("annotations")
-        persisted = (history_from_annotations(annotations) if hpa
-                     else history_from_status(document.get("status")))
+        persisted = carried_history(kind=HPA_KIND if hpa else "Autoscaler",
+                                    status=document.get("status"),
+                                    annotations=annotations).history
     except ModelError:
         persisted = None  # explained as a first sync, as the controller would start
     if persisted is not None:

@@ -36,12 +36,11 @@ from autoscaler.decision.decide import (
     complete,
     decide,
 )
+from autoscaler.decision.handover import Carried, carried_history
 from autoscaler.decision.persistence import (
     HISTORY_ANNOTATION,
     format_reference,
     format_targets,
-    history_from_annotations,
-    history_from_status,
     history_horizon,
     is_dry_run,
     needs_persisting,
@@ -306,12 +305,15 @@ class Reconciler:
         if memory is not None:
             return memory
         try:
-            persisted = (history_from_annotations(entry.annotations)
-                         if entry.key.kind == HPA_KIND else history_from_status(entry.status))
+            # An Autoscaler handed over from an HPA carries it in an annotation until the
+            # first status is written (autoscaler.decision.handover).
+            carried = carried_history(kind=entry.key.kind, status=entry.status,
+                                      annotations=entry.annotations)
         except ModelError as err:
             logger.warning("the persisted history cannot be read (%s); starting afresh", err)
-            persisted = None
-        memory = _Memory(history=restore_history(persisted, now=now), persisted=persisted)
+            carried = Carried(None, None)
+        memory = _Memory(history=restore_history(carried.history, now=now),
+                         persisted=carried.stored)
         self._memory[entry.key] = memory
         return memory
 
