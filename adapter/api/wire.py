@@ -95,8 +95,9 @@ def sample_to_quantity(value: str) -> str:
     """A Prometheus sample value string as a canonical quantity.
 
     Like upstream (`int64(v*1000)` milli-units) the value is truncated toward zero to a
-    thousandth, but from the exact decimal text, so `0.57` is `570m`, not float's `569m`.
-    `NaN` is `0` as upstream; `±Inf` raises NonFiniteSampleError for the caller to skip.
+    thousandth, but from the exact decimal text, so `1.001` is `1001m`, not float's `1`.
+    `NaN` is `0`, as upstream writes it for custom metrics (for external ones it has no guard
+    and writes Go's int64 of NaN); `±Inf` raises NonFiniteSampleError for the caller to skip.
     """
     quantity = _QUANTITIES.get(value)
     if quantity is None:
