@@ -891,13 +891,14 @@ DIFFERENCES: tuple[Difference, ...] = (
         "prometheus-adapter accepts them. (Syntax RE2 itself refuses, such as lookarounds, both "
         "refuse.)",
         "A pattern that cannot be given its RE2 meaning must not be given another one.",
-        configs=("unicode-class-in-matches", "ungreedy-flag-in-filter")),
+        configs=("unicode-class-in-matches", "ungreedy-flag-in-filter",
+                 "negated-posix-class-in-filter")),
     Difference(
         "template-actions",
         "`define`, `template`, `block`, `break`, `continue`, `call` and `js` in a template are "
         "refused when the configuration is read; prometheus-adapter accepts them.",
         "No known configuration uses them; what is refused cannot be executed wrongly.",
-        configs=("define-in-metrics-query",)),
+        configs=("define-in-metrics-query", "block-in-metrics-query", "js-in-metrics-query")),
 )
 
 
@@ -1178,7 +1179,10 @@ CONFIG_CASES: dict[str, str] = {
         resources="{overrides: {brand: {group: cheese.io, resource: brand}}}"),
     "unicode-class-in-matches": _rule(extra="  name: {matches: '^(\\p{L}+)_length$'}\n"),
     "ungreedy-flag-in-filter": _rule(extra="  seriesFilters: [{is: '(?U)queue.+'}]\n"),
+    "negated-posix-class-in-filter": _rule(extra="  seriesFilters: [{isNot: '[[:^alpha:]]'}]\n"),
     "define-in-metrics-query": _rule(query="'<<define \"x\">>y<<end>>sum(<<.Series>>)'"),
+    "block-in-metrics-query": _rule(query="'<<block \"x\" .>>sum(<<.Series>>)<<end>>'"),
+    "js-in-metrics-query": _rule(query="'sum(<<js .Series>>)'"),
 }
 
 
