@@ -6,6 +6,7 @@ metricFailures say so; once the metrics read again the fallback ends (FallbackEn
 
 from __future__ import annotations
 
+import asyncio
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -129,7 +130,7 @@ async def test_prometheus_stops_and_the_pods_metric_falls_back_until_it_is_back(
                     assert fallback_condition(fake_kube) is None
                     assert metric_failures(fake_kube) == []
 
-                    own.stop()
+                    await asyncio.to_thread(own.stop)
                     await until(lambda: replicas_of(fake_kube, "web") == 6, within=20,
                                 what="the fallback size")
                     await until(lambda: "FallbackActive" in reasons(fake_kube), within=5,
@@ -153,7 +154,7 @@ async def test_prometheus_stops_and_the_pods_metric_falls_back_until_it_is_back(
                     assert active[2].endswith("(fallback)")
 
                     # Prometheus back: the metric reads again, its own size (4) applies.
-                    own.start()
+                    await asyncio.to_thread(own.start)
                     await until(lambda: "FallbackEnded" in reasons(fake_kube), within=30,
                                 what="a FallbackEnded event")
                     await until(lambda: fallback_condition(fake_kube) is None

@@ -6,6 +6,7 @@ old leader's stabilization window from the history it persisted."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
@@ -163,7 +164,7 @@ async def test_when_prometheus_stops_nothing_scales_down_and_the_conditions_say_
                     await until(lambda: (condition(fake_kube, "web", "ScalingActive") or
                                          ("",))[0] == "True", within=20, what="a decision")
                     assert replicas_of(fake_kube, "web") == 4
-                    own.stop()
+                    await asyncio.to_thread(own.stop)
                     web.set_load(1)  # would be a scale-down to 1, if anyone could see it
                     await until(lambda: (condition(fake_kube, "web", "ScalingActive") or
                                          ("", ""))[1] == "FailedGetPodsMetric", within=20,

@@ -6,6 +6,7 @@ Prometheus stops, the adapter answers 503 and nothing scales down."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from collections.abc import AsyncIterator
 from decimal import Decimal
@@ -183,7 +184,7 @@ async def test_when_prometheus_stops_the_adapter_answers_503_and_nothing_scales_
                     await until(lambda: (condition(fake_kube, "downweb", "ScalingActive")
                                          or ("",))[0] == "True", within=20, what="a decision")
                     assert replicas_of(fake_kube, "downweb") == 4
-                    own.stop()
+                    await asyncio.to_thread(own.stop)
                     web.set_load("0.1")  # would be a scale-down to 1, if anyone could see it
                     await until(lambda: (condition(fake_kube, "downweb", "ScalingActive")
                                          or ("", ""))[1] == "FailedGetResourceMetric",
