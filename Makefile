@@ -12,7 +12,7 @@ export PROMETHEUS
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[test,dev,plot]'
+	$(BIN)/pip install --quiet -e '.[test,dev,plot,docs]'
 	touch $@
 
 venv: $(VENV)/.installed
@@ -53,7 +53,7 @@ chart: venv
 dashboards: venv
 	$(BIN)/python -m monitoring.dashboards
 
-test: venv prometheus peers image-tools lint
+test: venv prometheus peers image-tools lint docs
 	$(BIN)/pytest
 	$(MAKE) test-shipped
 
@@ -71,6 +71,21 @@ $(SHIPPED_VENV)/.installed: pyproject.toml
 .PHONY: test-shipped
 test-shipped: $(SHIPPED_VENV)/.installed prometheus
 	$(SHIPPED_VENV)/bin/pytest -m shipped_interpreter
+
+# The documentation site (mkdocs.yml, docs/), built with --strict: a broken link, a missing page or
+# a page left out of the nav fails. Into site/ (git-ignored); `make docs-serve` serves it on
+# http://127.0.0.1:8000 and rebuilds on every edit.
+.PHONY: docs docs-serve docs-reference
+docs: venv
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet --site-dir site
+
+docs-serve: venv
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs serve --strict
+
+# The generated reference pages (every command's flags, the Autoscaler CRD's fields, the
+# dashboards' panels and the alerts), committed; a test in tests/docs fails when they are stale.
+docs-reference: venv
+	$(BIN)/python -m scripts.docs_reference
 
 # Every benchmark, one after the other (each prints its own table; see bench/).
 bench: venv prometheus peers
