@@ -36,8 +36,6 @@ __all__ = [
     "add_arguments",
     "backend_prometheus_settings",
     "control_character",
-    "format_duration",
-    "parse_duration",
     "parse_header",
     "settings_from_args",
 ]
@@ -158,35 +156,6 @@ class PrometheusSettings:
 
 class SettingsError(ValueError):
     """Flags that cannot work together; the message names the flag to fix."""
-
-
-# --------------------------------------------------------------------------------------------
-# Go durations (parsed by metricscale.core.durations; errors are SettingsError here)
-
-
-def parse_duration(text: str) -> Decimal:
-    """Go's `time.ParseDuration` in seconds: `90s`, `1m30s`, `1.5h`, `500ms`, `0`."""
-    try:
-        return durations.parse_duration(text)
-    except durations.DurationError as err:
-        raise SettingsError(str(err)) from None
-
-
-def format_duration(seconds: Decimal | float) -> str:
-    """A duration the way Go prints it for whole seconds and above (`1m0s`, `1h30m0s`, `45s`)."""
-    value = Decimal(str(seconds))
-    if value == 0:
-        return "0s"
-    if value < 1:
-        return f"{(value * 1000).normalize():f}ms"
-    hours, rest = divmod(value, 3600)
-    minutes, secs = divmod(rest, 60)
-    text = f"{secs.normalize():f}s"
-    if hours or minutes:
-        text = f"{int(minutes)}m{text}"
-    if hours:
-        text = f"{int(hours)}h{text}"
-    return text
 
 
 # --------------------------------------------------------------------------------------------
@@ -436,10 +405,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _duration_flag(name: str, text: str, *, zero_allowed: bool = False) -> Decimal:
-    """A duration flag's value; a TTL may be 0 (its cache off), an interval or timeout not."""
+    """A Go duration flag's value; a TTL may be 0 (its cache off), an interval or timeout not."""
     try:
-        value = parse_duration(text)
-    except SettingsError:
+        value = durations.parse_go_duration(text)
+    except durations.DurationError:
         raise SettingsError(f"{name}: {durations.flag_message(text)}") from None
     if value < 0 or (value == 0 and not zero_allowed):
         bound = "must not be negative" if zero_allowed else "must be positive"

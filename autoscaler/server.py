@@ -49,6 +49,7 @@ from autoscaler.kube.metrics_api import MetricsClient
 from autoscaler.kube.operations import USER_AGENT, KubeClient
 from autoscaler.model.names import dns_label_problem
 from autoscaler.model.objects import Autoscaler
+from metricscale.core.durations import format_duration
 from metricscale.kube.config import (
     Configuration,
     add_kubeconfig_arguments,
@@ -501,7 +502,7 @@ async def _main(args: argparse.Namespace) -> int:
             async with server:
                 logger.info("metricscale autoscaler started (identity %s, %d workers, sync "
                             "period %s%s)", options.identity, options.concurrent_syncs,
-                            settings_flags.format_duration(options.settings.sync_period),
+                            format_duration(options.settings.sync_period),
                             ", dry run" if options.dry_run else "")
                 stopping = asyncio.create_task(stop.wait())
                 await asyncio.wait([stopping, asyncio.create_task(server.stopped.wait())],

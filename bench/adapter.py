@@ -528,7 +528,8 @@ def discovery_child(prometheus_url: str, config_path: str, max_age: str) -> None
     from adapter.prometheus.relisting import relist_once
     from adapter.rules.config import parse_config
     from adapter.rules.resources import builtin_catalog
-    from adapter.settings import PrometheusSettings, parse_duration
+    from adapter.settings import PrometheusSettings
+    from metricscale.core.durations import parse_go_duration
 
     config = parse_config(Path(config_path).read_text())
     baseline = _peak_rss_mb()
@@ -552,7 +553,7 @@ def discovery_child(prometheus_url: str, config_path: str, max_age: str) -> None
             started = time.perf_counter()
             registry = await relist_once(datetime.now(UTC), config=config, lister=counting,
                                          catalog=builtin_catalog(),
-                                         max_age=parse_duration(max_age))
+                                         max_age=parse_go_duration(max_age))
             elapsed = time.perf_counter() - started
         return {"seconds": elapsed, "custom_metrics": registry.stats.custom_metrics,
                 "series_shapes": registry.stats.series_shapes, "series_read": counting.count}

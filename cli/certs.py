@@ -25,6 +25,7 @@ from cryptography import x509
 from cryptography.exceptions import InvalidSignature
 
 from metricscale import pki
+from metricscale.core.durations import DurationError, parse_lifetime
 from metricscale.files import FileError, parse_yaml, read_bytes, read_text
 
 logger = logging.getLogger(__name__)
@@ -42,8 +43,6 @@ CA_BUNDLE_PATCH = "ca-bundle-patch.yaml"
 # Validity starts this much before "now" so a peer whose clock lags a little still accepts it.
 BACKDATE = timedelta(hours=1)
 
-_DURATION_PART = re.compile(r"(\d+)([wdhms])")
-_DURATION_UNITS = {"w": "weeks", "d": "days", "h": "hours", "m": "minutes", "s": "seconds"}
 _DNS_NAME = re.compile(
     r"^(\*\.)?[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?(\.[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?)*$")
 
@@ -52,15 +51,12 @@ class CertsError(Exception):
     """Something the operator must fix (a bad option, an unreadable key); the message says what."""
 
 
-def parse_duration(text: str) -> timedelta:
-    """``30d``, ``720h``, ``1w2d``, ``90m``, ``3600s``: whole numbers with units w/d/h/m/s."""
-    compact = text.strip().lower()
-    if not compact or _DURATION_PART.sub("", compact):
-        raise CertsError(f"invalid duration {text!r}: use e.g. 30d, 720h or 1w2d")
-    total = timedelta()
-    for amount, unit in _DURATION_PART.findall(compact):
-        total += timedelta(**{_DURATION_UNITS[unit]: int(amount)})
-    return total
+def lifetime_argument(text: str) -> timedelta:
+    """A lifetime flag's value (`30d`, `720h`, `1w2d`), as metricscale.core.durations reads it."""
+    try:
+        return parse_lifetime(text)
+    except DurationError:
+        raise CertsError(f"invalid duration {text!r}: use e.g. 30d, 720h or 1w2d") from None
 
 
 @dataclass(frozen=True)
@@ -442,9 +438,9 @@ def options_from_args(args: argparse.Namespace) -> CertsOptions:
         cluster_domain=args.cluster_domain,
         sans=tuple(args.san),
         drop_sans=tuple(args.drop_san),
-        renew_before=parse_duration(args.renew_before),
-        ca_validity=parse_duration(args.ca_validity),
-        validity=parse_duration(args.validity),
+        renew_before=lifetime_argument(args.renew_before),
+        ca_validity=lifetime_argument(args.ca_validity),
+        validity=lifetime_argument(args.validity),
         force=args.force,
     )
 

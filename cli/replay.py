@@ -19,7 +19,6 @@ import csv
 import io
 import json
 import math
-import re
 import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
@@ -36,6 +35,7 @@ from cli.replay_sim import (
     simulate,
     summarize,
 )
+from metricscale.core.durations import DurationError, parse_range_duration
 from metricscale.files import FileError, parse_yaml, read_bytes, read_text
 
 EXIT_OK = 0
@@ -47,7 +47,6 @@ MAX_POINTS = 11_000  # Prometheus refuses range queries with more points per ser
 # under a minute; 7 days at 15 s are 40,321 steps, 30 days at 30 s 86,401.
 MAX_STEPS = 10 * MAX_POINTS
 _PLACEHOLDER = "metricscale-replay-pods"
-_DURATION = re.compile(r"^(?:(\d+)d)?(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?$")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -114,22 +113,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     settings_flags.add_arguments(parser, with_defaults=False)
 
 
-def parse_duration(text: str) -> timedelta:
-    match = _DURATION.fullmatch(text.strip())
-    if not text.strip() or match is None or not any(match.groups()):
-        raise ReplayInputError(f"not a duration: {text!r} (use e.g. 15s, 5m, 24h, 2d)")
-    days, hours, minutes, seconds = (int(g) if g else 0 for g in match.groups())
-    try:
-        return timedelta(days=days, hours=hours, minutes=minutes, seconds=seconds)
-    except OverflowError:
-        raise ReplayInputError(f"duration too long: {text!r}") from None
-
-
 def _flag_duration(text: str, flag: str) -> timedelta:
+    """A range or step flag's value, in Prometheus' duration syntax."""
     try:
-        return parse_duration(text)
-    except ReplayInputError as err:
-        raise ReplayInputError(f"{flag}: {err}") from None
+        return parse_range_duration(text)
+    except DurationError:
+        raise ReplayInputError(f"{flag}: not a duration: {text!r} (use e.g. 15s, 5m, 24h, 2d)"
+                               ) from None
+    except OverflowError:
+        raise ReplayInputError(f"{flag}: duration too long: {text!r}") from None
 
 
 def _parse_time(text: str, flag: str) -> datetime:
@@ -772,12 +764,11 @@ def prometheus_client(args: argparse.Namespace) -> Any:
     from prometheus_api_client import PrometheusConnect
 
     from adapter.settings import PrometheusConfigError, PrometheusSettings, parse_header
-    from metricscale.core.durations import flag_message
-    from metricscale.core.durations import parse_duration as parse_go_duration
+    from metricscale.core.durations import flag_message, parse_go_duration
 
     try:
         timeout = float(parse_go_duration(args.prometheus_timeout))
-    except ValueError:
+    except DurationError:
         raise ReplayInputError(f"--prometheus-timeout: {flag_message(args.prometheus_timeout)}"
                                ) from None
     try:

@@ -14,12 +14,13 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator, Mapping, Sequence
-from datetime import datetime
+from datetime import datetime, timedelta
 from decimal import ROUND_DOWN, Decimal, InvalidOperation, localcontext
 from typing import Any, NamedTuple, Protocol, TypeVar
 
 from adapter.api.groups import RESOURCE_METRICS_GROUP
 from adapter.api.wire import format_timestamp, milli_quantity, status_body
+from metricscale.core.durations import format_duration
 
 __all__ = [
     "AnswerTimes",
@@ -140,21 +141,7 @@ def binary_milli_quantity(milli: int) -> str:
 
 def go_duration(milliseconds: int) -> str:
     """`time.Duration.String()` of whole milliseconds: `30s`, `5m0s`, `1h0m0s`, `1.5s`."""
-    if milliseconds == 0:
-        return "0s"
-    sign = "-" if milliseconds < 0 else ""
-    total = abs(milliseconds)
-    hours, rest = divmod(total, 3_600_000)
-    minutes, rest = divmod(rest, 60_000)
-    seconds, millis = divmod(rest, 1000)
-    second_text = f"{seconds}.{millis:03d}".rstrip("0") if millis else str(seconds)
-    if hours:
-        return f"{sign}{hours}h{minutes}m{second_text}s"
-    if minutes:
-        return f"{sign}{minutes}m{second_text}s"
-    if seconds:
-        return f"{sign}{second_text}s"
-    return f"{sign}{millis}ms"
+    return format_duration(timedelta(milliseconds=milliseconds))
 
 
 # --------------------------------------------------------------------------------------------

@@ -39,6 +39,7 @@ from adapter.rules.resources import (
     is_promql_label_name,
 )
 from adapter.rules.templating import Template, TemplateSyntaxError, parse_template
+from metricscale.core.durations import parse_prometheus_duration
 from metricscale.core.selectors import quote_go_string
 
 __all__ = [
@@ -371,22 +372,6 @@ _BACKEND_FIELDS = ("name", "url", "headers", "bearerTokenFile", "basicAuth", "ca
 _BACKEND_NAME = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
 _HEADER_NAME = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
 _EQUALITY_WITH_REGEX = re.compile(r'__name__\s*!?=\s*"[^"]*[\^$*+?()\[\]|\\]')
-_DURATION = re.compile(r"(?:([0-9]+)y)?(?:([0-9]+)w)?(?:([0-9]+)d)?(?:([0-9]+)h)?"
-                       r"(?:([0-9]+)m)?(?:([0-9]+)s)?(?:([0-9]+)ms)?")
-_DURATION_UNITS_MS = (365 * 86_400_000, 7 * 86_400_000, 86_400_000, 3_600_000, 60_000, 1000, 1)
-
-
-def parse_prometheus_duration(text: str) -> int:
-    """Prometheus' `model.ParseDuration` (`1m30s`, `5m`, `1d`; no decimals) in milliseconds."""
-    if text == "0":
-        return 0
-    if not text:
-        raise ValueError("empty duration string")
-    match = _DURATION.fullmatch(text)
-    if match is None or not any(match.groups()):
-        raise ValueError(f"not a valid duration string: {quote_go_string(text)}")
-    return sum(int(value) * unit for value, unit in zip(match.groups(), _DURATION_UNITS_MS,
-                                                        strict=True) if value)
 
 
 class _ConfigBuilder:

@@ -39,8 +39,7 @@ from autoscaler.decision.settings import (
     render_settings_annotation,
 )
 from autoscaler.model.names import dns_label_problem, dns_subdomain_problem
-from autoscaler.model.times import format_duration, parse_duration
-from metricscale.core import durations
+from metricscale.core.durations import format_duration, go_duration_argument
 from metricscale.kube.errors import AlreadyExists, Conflict, KubeError
 
 logger = logging.getLogger(__name__)
@@ -95,13 +94,6 @@ class LeaderElectionConfig:
             raise ValueError("--leader-elect-resource-name must not be empty")
 
 
-def _duration_argument(text: str) -> timedelta:
-    try:
-        return parse_duration(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(durations.flag_message(text)) from None
-
-
 def _bool_argument(text: str) -> bool:
     lowered = text.strip().lower()
     if lowered in ("true", "1", "t", "yes"):
@@ -120,16 +112,16 @@ def add_leader_election_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="BOOL", help="take a Lease before acting, so only one replica writes "
         "(default: %(default)s)")
     group.add_argument(
-        "--leader-elect-lease-duration", type=_duration_argument, metavar="DURATION",
+        "--leader-elect-lease-duration", type=go_duration_argument, metavar="DURATION",
         default=defaults.lease_duration, help="how long non-leaders wait after the last renewal "
         "they saw before taking over (default: 15s; at most 596523h14m7s, a Lease's int32 "
         "leaseDurationSeconds)")
     group.add_argument(
-        "--leader-elect-renew-deadline", type=_duration_argument, metavar="DURATION",
+        "--leader-elect-renew-deadline", type=go_duration_argument, metavar="DURATION",
         default=defaults.renew_deadline, help="how long the leader keeps acting without a "
         "successful renewal (default: 10s)")
     group.add_argument(
-        "--leader-elect-retry-period", type=_duration_argument, metavar="DURATION",
+        "--leader-elect-retry-period", type=go_duration_argument, metavar="DURATION",
         default=defaults.retry_period, help="how often to try to acquire or renew (default: 2s)")
     group.add_argument(
         "--leader-elect-resource-name", default=defaults.resource_name, metavar="NAME",

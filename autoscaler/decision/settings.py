@@ -10,8 +10,7 @@ from dataclasses import dataclass, fields, replace
 from datetime import timedelta
 from typing import Any
 
-from autoscaler.model.times import format_duration, parse_duration
-from metricscale.core import durations
+from metricscale.core.durations import format_duration, go_duration_argument
 
 __all__ = [
     "FLAGS",
@@ -21,11 +20,8 @@ __all__ = [
     "Settings",
     "SettingsError",
     "add_arguments",
-    "duration_argument",
-    "format_duration",
     "given_settings",
     "override_settings",
-    "parse_duration",
     "parse_settings",
     "parse_settings_annotation",
     "render_settings",
@@ -92,14 +88,6 @@ _SNAPSHOT_KEYS: Mapping[str, str] = {
     "sync_period": "syncPeriodSeconds",
 }
 
-def duration_argument(text: str) -> timedelta:
-    """argparse `type=` for a duration flag: its error names the format expected."""
-    try:
-        return parse_duration(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(durations.flag_message(text)) from None
-
-
 def add_arguments(parser: argparse.ArgumentParser, *, with_defaults: bool = True) -> None:
     """The controller's flags, with upstream's names and defaults (for `metricscale autoscaler`).
 
@@ -107,7 +95,7 @@ def add_arguments(parser: argparse.ArgumentParser, *, with_defaults: bool = True
     can override what the controller published."""
     defaults: Any = Settings() if with_defaults else _NoDefaults()
     group = parser.add_argument_group("HPA decision (upstream kube-controller-manager flags)")
-    group.add_argument(FLAGS["sync_period"], dest="sync_period", type=duration_argument,
+    group.add_argument(FLAGS["sync_period"], dest="sync_period", type=go_duration_argument,
                        default=defaults.sync_period, metavar="DURATION",
                        help="how often each autoscaler is reconciled (default 15s; at most 1h, "
                             "as spec.behavior.syncPeriodSeconds)")
@@ -115,15 +103,15 @@ def add_arguments(parser: argparse.ArgumentParser, *, with_defaults: bool = True
                        default=defaults.tolerance, metavar="FLOAT",
                        help="minimum change of the usage ratio that causes scaling (default 0.1)")
     group.add_argument(FLAGS["cpu_initialization_period"], dest="cpu_initialization_period",
-                       type=duration_argument, default=defaults.cpu_initialization_period,
+                       type=go_duration_argument, default=defaults.cpu_initialization_period,
                        metavar="DURATION",
                        help="after pod start, cpu samples may be skipped (default 5m0s)")
     group.add_argument(FLAGS["initial_readiness_delay"], dest="initial_readiness_delay",
-                       type=duration_argument, default=defaults.initial_readiness_delay,
+                       type=go_duration_argument, default=defaults.initial_readiness_delay,
                        metavar="DURATION",
                        help="after pod start, readiness changes count as initial (default 30s)")
     group.add_argument(FLAGS["downscale_stabilization_window"],
-                       dest="downscale_stabilization_window", type=duration_argument,
+                       dest="downscale_stabilization_window", type=go_duration_argument,
                        default=defaults.downscale_stabilization_window, metavar="DURATION",
                        help="how far back scale-down recommendations are considered (default 5m0s)")
     group.add_argument(FLAGS["scale_up_limit_factor"], dest="scale_up_limit_factor", type=float,

@@ -22,10 +22,10 @@ from autoscaler.model.fields import (
 )
 from autoscaler.model.times import (
     GO_ZERO_TIME,
-    parse_duration,
     parse_time,
     read_optional_time,
 )
+from metricscale.core.durations import DurationError, parse_go_timedelta
 from metricscale.core.quantity import (
     QuantityError,
 )
@@ -159,9 +159,9 @@ def _parse_pod_metrics(raw: Mapping[str, Any], path: str) -> PodMetricsList:
             cached_window = windows.get(window_raw)
             if cached_window is None:
                 try:
-                    cached_window = windows[window_raw] = parse_duration(window_raw)
-                except ValueError as err:
-                    raise ModelError(f"{where}.window", str(err)) from None
+                    cached_window = windows[window_raw] = parse_go_timedelta(window_raw)
+                except DurationError as err:
+                    raise ModelError(f"{where}.window", err.go_message) from None
             window = cached_window
         containers = []
         for j, c in enumerate(read_list(obj, "containers", where) or []):

@@ -1,11 +1,10 @@
-"""Times and durations on the wire: RFC 3339 (Go's zero time included) and Go duration strings."""
+"""Times on the wire: RFC 3339, Go's zero time included (durations: metricscale.core.durations)."""
 
 from __future__ import annotations
 
 import re
 from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta
-from decimal import ROUND_HALF_EVEN
 from typing import Any
 
 from autoscaler.model.fields import (
@@ -13,14 +12,11 @@ from autoscaler.model.fields import (
     join_path,
     kind_name,
 )
-from metricscale.core import durations
 
 __all__ = [
     "GO_ZERO_TIME",
-    "format_duration",
     "format_time",
     "format_time_precise",
-    "parse_duration",
     "parse_time",
     "read_optional_time",
 ]
@@ -72,30 +68,3 @@ def format_time_precise(value: datetime) -> str:
     if utc.microsecond:
         return utc.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
     return utc.strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def parse_duration(text: str) -> timedelta:
-    """A Go duration string (`15s`, `5m0s`, `1h30m`, `500ms`) as a timedelta."""
-    try:
-        seconds = durations.parse_duration(text.strip())
-    except durations.DurationError:
-        raise ValueError(f"time: invalid duration {text!r}") from None
-    # timedelta keeps microseconds; round half to even as timedelta(seconds=...) does.
-    return timedelta(microseconds=int((seconds * 1_000_000).to_integral_value(ROUND_HALF_EVEN)))
-
-
-def format_duration(value: timedelta) -> str:
-    """Go's `Duration.String()` for whole seconds and above (`5m0s`, `15s`, `1h0m0s`)."""
-    total = value.total_seconds()
-    if total == 0:
-        return "0s"
-    sign = "-" if total < 0 else ""
-    total = abs(total)
-    hours, rest = divmod(total, 3600)
-    minutes, seconds = divmod(rest, 60)
-    text = f"{seconds:g}s"
-    if hours:
-        return f"{sign}{int(hours)}h{int(minutes)}m{text}"
-    if minutes:
-        return f"{sign}{int(minutes)}m{text}"
-    return f"{sign}{text}"

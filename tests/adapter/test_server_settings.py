@@ -3,16 +3,16 @@ combinations that are refused with a message naming the flag."""
 
 from __future__ import annotations
 
+from datetime import timedelta
 from decimal import Decimal
 
 import pytest
 
 from adapter.settings import (
     SettingsError,
-    format_duration,
-    parse_duration,
     parse_settings,
 )
+from metricscale.core.durations import DurationError, format_duration, parse_go_duration
 
 REQUIRED = ["--config", "rules.yaml", "--prometheus-url", "http://prometheus:9090"]
 
@@ -23,19 +23,21 @@ REQUIRED = ["--config", "rules.yaml", "--prometheus-url", "http://prometheus:909
     ("-1s", Decimal(-1)), ("1us", Decimal("0.000001")),
 ])
 def test_go_durations_parse_exactly(text: str, seconds: Decimal) -> None:
-    assert parse_duration(text) == seconds
+    assert parse_go_duration(text) == seconds
 
 
 @pytest.mark.parametrize("text", ["", "1", "m", "1x", "1m 30s", ".s", "--1s"])
 def test_malformed_durations_are_refused(text: str) -> None:
-    with pytest.raises(SettingsError):
-        parse_duration(text)
+    with pytest.raises(DurationError):
+        parse_go_duration(text)
+    with pytest.raises(SettingsError, match="--metrics-relist-interval: invalid duration"):
+        parse_settings([*REQUIRED, f"--metrics-relist-interval={text}"])
 
 
 @pytest.mark.parametrize(("seconds", "text"), [(60, "1m0s"), (90, "1m30s"), (5400, "1h30m0s"),
                                                (45, "45s"), (0, "0s")])
 def test_durations_print_as_go_prints_them(seconds: int, text: str) -> None:
-    assert format_duration(Decimal(seconds)) == text
+    assert format_duration(timedelta(seconds=seconds)) == text
 
 
 def test_defaults_follow_the_readme() -> None:

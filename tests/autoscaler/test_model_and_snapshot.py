@@ -20,7 +20,8 @@ from autoscaler.model.metrics import MetricValueList, parse_metric_input
 from autoscaler.model.objects import parse_autoscaler, render_autoscaler
 from autoscaler.model.pods import Pod, Scale, ScaleError, parse_pods, parse_scale, pods_matching
 from autoscaler.model.spec import render_spec
-from autoscaler.model.times import GO_ZERO_TIME, format_duration, parse_duration, parse_time
+from autoscaler.model.times import GO_ZERO_TIME, parse_time
+from metricscale.core.durations import format_duration, parse_go_timedelta
 from metricscale.core.quantity import Format
 from metricscale.core.selectors import (
     LabelSelector,
@@ -229,7 +230,7 @@ def test_other_times_are_rejected(text: str) -> None:
 @pytest.mark.parametrize(("text", "seconds"), [("15s", 15), ("5m0s", 300), ("1h30m", 5400),
                                                ("500ms", 0.5), ("0", 0)])
 def test_go_durations(text: str, seconds: float) -> None:
-    assert parse_duration(text) == timedelta(seconds=seconds)
+    assert parse_go_timedelta(text) == timedelta(seconds=seconds)
 
 
 def test_durations_format_like_go() -> None:

@@ -19,7 +19,7 @@ from cli.certs import (
     CertsError,
     CertsOptions,
     ensure_certificates,
-    parse_duration,
+    lifetime_argument,
     plan_certificates,
     serving_names,
 )
@@ -238,13 +238,13 @@ def test_renew_before_not_shorter_than_validity_is_refused(
     (" 1D ", timedelta(days=1)),
 ])
 def test_duration_parsing(text: str, expected: timedelta) -> None:
-    assert parse_duration(text) == expected
+    assert lifetime_argument(text) == expected
 
 
 @pytest.mark.parametrize("text", ["", "30", "d", "1.5d", "30 days", "-1d"])
 def test_bad_durations_are_refused(text: str) -> None:
-    with pytest.raises(CertsError):
-        parse_duration(text)
+    with pytest.raises(CertsError, match="invalid duration"):
+        lifetime_argument(text)
 
 
 def test_serving_names_sort_ips_from_dns_and_drop_duplicates() -> None:

@@ -7,8 +7,9 @@ from typing import Any
 
 import pytest
 
-from cli.replay import MAX_POINTS, _range_values, parse_duration, render
+from cli.replay import MAX_POINTS, _flag_duration, _range_values, render
 from cli.replay_sim import Observation, ReplayInputError, simulate, summarize
+from metricscale.core.durations import DurationError, parse_range_duration
 
 T0 = datetime(2026, 11, 1, tzinfo=UTC)
 EXTERNAL: dict[str, Any] = {
@@ -26,13 +27,15 @@ EXTERNAL: dict[str, Any] = {
 @pytest.mark.parametrize(("text", "seconds"), [("15s", 15), ("5m", 300), ("24h", 86400),
                                                ("1d12h", 129600)])
 def test_durations(text: str, seconds: int) -> None:
-    assert parse_duration(text) == timedelta(seconds=seconds)
+    assert parse_range_duration(text) == timedelta(seconds=seconds)
 
 
 @pytest.mark.parametrize("text", ["", "5", "1.5h", "h"])
 def test_bad_durations_are_input_errors(text: str) -> None:
-    with pytest.raises(ReplayInputError):
-        parse_duration(text)
+    with pytest.raises(DurationError):
+        parse_range_duration(text)
+    with pytest.raises(ReplayInputError, match="--step: not a duration"):
+        _flag_duration(text, "--step")
 
 
 class _RecordingClient:
