@@ -13,7 +13,6 @@ import argparse
 import asyncio
 import contextlib
 import gc
-import json
 import logging
 import os
 import signal
@@ -22,7 +21,7 @@ import sys
 import time
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TextIO
 
 import aiohttp
 import yaml
@@ -68,10 +67,11 @@ from metricscale.core.selectors import Selector
 from metricscale.kube.config import open_configuration
 from metricscale.kube.errors import KubeConfigError, KubeError
 from metricscale.kube.http import connect
+from metricscale.logs import configure_logging
 from metricscale.serving import StatusAppRunner
 from metricscale.tasks import start_guarded_task
 
-__all__ = ["add_arguments", "check_config", "configure_logging", "run", "serve"]
+__all__ = ["add_arguments", "check_config", "run", "serve"]
 
 logger = logging.getLogger(__name__)
 
@@ -81,37 +81,6 @@ _SELF_CERTS_SYNC_SECONDS = 60.0
 _SERVICE_ACCOUNT_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
 _SAMPLE_NAMESPACE = "<namespace>"
 _SAMPLE_NAME = "<name>"
-
-
-# --------------------------------------------------------------------------------------------
-# Logging
-
-
-class _JsonFormatter(logging.Formatter):
-    def format(self, record: logging.LogRecord) -> str:
-        body: dict[str, Any] = {
-            "time": datetime.fromtimestamp(record.created, tz=UTC).isoformat(
-                timespec="milliseconds"),
-            "level": record.levelname.lower(), "logger": record.name,
-            "message": record.getMessage()}
-        if record.exc_info:
-            body["exception"] = self.formatException(record.exc_info)
-        return json.dumps(body, ensure_ascii=False)
-
-
-def configure_logging(*, level: str, fmt: str, stream: TextIO | None = None) -> None:
-    """One line per event on stderr, as text or JSON."""
-    handler = logging.StreamHandler(stream or sys.stderr)
-    if fmt == "json":
-        handler.setFormatter(_JsonFormatter())
-    else:
-        handler.setFormatter(logging.Formatter(
-            "%(asctime)s %(levelname)s %(name)s: %(message)s"))
-    root = logging.getLogger()
-    root.handlers[:] = [handler]
-    root.setLevel(level.upper())
-    # aiohttp's access log would add a line per probe; requests are counted in /metrics.
-    logging.getLogger("aiohttp.access").setLevel(logging.WARNING)
 
 
 # --------------------------------------------------------------------------------------------

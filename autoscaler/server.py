@@ -12,13 +12,10 @@ import argparse
 import asyncio
 import contextlib
 import gc
-import json
 import logging
 import os
 import signal
 import socket
-import sys
-import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -59,11 +56,12 @@ from metricscale.kube.config import (
 from metricscale.kube.errors import KubeConfigError, KubeError
 from metricscale.kube.http import open_kube_http
 from metricscale.kube.informer import InformerCollector, PathSource
+from metricscale.logs import configure_logging
 from metricscale.serving import StatusAppRunner
 from metricscale.tasks import start_guarded_task
 
 __all__ = ["MAX_CONCURRENT_SYNCS", "AutoscalerServer", "Options", "StartupError",
-           "add_arguments", "configure_logging", "options_from_arguments", "run"]
+           "add_arguments", "options_from_arguments", "run"]
 
 logger = logging.getLogger(__name__)
 
@@ -192,54 +190,6 @@ def parse_bind_address(text: str) -> tuple[str, int] | None:
     elif ":" in host:
         raise ValueError("want HOST:PORT; an IPv6 host goes in brackets: [::1]:8080")
     return (host or "0.0.0.0"), int(port)
-
-
-# --------------------------------------------------------------------------------------------
-# Logging
-
-
-class _ObjectFilter(logging.Filter):
-    """Puts the autoscaler being reconciled (namespace/name) on every record."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        record.object = CURRENT_OBJECT.get() or "-"
-        return True
-
-
-class _JSONFormatter(logging.Formatter):
-    def format(self, record: logging.LogRecord) -> str:
-        obj = getattr(record, "object", "-")
-        line: dict[str, Any] = {
-            "time": datetime.fromtimestamp(record.created, UTC).isoformat(
-                timespec="milliseconds").replace("+00:00", "Z"),
-            "level": record.levelname.lower(),
-            "logger": record.name,
-            "object": obj,
-            "message": record.getMessage(),
-        }
-        if obj != "-" and "/" in obj:
-            line["namespace"], line["name"] = obj.split("/", 1)
-        if record.exc_info:
-            line["error"] = self.formatException(record.exc_info)
-        return json.dumps(line, ensure_ascii=False)
-
-
-def configure_logging(*, fmt: str, level: str, stream: Any = None) -> logging.Handler:
-    """One handler on the root logger; every line names its object (or "-")."""
-    handler = logging.StreamHandler(stream or sys.stderr)
-    handler.addFilter(_ObjectFilter())
-    if fmt == "json":
-        handler.setFormatter(_JSONFormatter())
-    else:
-        formatter = logging.Formatter(
-            "%(asctime)s.%(msecs)03dZ %(levelname)-7s %(object)s %(name)s: %(message)s",
-            datefmt="%Y-%m-%dT%H:%M:%S")
-        formatter.converter = time.gmtime
-        handler.setFormatter(formatter)
-    root = logging.getLogger()
-    root.handlers = [handler]
-    root.setLevel(level.upper())
-    return handler
 
 
 # --------------------------------------------------------------------------------------------
@@ -520,5 +470,7 @@ async def _main(args: argparse.Namespace) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
-    configure_logging(fmt=args.log_format, level=args.log_level)
+    # Every line names the autoscaler being reconciled (or "-").
+    configure_logging(fmt=args.log_format, level=args.log_level,
+                      current_object=CURRENT_OBJECT.get)
     return asyncio.run(_main(args))

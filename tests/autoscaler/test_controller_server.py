@@ -19,10 +19,10 @@ from autoscaler.controller.workqueue import CURRENT_OBJECT
 from autoscaler.server import (
     MAX_CONCURRENT_SYNCS,
     add_arguments,
-    configure_logging,
     options_from_arguments,
     parse_bind_address,
 )
+from metricscale.logs import configure_logging
 
 
 def parse(*flags: str) -> argparse.Namespace:
@@ -93,7 +93,8 @@ def restore_logging() -> Iterator[None]:
 
 def test_json_log_lines_name_the_autoscaler(restore_logging: None) -> None:
     stream = io.StringIO()
-    configure_logging(fmt="json", level="info", stream=stream)
+    configure_logging(fmt="json", level="info", stream=stream,
+                      current_object=CURRENT_OBJECT.get)
     log = logging.getLogger("autoscaler.controller.reconciler")
     token = CURRENT_OBJECT.set("shop/web")
     try:
@@ -111,7 +112,8 @@ def test_json_log_lines_name_the_autoscaler(restore_logging: None) -> None:
 
 def test_text_log_lines_name_the_autoscaler(restore_logging: None) -> None:
     stream = io.StringIO()
-    configure_logging(fmt="text", level="debug", stream=stream)
+    configure_logging(fmt="text", level="debug", stream=stream,
+                      current_object=CURRENT_OBJECT.get)
     token = CURRENT_OBJECT.set("shop/web")
     try:
         logging.getLogger("autoscaler.controller.reconciler").warning("metric failed")
@@ -119,6 +121,17 @@ def test_text_log_lines_name_the_autoscaler(restore_logging: None) -> None:
         CURRENT_OBJECT.reset(token)
     line = stream.getvalue()
     assert " WARNING shop/web autoscaler.controller.reconciler: metric failed" in line
+
+
+def test_a_program_without_objects_logs_lines_without_them(restore_logging: None) -> None:
+    stream = io.StringIO()
+    configure_logging(fmt="json", level="info", stream=stream)
+    logging.getLogger("adapter.server").info("serving")
+    configure_logging(fmt="text", level="info", stream=stream)
+    logging.getLogger("adapter.server").info("serving")
+    as_json, as_text = stream.getvalue().splitlines()
+    assert list(json.loads(as_json)) == ["time", "level", "logger", "message"]
+    assert as_text.endswith("Z INFO    adapter.server: serving")
 
 
 # ------------------------------------------------- values refused at start (issue 21, 10)
