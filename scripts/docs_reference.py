@@ -36,7 +36,7 @@ DOCS = REPO / "docs"
 CRD_FILE = REPO / "manifests" / "autoscaler" / "crd.yaml"
 RULES_FILE = REPO / "manifests" / "monitoring" / "prometheusrule.yaml"
 
-__all__ = ["PAGES", "main", "render_pages"]
+__all__ = ["PAGES", "main", "render_page", "render_pages"]
 
 PAGES = {
     "flags": DOCS / "reference" / "flags.md",
@@ -455,9 +455,17 @@ def alerts_page() -> str:
 # -------------------------------------------------------------------------------------- main
 
 
+RENDERERS = {"flags": flags_page, "crd": crd_page, "dashboards": dashboards_page,
+             "alerts": alerts_page}
+
+
+def render_page(name: str) -> str:
+    """One generated page's text, by its name in PAGES."""
+    return RENDERERS[name]()
+
+
 def render_pages() -> dict[Path, str]:
-    return {PAGES["flags"]: flags_page(), PAGES["crd"]: crd_page(),
-            PAGES["dashboards"]: dashboards_page(), PAGES["alerts"]: alerts_page()}
+    return {PAGES[name]: render_page(name) for name in PAGES}
 
 
 def main() -> int:
