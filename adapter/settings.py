@@ -21,6 +21,7 @@ from adapter.rules.config import BackendConfig
 from adapter.rules.tenants import tenant_headers
 from metricscale.core import durations
 from metricscale.kube.config import add_kubeconfig_arguments, resolve_kubeconfig
+from metricscale.logs import add_logging_arguments
 
 __all__ = [
     "DEFAULT_CERT_DIR",
@@ -34,9 +35,12 @@ __all__ = [
     "ServingSettings",
     "SettingsError",
     "add_arguments",
+    "add_prometheus_arguments",
     "backend_prometheus_settings",
     "control_character",
     "parse_header",
+    "prometheus_headers",
+    "prometheus_settings_from_args",
     "settings_from_args",
 ]
 
@@ -313,21 +317,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                             "print each rule's discovered metrics and a sample query")
 
     prom = parser.add_argument_group("prometheus")
-    prom.add_argument("--prometheus-url", help="base URL of Prometheus, Thanos, Mimir or "
-                                               "VictoriaMetrics (its path is kept as a prefix)")
-    prom.add_argument("--prometheus-header", action="append", default=[], metavar="NAME=VALUE",
-                      help="header sent with every request (repeatable), e.g. X-Scope-OrgID=team")
-    prom.add_argument("--prometheus-token-file",
-                      help="bearer token file, re-read when it changes")
-    prom.add_argument("--prometheus-username", help="basic auth user")
-    prom.add_argument("--prometheus-password-file", help="basic auth password file")
-    prom.add_argument("--prometheus-client-tls-cert-file", help="client certificate (PEM)")
-    prom.add_argument("--prometheus-client-tls-key-file", help="client certificate key (PEM)")
-    prom.add_argument("--prometheus-ca-file", help="CA bundle that signed Prometheus' certificate")
-    prom.add_argument("--prometheus-insecure-skip-tls-verify", action="store_true",
-                      help="do not verify Prometheus' certificate (testing only)")
-    prom.add_argument("--prometheus-timeout", default=DEFAULT_PROMETHEUS_TIMEOUT,
-                      help="timeout of each query (default %(default)s)")
+    add_prometheus_arguments(prom, default_timeout=DEFAULT_PROMETHEUS_TIMEOUT,
+                             token_reread=True)
     prom.add_argument("--prometheus-verb", default="POST", type=str.upper,
                       choices=["POST", "GET"],
                       help="HTTP method of queries (default POST: no URL length limit)")
@@ -398,10 +389,63 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                           help="timeout of each delegated request (default %(default)s; "
                                "discovery waits at most 2s)")
 
-    logs = parser.add_argument_group("logging")
-    logs.add_argument("--log-format", choices=["text", "json"], default="text")
-    logs.add_argument("--log-level", choices=["debug", "info", "warning", "error"],
-                      default="info")
+    add_logging_arguments(parser.add_argument_group("logging"))
+
+
+def add_prometheus_arguments(group: argparse.ArgumentParser | argparse._ArgumentGroup, *,
+                             default_timeout: str, url_required: bool = False,
+                             token_reread: bool = False) -> None:
+    """The flags that connect to a Prometheus-compatible backend: the adapter's, which
+    `metricscale replay` takes for the same backend (read them with
+    `prometheus_settings_from_args`). `token_reread`: the token file is re-read when it
+    changes (a long-running program)."""
+    group.add_argument("--prometheus-url", required=url_required,
+                       help="base URL of Prometheus, Thanos, Mimir or VictoriaMetrics (its path "
+                            "is kept as a prefix)")
+    group.add_argument("--prometheus-header", action="append", default=[], metavar="NAME=VALUE",
+                       help="header sent with every request (repeatable), e.g. "
+                            "X-Scope-OrgID=team")
+    group.add_argument("--prometheus-token-file",
+                       help="bearer token file" + (", re-read when it changes"
+                                                   if token_reread else ""))
+    group.add_argument("--prometheus-username", help="basic auth user")
+    group.add_argument("--prometheus-password-file", help="basic auth password file")
+    group.add_argument("--prometheus-client-tls-cert-file", help="client certificate (PEM)")
+    group.add_argument("--prometheus-client-tls-key-file", help="client certificate key (PEM)")
+    group.add_argument("--prometheus-ca-file",
+                       help="CA bundle that signed Prometheus' certificate")
+    group.add_argument("--prometheus-insecure-skip-tls-verify", action="store_true",
+                       help="do not verify Prometheus' certificate (testing only)")
+    group.add_argument("--prometheus-timeout", default=default_timeout,
+                       help="timeout of each query (default %(default)s)")
+
+
+def prometheus_headers(args: argparse.Namespace) -> tuple[tuple[str, str], ...]:
+    """The `--prometheus-header` values; PrometheusConfigError names the one to fix."""
+    return tuple(parse_header(item) for item in args.prometheus_header)
+
+
+def prometheus_settings_from_args(args: argparse.Namespace, *,
+                                  headers: tuple[tuple[str, str], ...], timeout: float,
+                                  method: Method = "POST", cache_ttl: float = 0.0
+                                  ) -> PrometheusSettings:
+    """PrometheusSettings from the flags of `add_prometheus_arguments` (the `headers` and
+    `timeout` already read, each command wording its own errors); raises
+    PrometheusConfigError for settings that cannot work together."""
+    return PrometheusSettings(
+        url=args.prometheus_url,
+        headers=headers,
+        bearer_token_file=args.prometheus_token_file,
+        basic_auth_username=args.prometheus_username,
+        basic_auth_password_file=args.prometheus_password_file,
+        client_cert_file=args.prometheus_client_tls_cert_file,
+        client_key_file=args.prometheus_client_tls_key_file,
+        ca_file=args.prometheus_ca_file,
+        insecure_skip_verify=bool(args.prometheus_insecure_skip_tls_verify),
+        timeout=timeout,
+        method=method,
+        cache_ttl=cache_ttl,
+    )
 
 
 def _duration_flag(name: str, text: str, *, zero_allowed: bool = False) -> Decimal:
@@ -424,22 +468,12 @@ def _prometheus_settings(args: argparse.Namespace) -> PrometheusSettings | None:
     if not args.prometheus_url:
         return None
     try:
-        headers = tuple(parse_header(item) for item in args.prometheus_header)
+        headers = prometheus_headers(args)
         method: Method = "GET" if args.prometheus_verb == "GET" else "POST"
-        return PrometheusSettings(
-            url=args.prometheus_url,
-            headers=headers,
-            bearer_token_file=args.prometheus_token_file,
-            basic_auth_username=args.prometheus_username,
-            basic_auth_password_file=args.prometheus_password_file,
-            client_cert_file=args.prometheus_client_tls_cert_file,
-            client_key_file=args.prometheus_client_tls_key_file,
-            ca_file=args.prometheus_ca_file,
-            insecure_skip_verify=bool(args.prometheus_insecure_skip_tls_verify),
-            timeout=float(_duration_flag("--prometheus-timeout", args.prometheus_timeout)),
-            method=method,
-            cache_ttl=float(_ttl_flag("--prometheus-cache-ttl", args.prometheus_cache_ttl)),
-        )
+        timeout = float(_duration_flag("--prometheus-timeout", args.prometheus_timeout))
+        cache_ttl = float(_ttl_flag("--prometheus-cache-ttl", args.prometheus_cache_ttl))
+        return prometheus_settings_from_args(args, headers=headers, timeout=timeout,
+                                             method=method, cache_ttl=cache_ttl)
     except PrometheusConfigError as error:
         raise SettingsError(str(error)) from None
 

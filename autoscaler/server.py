@@ -56,7 +56,7 @@ from metricscale.kube.config import (
 from metricscale.kube.errors import KubeConfigError, KubeError
 from metricscale.kube.http import open_kube_http
 from metricscale.kube.informer import InformerCollector, PathSource
-from metricscale.logs import configure_logging
+from metricscale.logs import add_logging_arguments, configure_logging
 from metricscale.serving import StatusAppRunner
 from metricscale.tasks import start_guarded_task
 
@@ -115,10 +115,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--metrics-bind-address", default=":8080", metavar="HOST:PORT",
                        help="where /metrics, /healthz and /readyz are served (default :8080; "
                             "0 to switch off)")
-    group.add_argument("--log-format", choices=("text", "json"), default="text",
-                       help="one line per event, as text or JSON (default text)")
-    group.add_argument("--log-level", default="info",
-                       choices=("debug", "info", "warning", "error"), help="(default info)")
+    add_logging_arguments(group)
     add_leader_election_arguments(parser)
 
 

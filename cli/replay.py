@@ -60,21 +60,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     from metricscale.kube.config import add_kubeconfig_arguments
 
     add_kubeconfig_arguments(live, purpose="for --live")
+    from adapter.settings import add_prometheus_arguments
+
     prom = parser.add_argument_group("prometheus (the adapter's options, for the same backend)")
-    prom.add_argument("--prometheus-url", required=True,
-                      help="base URL of Prometheus, Thanos, Mimir or VictoriaMetrics")
-    prom.add_argument("--prometheus-header", action="append", default=[], metavar="NAME=VALUE",
-                      help="header sent with every request (repeatable), e.g. X-Scope-OrgID=team")
-    prom.add_argument("--prometheus-token-file", help="bearer token file")
-    prom.add_argument("--prometheus-username", help="basic auth user")
-    prom.add_argument("--prometheus-password-file", help="basic auth password file")
-    prom.add_argument("--prometheus-client-tls-cert-file", help="client certificate (PEM)")
-    prom.add_argument("--prometheus-client-tls-key-file", help="client certificate key (PEM)")
-    prom.add_argument("--prometheus-ca-file", help="CA bundle that signed Prometheus' certificate")
-    prom.add_argument("--prometheus-insecure-skip-tls-verify", action="store_true",
-                      help="do not verify Prometheus' certificate (testing only)")
-    prom.add_argument("--prometheus-timeout", default="30s",
-                      help="timeout of each query (default %(default)s)")
+    add_prometheus_arguments(prom, default_timeout="30s", url_required=True)
     parser.add_argument("--config", metavar="RULES.yaml",
                         help="the adapter's rules, to build each metric's PromQL")
     parser.add_argument("--from", dest="start", metavar="TIME",
@@ -763,7 +752,11 @@ def prometheus_client(args: argparse.Namespace) -> Any:
     import requests
     from prometheus_api_client import PrometheusConnect
 
-    from adapter.settings import PrometheusConfigError, PrometheusSettings, parse_header
+    from adapter.settings import (
+        PrometheusConfigError,
+        prometheus_headers,
+        prometheus_settings_from_args,
+    )
     from metricscale.core.durations import flag_message, parse_go_duration
 
     try:
@@ -772,17 +765,8 @@ def prometheus_client(args: argparse.Namespace) -> Any:
         raise ReplayInputError(f"--prometheus-timeout: {flag_message(args.prometheus_timeout)}"
                                ) from None
     try:
-        settings = PrometheusSettings(
-            url=args.prometheus_url,
-            headers=tuple(parse_header(item) for item in args.prometheus_header),
-            bearer_token_file=args.prometheus_token_file,
-            basic_auth_username=args.prometheus_username,
-            basic_auth_password_file=args.prometheus_password_file,
-            client_cert_file=args.prometheus_client_tls_cert_file,
-            client_key_file=args.prometheus_client_tls_key_file,
-            ca_file=args.prometheus_ca_file,
-            insecure_skip_verify=bool(args.prometheus_insecure_skip_tls_verify),
-            timeout=timeout)
+        settings = prometheus_settings_from_args(args, headers=prometheus_headers(args),
+                                                 timeout=timeout)
     except PrometheusConfigError as err:
         raise ReplayInputError(str(err)) from None
     _check_tls_files(ca_file=settings.ca_file, cert_file=settings.client_cert_file,

@@ -8,6 +8,7 @@ for such a program, `exception` with a traceback.
 
 from __future__ import annotations
 
+import argparse
 import json
 import logging
 import sys
@@ -16,11 +17,19 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any, TextIO
 
-__all__ = ["LOG_FORMATS", "LOG_LEVELS", "configure_logging"]
+__all__ = ["LOG_FORMATS", "LOG_LEVELS", "add_logging_arguments", "configure_logging"]
 
 LOG_FORMATS = ("text", "json")
 LOG_LEVELS = ("debug", "info", "warning", "error")
 _NO_OBJECT = "-"
+
+
+def add_logging_arguments(group: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:
+    """`--log-format` and `--log-level`, as every long-running command takes them."""
+    group.add_argument("--log-format", choices=LOG_FORMATS, default="text",
+                       help="one line per event, as text or JSON (default text)")
+    group.add_argument("--log-level", default="info", choices=LOG_LEVELS,
+                       help="(default info)")
 
 
 class _ObjectFilter(logging.Filter):
