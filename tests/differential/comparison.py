@@ -19,7 +19,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from tests.differential.harness import Exchange, Pair
+from tests.differential.harness import Exchange, Pair, Server
 
 __all__ = [
     "Context",
@@ -46,6 +46,7 @@ class Request:
     pair: str
     path: str
     method: str = "GET"
+    accept: str = "application/json"
 
     @property
     def group(self) -> str:
@@ -60,7 +61,8 @@ class Request:
         return found[0] if found else None
 
     def __str__(self) -> str:
-        return f"{self.pair}: {self.method} {self.path}"
+        accept = "" if self.accept == "application/json" else f" (Accept: {self.accept})"
+        return f"{self.pair}: {self.method} {self.path}{accept}"
 
 
 @dataclass(frozen=True)
@@ -84,6 +86,7 @@ class Witness:
     pair: str
     path: str
     method: str = "GET"
+    accept: str = "application/json"
 
 
 def _never(_: Context, __: Exchange, ___: Exchange) -> None:
@@ -241,10 +244,11 @@ def ask(pair: Pair, request: Request, *, attempts: int = 6) -> tuple[Exchange, E
     prometheus-adapter that were answered the same (so that values moving with time, or
     objects and series arriving, cannot pass for a difference)."""
     last: tuple[Exchange, Exchange] | None = None
+    def asked(server: Server) -> Exchange:
+        return server.exchange(request.path, method=request.method, accept=request.accept)
+
     for _ in range(attempts):
-        before = pair.upstream.exchange(request.path, method=request.method)
-        ours = pair.ours.exchange(request.path, method=request.method)
-        after = pair.upstream.exchange(request.path, method=request.method)
+        before, ours, after = asked(pair.upstream), asked(pair.ours), asked(pair.upstream)
         if comparable(normalize(before)) == comparable(normalize(after)):
             return before, ours
         last = (before, after)

@@ -237,15 +237,18 @@ class Server:
                 return reply.status, content_type, warnings, payload
         raise AssertionError("unreachable")
 
-    def exchange(self, path: str, *, method: str = "GET") -> Exchange:
+    def exchange(self, path: str, *, method: str = "GET",
+                 accept: str = "application/json") -> Exchange:
         self.child.check_running()
         mark = self.proxy.mark()
-        status, content_type, warnings, payload = self.request(path, method=method)
+        status, content_type, warnings, payload = self.request(
+            path, method=method, headers={"Accept": accept})
         body: Any
         try:
             body = json.loads(payload)
         except ValueError:
-            body = payload.decode(errors="replace")
+            # not JSON (a protobuf answer): its bytes, shown escaped
+            body = payload.decode("latin-1")
         return Exchange(status, content_type, warnings, body, self.proxy.since(mark))
 
     def get_json(self, path: str) -> Any:

@@ -55,8 +55,16 @@ def objects_of(world: World, resource: str) -> tuple[str, ...]:
     }.get(resource, ())
 
 
+# What kube-apiserver's aggregator asks `/apis` with (aggregated discovery), and the HPA's Accept.
+AGGREGATED_DISCOVERY = ("application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList,"
+                        "application/json;g=apidiscovery.k8s.io;v=v2beta1;"
+                        "as=APIGroupDiscoveryList,application/json")
+HPA_ACCEPT = "application/vnd.kubernetes.protobuf, */*"
+
+
 def discovery_requests(pair: str) -> list[Request]:
-    return [Request(pair, path) for path in DISCOVERY_PATHS]
+    return [*(Request(pair, path) for path in DISCOVERY_PATHS),
+            Request(pair, "/apis", accept=AGGREGATED_DISCOVERY)]
 
 
 def custom_requests(pair: str, world: World, listed: Iterable[tuple[str, bool]]
@@ -162,7 +170,12 @@ def odd_requests(pair: str, world: World, metric: str) -> list[Request]:
         ("GET", "/healthz"), ("GET", "/livez"), ("GET", "/readyz"),
         ("GET", "/apis/unknown.example.com/v1"),
     )
-    return [Request(pair, path, method) for method, path in paths]
+    hpa = f"{CUSTOM}/v1beta2/namespaces/{ns}/pods/*/{metric}"
+    return [*(Request(pair, path, method) for method, path in paths),
+            Request(pair, hpa, accept=HPA_ACCEPT),
+            Request(pair, hpa, accept="application/vnd.kubernetes.protobuf"),
+            Request(pair, hpa, accept="application/yaml"),
+            Request(pair, hpa, accept="text/plain")]
 
 
 def listed(document: Mapping[str, object] | None) -> list[tuple[str, bool]]:

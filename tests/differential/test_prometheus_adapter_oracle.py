@@ -572,6 +572,39 @@ def _metrics_is_no_resource(context: Context, upstream: Exchange, ours: Exchange
     return None
 
 
+def _aggregated_discovery_lists_every_group(_: Context, upstream: Exchange, ours: Exchange
+                                            ) -> tuple[Exchange, Exchange] | None:
+    theirs, mine = upstream.body, ours.body
+    if not (isinstance(theirs, dict) and isinstance(mine, dict)
+            and theirs.get("kind") == mine.get("kind") == "APIGroupDiscoveryList"):
+        return None
+    served = {(item.get("metadata") or {}).get("name") for item in theirs.get("items", [])}
+    kept = [item for item in mine.get("items", [])
+            if (item.get("metadata") or {}).get("name") in served]
+    return upstream, r.with_body(ours, {**mine, "items": kept})
+
+
+_JSON = "application/json"
+
+
+def _json_only(context: Context, upstream: Exchange, ours: Exchange
+               ) -> tuple[Exchange, Exchange] | None:
+    if context.request.accept == _JSON:
+        return None
+    if upstream.content_type != _JSON:
+        if ours.status == 406:  # the Accept rules JSON out
+            return ours, ours
+        if ours.content_type == _JSON:
+            # the same answer in the one encoding we write: compare it with upstream's JSON
+            return context.ask_upstream(context.request.path), ours
+        return None
+    theirs, mine = r.status(upstream), r.status(ours)
+    if (upstream.status == ours.status == 406 and theirs is not None and mine is not None
+            and theirs.get("reason") == mine.get("reason") == "NotAcceptable"):
+        return ours, ours
+    return None
+
+
 def _external_labels_never_null(context: Context, upstream: Exchange, ours: Exchange
                                 ) -> tuple[Exchange, Exchange] | None:
     if context.request.group != _EXTERNAL_GROUP:
@@ -861,6 +894,31 @@ DIFFERENCES: tuple[Difference, ...] = (
         witnesses=(Witness("docs", f"{_EXT}/namespaces/{{ns}}/missing"),
                    Witness("docs", f"{_EXT}/namespaces/default/missing"))),
     Difference(
+        "aggregated-discovery-lists-every-group",
+        "`/apis` asked for aggregated discovery (`APIGroupDiscoveryList`, as kube-apiserver's "
+        "aggregator asks) lists `custom.metrics.k8s.io` and `external.metrics.k8s.io` with "
+        "their metrics, beside `metrics.k8s.io`; prometheus-adapter's lists only "
+        "`metrics.k8s.io` (custom-metrics-apiserver installs the other two outside the generic "
+        "server's aggregated discovery, so the aggregator falls back to each version's "
+        "`/apis/<group>/<version>`).",
+        "The document the aggregator asks for first should be complete.",
+        _aggregated_discovery_lists_every_group,
+        witnesses=(Witness("docs", "/apis", accept=paths.AGGREGATED_DISCOVERY),)),
+    Difference(
+        "json-only",
+        "Answers are JSON: with the HPA's `Accept: application/vnd.kubernetes.protobuf, */*` "
+        "the answer is JSON (prometheus-adapter answers protobuf), and an `Accept` that rules "
+        "JSON out (`application/vnd.kubernetes.protobuf` alone, `application/yaml`) is a 406 "
+        "NotAcceptable naming `application/json` (prometheus-adapter serves protobuf and YAML; "
+        "its 406 lists them).",
+        "Every client of these APIs (the HPA through client-go, kubectl, KEDA) takes JSON; the "
+        "values are the same either way.",
+        _json_only,
+        witnesses=(Witness("docs", f"{_V2}/namespaces/{{ns}}/pods/*/rss_bytes",
+                           accept=paths.HPA_ACCEPT),
+                   Witness("docs", f"{_V2}/namespaces/{{ns}}/pods/*/rss_bytes",
+                           accept="application/yaml"))),
+    Difference(
         "not-found-is-a-status",
         "A path no route serves is a 404 NotFound `Status` (`the server could not find the "
         "requested resource`), as kube-apiserver answers; prometheus-adapter's generic server "
@@ -951,7 +1009,7 @@ def test_every_rule_form_answers_as_prometheus_adapter_does(oracle: Oracle, pair
 def _fill(oracle: Oracle, witness: Witness) -> Request:
     path = witness.path.replace("{ns2}", oracle.world.other_namespace).replace(
         "{ns}", oracle.world.namespace)
-    return Request(witness.pair, path, witness.method)
+    return Request(witness.pair, path, witness.method, witness.accept)
 
 
 @pytest.mark.parametrize("difference", [d for d in DIFFERENCES if d.witnesses],
@@ -1030,6 +1088,11 @@ def test_generated_selectors_answer_as_prometheus_adapter_does(
     _check(oracle, [_fill(oracle, Witness(pair, f"{path}?{query}"))])
 
 
+# JSON, the HPA's, kubectl's (JSON first, protobuf too) and one that rules JSON out
+_ACCEPTS = st.sampled_from(("application/json", paths.HPA_ACCEPT,
+                            "application/json, application/vnd.kubernetes.protobuf",
+                            "application/yaml"))
+
 _RESOURCES = ("pods", "pod", "po", "Pods", "POD", "services", "svc", "deployments.apps",
               "deployment.apps", "deploy", "deployments", "nodes", "node", "namespaces",
               "jobs.batch", "widgets.oracle.metricscale.io", "widget", "storageclasses",
@@ -1054,15 +1117,16 @@ def _segment(text: str) -> str:
 @given(pair=st.sampled_from(PAIRS), version=st.sampled_from(("v1beta1", "v1beta2")),
        namespace=st.sampled_from(("{ns}", "{ns2}", "*", "default", "Missing", "none-such",
                                   None)),
-       resource=st.sampled_from(_RESOURCES), name=_NAMES, metric=st.sampled_from(_METRICS))
+       resource=st.sampled_from(_RESOURCES), name=_NAMES, metric=st.sampled_from(_METRICS),
+       accept=_ACCEPTS)
 def test_generated_paths_answer_as_prometheus_adapter_does(
         oracle: Oracle, pair: str, version: str, namespace: str | None, resource: str,
-        name: str, metric: str) -> None:
+        name: str, metric: str, accept: str) -> None:
     base = f"/apis/custom.metrics.k8s.io/{version}"
     if namespace is not None:
         base += f"/namespaces/{namespace}"
     path = f"{base}/{_segment(resource)}/{_segment(name)}/{_segment(metric)}"
-    _check(oracle, [_fill(oracle, Witness(pair, path))])
+    _check(oracle, [_fill(oracle, Witness(pair, path, accept=accept))])
 
 
 @_HYPOTHESIS
@@ -1070,14 +1134,15 @@ def test_generated_paths_answer_as_prometheus_adapter_does(
        name=_NAMES, external=st.sampled_from(("queue_consumer_lag", "queue_depth",
                                               "OracleQueueDepth", "oraclequeuedepth",
                                               "QUEUE_DEPTH", "oracle_external_raw", "missing")),
-       pods=st.booleans())
+       pods=st.booleans(), accept=_ACCEPTS)
 def test_generated_external_and_resource_paths_answer_as_prometheus_adapter_does(
-        oracle: Oracle, namespace: str, name: str, external: str, pods: bool) -> None:
+        oracle: Oracle, namespace: str, name: str, external: str, pods: bool,
+        accept: str) -> None:
     resource = "/apis/metrics.k8s.io/v1beta1"
     requests = [
-        Witness("docs", f"{_EXT}/namespaces/{namespace}/{_segment(external)}"),
+        Witness("docs", f"{_EXT}/namespaces/{namespace}/{_segment(external)}", accept=accept),
         Witness("defaults", f"{resource}/namespaces/{namespace}/pods/{_segment(name)}"
-                if pods else f"{resource}/nodes/{_segment(name)}"),
+                if pods else f"{resource}/nodes/{_segment(name)}", accept=accept),
     ]
     _check(oracle, [_fill(oracle, w) for w in requests])
 
