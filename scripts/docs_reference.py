@@ -21,6 +21,7 @@ panel or an alert without its note, or a note without its panel or alert, stops 
 from __future__ import annotations
 
 import argparse
+import html
 import importlib
 import json
 import sys
@@ -57,10 +58,16 @@ def _cell(text: str) -> str:
 
 
 def _code(text: str) -> str:
+    """Text as code in a table cell. A pipe inside backticks would end the cell on GitHub and
+    show as `\\|` on the site, so such text is an HTML code element with the pipe as `&#124;`
+    (and backslashes as `&#92;`, which Markdown would take for escapes there)."""
     text = str(text)
+    if "|" in text:
+        escaped = html.escape(text, quote=False).replace("|", "&#124;").replace("\\", "&#92;")
+        return f"<code>{escaped}</code>"
     fence = "``" if "`" in text else "`"
     pad = " " if "`" in text else ""
-    return f"{fence}{pad}{text}{pad}{fence}".replace("|", "\\|")
+    return f"{fence}{pad}{text}{pad}{fence}"
 
 
 # ------------------------------------------------------------------------------------- flags
