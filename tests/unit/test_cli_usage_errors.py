@@ -8,7 +8,7 @@ import pytest
 from cli.main import SUBCOMMANDS, main
 
 # Flags a subcommand requires, so that the mistake reported is the one the case makes.
-REQUIRED = {"replay": ["--prometheus-url", "http://prometheus:9090"]}
+REQUIRED = {"replay": ["--prometheus-url", "http://prometheus:9090"], "migrate": ["hpa"]}
 
 
 def _usage_error(arguments: list[str], capsys: pytest.CaptureFixture[str]) -> str:
@@ -34,7 +34,8 @@ def test_an_unknown_flag_is_one_line_then_the_hint(name: str,
 
 # A flag of each subcommand that takes a value.
 VALUED = {"demo": "--workdir", "adapter": "--config", "certs": "--dir", "explain": "--output",
-          "autoscaler": "--kubeconfig", "replay": "--step", "autoscale": "--max"}
+          "autoscaler": "--kubeconfig", "replay": "--step", "autoscale": "--max",
+          "migrate": "--timeout"}
 
 
 def test_every_subcommand_has_a_valued_flag_case() -> None:
