@@ -565,30 +565,19 @@ def decision_settings(args: argparse.Namespace) -> tuple[dict[str, Any], str]:
     controller published on its Lease (--live), with the settings flags given in their place,
     else upstream's defaults."""
     from autoscaler.decision.settings import (
-        Settings,
         SettingsError,
         given_settings,
-        override_settings,
-        parse_settings_annotation,
         render_settings,
+        resolve_settings,
     )
 
     try:
         given = given_settings(args)
     except SettingsError as err:
         raise ReplayInputError(str(err)) from None
-    published: Settings | None = None
-    text = getattr(args, "published_settings", None)
-    if text is not None:
-        try:
-            published = parse_settings_annotation(text)
-        except SettingsError:
-            published = None
-    if published is not None:
-        source = "controller" + (" and flags" if given else "")
-    else:
-        source = "flags" if given else "defaults"
-    return render_settings(override_settings(published or Settings(), given)), source
+    settings, source = resolve_settings(published=getattr(args, "published_settings", None),
+                                        given=given)
+    return render_settings(settings), source
 
 
 def replay_steps(args: argparse.Namespace, client: Any,

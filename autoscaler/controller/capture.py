@@ -28,9 +28,8 @@ from autoscaler.decision.settings import (
     Settings,
     SettingsError,
     given_settings,
-    override_settings,
-    parse_settings_annotation,
     render_settings,
+    resolve_settings,
 )
 from autoscaler.decision.snapshot import SNAPSHOT_API_VERSION, SNAPSHOT_KIND, SnapshotError
 from autoscaler.kube.metrics_api import MetricsClient, MetricsError
@@ -225,25 +224,13 @@ async def _controller_settings(kube: Any, args: argparse.Namespace) -> Settings:
     lease_namespace = (getattr(args, "lease_namespace", None)
                        or default_lease_namespace(fallback="metricscale"))
     lease_name = getattr(args, "lease_name", None) or LeaderElectionConfig().resource_name
-    published: Settings | None = None
     try:
         lease = await kube.read_lease(namespace=lease_namespace, name=lease_name)
     except KubeError:
         lease = None  # e.g. not allowed to read it: the same as nothing published
     text = lease.annotations.get(SETTINGS_ANNOTATION) if lease is not None else None
-    if text is not None:
-        try:
-            published = parse_settings_annotation(text)
-        except SettingsError:
-            published = None
-    if published is not None:
-        source = "controller" + (" and flags" if given else "")
-    elif given:
-        source = "flags"
-    else:
-        source = "defaults"
-    args.settings_source = source
-    return override_settings(published or Settings(), given)
+    settings, args.settings_source = resolve_settings(published=text, given=given)
+    return settings
 
 
 def capture_document(args: argparse.Namespace) -> dict[str, Any]:

@@ -26,6 +26,7 @@ __all__ = [
     "parse_settings_annotation",
     "render_settings",
     "render_settings_annotation",
+    "resolve_settings",
     "settings_from_arguments",
 ]
 
@@ -297,3 +298,22 @@ def parse_settings_annotation(text: str) -> Settings:
     except ValueError:
         raise SettingsError(SETTINGS_ANNOTATION, "is not JSON") from None
     return parse_settings(raw, SETTINGS_ANNOTATION)
+
+
+def resolve_settings(*, published: str | None, given: Mapping[str, Any]) -> tuple[Settings, str]:
+    """The settings to decide with as the controller does, for `explain --live` and `replay
+    --live`: those it published on its Lease (`published`, the SETTINGS_ANNOTATION's text; one
+    that cannot be read counts as none), with the settings flags `given` (`given_settings`) in
+    their place, else upstream's defaults; and where they came from: "controller",
+    "controller and flags", "flags" or "defaults"."""
+    settings: Settings | None = None
+    if published is not None:
+        try:
+            settings = parse_settings_annotation(published)
+        except SettingsError:
+            settings = None
+    if settings is not None:
+        source = "controller" + (" and flags" if given else "")
+    else:
+        source = "flags" if given else "defaults"
+    return override_settings(settings or Settings(), given), source

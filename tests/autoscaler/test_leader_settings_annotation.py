@@ -15,6 +15,8 @@ from autoscaler.decision.settings import (
     Settings,
     parse_settings_annotation,
     render_settings,
+    render_settings_annotation,
+    resolve_settings,
 )
 from autoscaler.kube.operations import KubeClient
 from metricscale.kube.http import open_kube_http
@@ -94,3 +96,20 @@ async def test_without_election_the_settings_are_published_and_the_holder_left_a
     assert lease is not None and lease["spec"]["holderIdentity"] == "a"
     assert parse_settings_annotation(stored_annotations(fake_kube)[SETTINGS_ANNOTATION]) == \
         SETTINGS
+
+
+WINDOW = {"downscale_stabilization_window": timedelta(seconds=60)}
+
+
+@pytest.mark.parametrize(("published", "given", "expected", "source"), [
+    (render_settings_annotation(SETTINGS), {}, SETTINGS, "controller"),
+    (render_settings_annotation(SETTINGS), WINDOW,
+     Settings(downscale_stabilization_window=timedelta(seconds=60)), "controller and flags"),
+    (None, WINDOW, Settings(downscale_stabilization_window=timedelta(seconds=60)), "flags"),
+    ("not json", {}, Settings(), "defaults"),
+    (None, {}, Settings(), "defaults"),
+])
+def test_explain_and_replay_decide_with_the_published_settings_under_the_given_flags(
+        published: str | None, given: dict[str, timedelta], expected: Settings,
+        source: str) -> None:
+    assert resolve_settings(published=published, given=given) == (expected, source)
