@@ -89,14 +89,17 @@ class Load:
             cpu_share = self._cpu / len(ready) if ready else Decimal(0)
             metric_share = self._metric_total / len(ready) if ready else Decimal(0)
             self._published = set(ready)
-        for pod in ready:
-            self.kubelet.set_usage(self.namespace, pod, cpu=str(cpu_share))
-            if self.exporter is not None and self.metric:
+        # Every pod's share of the gauge at once, before the kubelet's round trips: a scrape
+        # between two of them would read some pods at the old share and some at the new, a
+        # total that is neither (a controller syncing then could step past the target).
+        if self.exporter is not None and self.metric:
+            for pod in ready:
                 self.exporter.set(self.metric, {"namespace": self.namespace, "pod": pod},
                                   metric_share, type="gauge")
-        for pod in gone:
-            if self.exporter is not None and self.metric:
+            for pod in gone:
                 self.exporter.remove(self.metric, {"namespace": self.namespace, "pod": pod})
+        for pod in ready:
+            self.kubelet.set_usage(self.namespace, pod, cpu=str(cpu_share))
 
     def _path(self, **query: str) -> str:
         query["labelSelector"] = self.selector
