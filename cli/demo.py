@@ -17,6 +17,12 @@ Ctrl-C or failure; with --keep the cluster, Prometheus and both programs stay up
 for a user to try commands on, until Ctrl-C. The demo needs a source checkout, because the fake
 cluster lives in tests/fakes; `make demo` runs it from one.
 
+With the real control plane's programs at hand (`make peers`, or a folder named by
+METRICSCALE_PEERS or KUBEBUILDER_ASSETS: testbed/binaries.py), the story runs on a real control
+plane instead, beside upstream's own HPA controller (cli/demo_cluster.py); `--fake` keeps it on
+the fake cluster. Without them the demo says so up front, with what building them takes, and
+runs on the fake: it never builds them itself.
+
 Each load the story holds steady leaves more than the HPA's 10% tolerance on both sides
 before the count would change, and the loads the story moves to ask for their count with that
 much room too (tests/unit/test_demo_story.py checks both): a busy machine's readings may be
@@ -142,12 +148,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="where the demo writes its kubeconfig, manifests and the "
                              "programs' logs (default: .demo)")
     parser.add_argument("--kubectl", default=None,
-                        help="kubectl binary (default: kubectl on the PATH)")
+                        help="kubectl binary (default: on the real control plane the kubectl "
+                             "built with it; on the fake cluster kubectl on the PATH, else that "
+                             "one)")
     parser.add_argument("--fast", action="store_true", help=fast_help())
     parser.add_argument("--keep", action="store_true",
                         help="after the story, leave the cluster, Prometheus, the adapter and "
                              "the autoscaler running, print the `export KUBECONFIG=...` line "
                              "to try commands on them, and stop everything on Ctrl-C")
+    parser.add_argument("--fake", action="store_true",
+                        help="run on the embedded fake cluster (tests/fakes) even when the real "
+                             "control plane's programs are there (`make peers`); without them "
+                             "the demo runs on the fake anyway, and says how to get them")
 
 
 def fast_help() -> str:
@@ -155,21 +167,72 @@ def fast_help() -> str:
     return (f"shorter periods and windows (sync {FAST.sync_period_seconds}s, rate window "
             f"{FAST.rate_window_seconds}s, scale-down window {FAST.scale_down_window_seconds}s; "
             f"without it {NORMAL.sync_period_seconds}s, {NORMAL.rate_window_seconds}s and "
-            f"{NORMAL.scale_down_window_seconds}s): the three acts in about 45 s instead of 90 s")
+            f"{NORMAL.scale_down_window_seconds}s): on the fake cluster the three acts take "
+            f"about 45 s instead of 90 s, on the real control plane the whole story about "
+            f"{REAL_FAST_SECONDS} s instead of {REAL_NORMAL_SECONDS} s")
+
+
+# What the real control plane's story takes (cli/demo_cluster.py) from start to end, as
+# measured on a shared 2-core machine (66 s and 121 s; 100 s and 139 s beside two busy loops).
+REAL_FAST_SECONDS, REAL_NORMAL_SECONDS = 70, 120
+# `make peers` from an empty Go cache, as measured on a 2-core machine (tests/peers, issue 23).
+PEERS_BUILD = "about 6 minutes, ~6 GB of Go cache and 561 MB of binaries"
+
+
+def require_checkout(checkout: Path = _CHECKOUT) -> Path:
+    """The source checkout the demo runs from (put first on sys.path), or a DemoError naming
+    where this metricscale is: the fake cluster (tests/fakes) and the test bed (testbed/) are
+    not part of the installed package."""
+    needed = ("tests/fakes/kube_api.py", "testbed/controlplane.py")
+    missing = [path for path in needed if not (checkout / path).is_file()]
+    if missing:
+        raise DemoError(
+            f"metricscale demo runs from a source checkout of metricscale: it imports the fake "
+            f"cluster (tests/fakes) and the test bed (testbed/) from the checkout, and {checkout} "
+            f"(where this metricscale is installed) is not one: {' and '.join(missing)} "
+            "missing. Clone the repository and run `make demo` in it.")
+    if str(checkout) not in sys.path:
+        sys.path.insert(0, str(checkout))
+    return checkout
+
+
+def peers_note(*, missing: Sequence[str], looked_in: Sequence[str]) -> str:
+    """What the demo says up front when it runs on the fake cluster for want of the binaries."""
+    return ("metricscale demo: the real control plane's programs are not here "
+            f"({', '.join(missing)} missing; looked in {', '.join(looked_in)}), so the story "
+            "runs on the embedded fake cluster. To run it on a real control plane, beside "
+            "upstream's own HPA controller: `make peers` builds them (it needs Go; the first "
+            f"build takes {PEERS_BUILD}), or METRICSCALE_PEERS names a folder that holds them; "
+            "then `make demo` again. `make demo` never builds them itself; "
+            "`metricscale demo --fake` skips this note.")
+
+
+def _real_cluster_missing() -> tuple[list[str], list[str]]:
+    """The control plane's programs not found, and where they were looked for."""
+    from testbed.binaries import ENV_VARS, PEERS_BIN, missing_peers
+
+    return missing_peers(), [f"${var}" for var in ENV_VARS] + [str(PEERS_BIN)]
 
 
 def run(args: argparse.Namespace) -> int:
     logging.basicConfig(level=logging.WARNING, format="%(name)s: %(message)s")
     started = time.monotonic()
+    timing = FAST if args.fast else NORMAL
     try:
-        kubectl = args.kubectl or shutil.which("kubectl")
-        if not kubectl:
-            raise DemoError("kubectl was not found on the PATH (or pass --kubectl)")
+        require_checkout()
         workdir = args.workdir.resolve()
         workdir.mkdir(parents=True, exist_ok=True)
-        asyncio.run(_until_terminated(_demo(workdir=workdir, kubectl=kubectl,
-                                            timing=FAST if args.fast else NORMAL,
-                                            keep=args.keep)))
+        missing, looked_in = ([], []) if args.fake else _real_cluster_missing()
+        if not args.fake and not missing:
+            from cli.demo_cluster import run_on_control_plane
+
+            run_on_control_plane(workdir=workdir, kubectl=args.kubectl, timing=timing,
+                                 keep=args.keep)
+        else:
+            if missing:
+                print(peers_note(missing=missing, looked_in=looked_in), flush=True)
+            asyncio.run(_until_terminated(_demo(workdir=workdir, kubectl=_fake_kubectl(args),
+                                                timing=timing, keep=args.keep)))
     except DemoError as error:
         print(f"\nmetricscale demo failed: {error}", file=sys.stderr, flush=True)
         return 1
@@ -186,6 +249,16 @@ def run(args: argparse.Namespace) -> int:
         print(f"\nThe demo took {time.monotonic() - started:.0f} s; everything it started is "
               "stopped and its temporary files are removed.", flush=True)
     return 0
+
+
+def _fake_kubectl(args: argparse.Namespace) -> str:
+    """kubectl for the fake cluster: --kubectl, the PATH's, else the one `make peers` built."""
+    from testbed.binaries import find_peer
+
+    found = args.kubectl or shutil.which("kubectl") or find_peer("kubectl")
+    if not found:
+        raise DemoError("kubectl was not found on the PATH (or pass --kubectl)")
+    return str(found)
 
 
 async def _until_terminated(demo: Awaitable[None]) -> None:
@@ -446,11 +519,7 @@ def format_agreement(agreement: ReplayAgreement, *, times: Sequence[str]) -> str
 
 def _import_doubles() -> tuple[Any, Any, Any, Any]:
     """The test doubles live in the source tree, not in the installed package."""
-    if not (_CHECKOUT / "tests" / "fakes" / "kube_api.py").is_file():
-        raise DemoError("the demo needs a source checkout of metricscale (tests/fakes); "
-                        "run it with `make demo` from the repository")
-    if str(_CHECKOUT) not in sys.path:
-        sys.path.insert(0, str(_CHECKOUT))
+    require_checkout()
     import tests.fakes.cadvisor as cadvisor
     import tests.fakes.exporter as exporter
     import tests.fakes.kube_api as kube_api
@@ -791,12 +860,13 @@ class Act:
 class Banner:
     """Numbered sections, each with a one-line explanation."""
 
-    def __init__(self) -> None:
+    def __init__(self, total: int = SECTIONS) -> None:
         self.number = 0
+        self.total = total
 
     def __call__(self, title: str, why: str) -> None:
         self.number += 1
-        print(f"\n[{self.number}/{SECTIONS}] {title}\n        {why}", flush=True)
+        print(f"\n[{self.number}/{self.total}] {title}\n        {why}", flush=True)
 
 
 def _node(name: str) -> dict[str, Any]:
@@ -1077,7 +1147,7 @@ async def _demo(*, workdir: Path, kubectl: str, timing: Timing, keep: bool = Fal
                f"{figure(CPU_BUSY * 1000)}m ({cpu_up_to} pods' worth at {figure(target_milli)}m "
                f"a pod: {figure(CPU_BUSY * 1000 / cpu_up_to)}m each), then falls back.")
         # The replay act's imports (matplotlib takes seconds) load meanwhile, in a thread.
-        preloaded = asyncio.create_task(asyncio.to_thread(_preload_replay),
+        preloaded = asyncio.create_task(asyncio.to_thread(preload_replay),
                                         name="demo replay imports")
         cpu_manifest = workdir / "autoscaler-cpu.yaml"
         cpu_manifest.write_text(yaml.safe_dump(cpu_autoscaler_manifest(timing),
@@ -1157,7 +1227,7 @@ async def _keep(*, kubeconfig: Path, prometheus_url: str, adapter_url: str,
     print("\nmetricscale demo: Ctrl-C: stopping everything", flush=True)
 
 
-def _preload_replay() -> None:
+def preload_replay() -> None:
     """Import what the replay act uses, ahead of it. Only a warm-up: whatever fails here fails
     again in the act, which reports it (a missing package) or stops the demo with it."""
     import importlib
@@ -1173,8 +1243,18 @@ def _preload_replay() -> None:
 async def _replay(*, workdir: Path, prometheus_url: str, rules_file: Path, manifest: Path,
                   start: datetime, end: datetime, timing: Timing,
                   scrape_seconds: int) -> None:
-    """`metricscale replay` as a user would type it, run in-process (in a thread: it is
-    synchronous) on the demo's Prometheus; then the plot and the comparison with the live run."""
+    """The replay act in a thread (it is synchronous), so that the event loop goes on."""
+    await asyncio.to_thread(replay_act, workdir=workdir, prometheus_url=prometheus_url,
+                            rules_file=rules_file, manifest=manifest, start=start, end=end,
+                            timing=timing, scrape_seconds=scrape_seconds)
+
+
+def replay_act(*, workdir: Path, prometheus_url: str, rules_file: Path, manifest: Path,
+               start: datetime, end: datetime, timing: Timing, scrape_seconds: int,
+               pods: str = DEMO_PODS) -> None:
+    """`metricscale replay` as a user would type it, run in-process on the demo's Prometheus;
+    then the plot and the comparison with the live run. `pods` selects the Autoscaler's pods
+    by name."""
     import importlib.util
 
     if importlib.util.find_spec("prometheus_api_client") is None:
@@ -1200,7 +1280,7 @@ async def _replay(*, workdir: Path, prometheus_url: str, rules_file: Path, manif
     command = ["metricscale", "replay", str(manifest), "--prometheus-url", prometheus_url,
                "--config", str(rules_file), "--from", stamp(start.replace(microsecond=0)),
                "--to", stamp(end.replace(microsecond=0) + timedelta(seconds=1 + period)),
-               "--step", f"{period}s", "--pods", DEMO_PODS,
+               "--step", f"{period}s", "--pods", pods,
                "--pod-startup", "0s", *(["--plot", str(plot)] if plotting else [])]
     print(f"$ {shlex.join(command)}", flush=True)
     parser = argparse.ArgumentParser(prog="metricscale replay")
@@ -1209,7 +1289,7 @@ async def _replay(*, workdir: Path, prometheus_url: str, rules_file: Path, manif
     began = time.monotonic()
     try:
         client = prometheus_client(args)
-        result = await asyncio.to_thread(replay_steps, args, client)
+        result = replay_steps(args, client)
     except (ReplayInputError, PrometheusApiClientException, requests.RequestException) as error:
         raise DemoError(f"metricscale replay failed: {error}") from None
     replayed = time.monotonic() - began
@@ -1217,8 +1297,8 @@ async def _replay(*, workdir: Path, prometheus_url: str, rules_file: Path, manif
                  result.observed, result.assumptions), end="")
     began = time.monotonic()
     if plotting:
-        await asyncio.to_thread(
-            plot_replay, str(plot), autoscaler=result.autoscaler, steps=result.steps,
+        plot_replay(
+            str(plot), autoscaler=result.autoscaler, steps=result.steps,
             observed=result.observed, requests=result.requests,
             title=f"metricscale demo: {DEMO_NAMESPACE}/{DEMO_APP} replayed beside the live "
                   "controller")

@@ -1,9 +1,10 @@
-"""`metricscale demo --fast` end to end as a user runs it: the Deployments and pods through
-kubectl, custom metrics through the aggregator, the autoscaler scaling up and back down, then
-`kubectl top` and CPU autoscaling on resource metrics, then `metricscale replay` of the first act
-agreeing with what the live controller did (and its plot), and nothing left running or lying
-around afterwards, also when the demo is terminated halfway; and `--keep`, which leaves the
-cluster up for a user's commands until Ctrl-C.
+"""`metricscale demo --fake --fast` end to end as a user runs it, on the embedded fake cluster:
+the Deployments and pods through kubectl, custom metrics through the aggregator, the autoscaler
+scaling up and back down, then `kubectl top` and CPU autoscaling on resource metrics, then
+`metricscale replay` of the first act agreeing with what the live controller did (and its plot),
+and nothing left running or lying around afterwards, also when the demo is terminated halfway;
+and `--keep`, which leaves the cluster up for a user's commands until Ctrl-C. (The story on the
+real control plane: tests/cluster/test_demo_cluster.py.)
 
 The tests wait for the demo's own lines and for its exit: every step of the demo is bounded by
 the demo itself, which then fails and ends."""
@@ -13,6 +14,7 @@ from __future__ import annotations
 import importlib.util
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -39,14 +41,16 @@ SUMMARY_FIGURE = re.compile(r"^(mean_replicas|replica_hours|seconds_above_target
 
 
 @contextmanager
-def demo_process(workdir: Path, *extra: str) -> Iterator[subprocess.Popen[str]]:
-    """The demo in its own process group, so that whatever it starts can be found (and, if the
-    test fails, killed) by that group."""
-    kubectl = require_tool("kubectl", env_var="KUBECTL")
+def demo_process(workdir: Path, *extra: str, fake: bool = True
+                 ) -> Iterator[subprocess.Popen[str]]:
+    """`metricscale demo --fast` in its own process group, so that whatever it starts can be
+    found (and, if the test fails, killed) by that group; on the fake cluster (`--fake`, with
+    the PATH's kubectl) unless told otherwise."""
     require_tool("prometheus", env_var="PROMETHEUS")
+    backend = ["--fake", "--kubectl", require_tool("kubectl", env_var="KUBECTL")] if fake else []
     process = subprocess.Popen(
         [sys.executable, "-m", "metricscale", "demo", "--fast", "--workdir", str(workdir),
-         "--kubectl", kubectl, *extra],
+         *backend, *extra],
         cwd=REPO, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
         text=True, start_new_session=True)
     try:
@@ -85,6 +89,8 @@ def check_story_lines(output: str) -> None:
     scale line with the desired count that caused it, the replay's summary as figures, and no
     traceback from anything the demo runs."""
     assert "Traceback" not in output, output[output.index("Traceback"):][:3000]
+    # --fake: no note about the real control plane's binaries, whether or not they are here
+    assert "programs are not here" not in output and "on a real control plane" not in output
     pods = section(output, 3)
     assert len(pods.splitlines()) < 20, pods[:3000]
     assert re.search(r"^NAME\s+READY\s+STATUS\s+RESTARTS\s+AGE\s*$", pods, re.MULTILINE), pods
@@ -263,3 +269,42 @@ def test_keep_leaves_the_cluster_up_for_commands_until_ctrl_c(tmp_path: Path) ->
         assert not group_alive(process.pid), "a process the demo started outlived it"
     assert leftovers(workdir) == []
     check_story_lines(lines.text)
+
+
+def test_without_the_binaries_it_says_so_up_front_and_runs_on_the_fake(tmp_path: Path) -> None:
+    """A checkout where `make peers` never ran (copied without tests/peers/bin): the first
+    line says what is missing, how to get it and what that takes, before anything starts;
+    then the fake cluster's story begins."""
+    require_tool("prometheus", env_var="PROMETHEUS")
+    checkout = tmp_path / "checkout"
+    for part in ("cli", "metricscale", "adapter", "autoscaler", "testbed", "manifests",
+                 "tests/fakes"):
+        shutil.copytree(REPO / part, checkout / part,
+                        ignore=shutil.ignore_patterns("__pycache__"))
+    (checkout / "tests" / "__init__.py").touch()
+    env = {key: value for key, value in os.environ.items()
+           if key not in {"METRICSCALE_PEERS", "KUBEBUILDER_ASSETS"}}
+    process = subprocess.Popen(
+        [sys.executable, "-m", "metricscale", "demo", "--fast", "--workdir",
+         str(tmp_path / "demo")], cwd=checkout, env=env, stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    try:
+        lines = Lines(process)
+        first = lines.until("metricscale demo")
+        assert first.startswith("metricscale demo: the real control plane's programs are not "
+                                "here (etcd, kube-apiserver,"), first
+        assert str(checkout / "tests" / "peers" / "bin") in first
+        assert "`make peers` builds them (it needs Go; the first build takes about 6 minutes"\
+            in first
+        lines.until("[1/13] Prometheus and the pods' traffic")
+        process.send_signal(signal.SIGTERM)
+        assert "terminated; every process was stopped" in lines.rest()
+        assert process.wait() == 128 + signal.SIGTERM
+        assert not group_alive(process.pid), "a process the demo started outlived it"
+    finally:
+        if group_alive(process.pid):
+            with suppress(ProcessLookupError):
+                os.killpg(process.pid, signal.SIGKILL)
+        process.wait()
+        if process.stdout is not None:
+            process.stdout.close()

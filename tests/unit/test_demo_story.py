@@ -231,3 +231,129 @@ def test_the_replay_summary_reads_as_figures() -> None:
     assert (shown.mean_replicas, shown.replica_hours, shown.seconds_above_target) == (
         5.05, 0.0281, 7.0)
     assert (shown.steps, shown.scale_ups, shown.max_replicas) == (19, 3, 8)
+
+
+# --- the real control plane's story: upstream's HPA and ours, one pod a step ------------------
+
+
+@dataclass(frozen=True)
+class Walked:
+    what: str
+    count: int
+    load: Decimal
+    per_pod_target: Decimal
+    last: bool  # where the walk stops
+
+    @property
+    def ratio(self) -> Decimal:
+        return self.load / (self.count * self.per_pod_target)
+
+
+def walked_counts() -> list[Walked]:
+    """Every count the twins pass through on the real control plane, with the load then."""
+    from cli import demo_cluster
+
+    passed: list[Walked] = []
+    for name, profile in demo_cluster.PROFILES.items():
+        for load, counts in zip(profile.loads, profile.walks(), strict=True):
+            passed += [Walked(f"{name} at {n} under {load}", n, load, profile.per_pod,
+                              n == counts[-1]) for n in counts]
+    return passed
+
+
+# The readings are exact on the real control plane (whole gauges; CPU counters stamped with
+# their time), so a step needs only a clear margin past the tolerance, not room for a reading
+# off by the tolerance itself.
+STEP_MARGIN = Decimal("0.03")
+
+
+@pytest.mark.parametrize("state", [w for w in walked_counts() if not w.last],
+                         ids=lambda state: state.what)
+def test_each_count_the_twins_pass_asks_for_the_next_clearly(state: Walked) -> None:
+    """Beyond the tolerance with a margin, so both controllers step on from it whenever
+    they sync; the step is one pod either way, whatever the count asked for."""
+    ratio = state.ratio
+    assert abs(ratio - 1) > TOLERANCE + STEP_MARGIN, f"{state.what}: {ratio:.3f}"
+    assert _count(state.load, state.per_pod_target) != state.count, state.what
+
+
+@pytest.mark.parametrize("state", [w for w in walked_counts() if w.last],
+                         ids=lambda state: state.what)
+def test_each_count_the_twins_stop_at_holds_with_room(state: Walked) -> None:
+    """Inside the tolerance (or at the minimum, or where rounding up asks for it), so neither
+    controller moves past it, with room for the margin either way."""
+    ratio = state.ratio
+    if abs(ratio - 1) <= TOLERANCE:
+        assert abs(ratio - 1) < TOLERANCE - STEP_MARGIN / 2, f"{state.what}: {ratio:.3f}"
+    else:
+        assert _count(state.load, state.per_pod_target) == state.count, state.what
+        low, _ = holding_band(state.count)
+        assert low is None or ratio / low - 1 > STEP_MARGIN, f"{state.what}: {ratio:.3f}"
+
+
+def test_the_real_story_walks_up_and_back_down_one_pod_at_a_time() -> None:
+    from cli import demo_cluster
+
+    cpu_target = demo.CPU_REQUEST * demo.CPU_TARGET_PERCENT / 100
+    assert [(p.start, p.per_pod) for p in demo_cluster.PROFILES.values()] == [
+        (3, demo.TARGET_PER_POD), (1, cpu_target)]
+    walks = demo_cluster.story_walks()
+    assert walks["web"] == [3, 4, 5, 6, 7, 8, 7, 6, 5, 4, 3, 2]
+    assert walks["php-apache"] == [1, 2, 3, 4, 5, 4, 3, 2, 1]
+    # The same tops and ends as the fake cluster's story.
+    up_to, down_to, cpu_up_to = demo.story_counts()
+    assert (max(walks["web"]), walks["web"][-1], max(walks["php-apache"])) == (
+        up_to, down_to, cpu_up_to)
+
+
+def test_the_twins_have_the_same_spec_but_for_their_targets() -> None:
+    from cli import demo_cluster
+
+    for name, metrics in (("web", demo_cluster.web_metrics()),
+                          ("php-apache", demo_cluster.cpu_metrics())):
+        upstream, ours = demo_cluster.twin_manifests(name, metrics, demo.FAST)
+        assert (upstream["apiVersion"], upstream["kind"]) == (
+            "autoscaling/v2", "HorizontalPodAutoscaler")
+        assert (ours["apiVersion"], ours["kind"]) == ("metricscale.dev/v1alpha1", "Autoscaler")
+        assert upstream["spec"]["scaleTargetRef"]["name"] == upstream["metadata"]["name"] == \
+            f"{name}-upstream"
+        assert ours["spec"]["scaleTargetRef"]["name"] == ours["metadata"]["name"] == name
+        strip = {"scaleTargetRef": None}
+        assert {**upstream["spec"], **strip} == {**ours["spec"], **strip}
+        behavior = ours["spec"]["behavior"]
+        for way in ("scaleUp", "scaleDown"):
+            assert behavior[way]["policies"] == [
+                {"type": "Pods", "value": 1, "periodSeconds": demo.FAST.sync_period_seconds}]
+        assert behavior["scaleDown"]["stabilizationWindowSeconds"] == \
+            demo.FAST.scale_down_window_seconds
+
+
+def test_the_side_by_side_line_agrees_only_on_the_same_sizes() -> None:
+    from cli import demo_cluster
+
+    upstream = [(0.0, 3), (10.0, 4), (11.0, 5), (20.0, 4)]
+    ours = [(0.0, 3), (10.4, 4), (11.8, 5), (19.9, 4)]
+    agreed = demo_cluster.compare_twins(upstream, ours, period=1)
+    line = demo_cluster.format_side_by_side(agreed, what="CPU")
+    assert line == ("Upstream's HPA and ours on CPU: AGREE: both went 3 -> 4 -> 5 -> 4 (3 steps; "
+                    "like steps at most 0.8 s apart, the sync period is 1 s)")
+    late = demo_cluster.compare_twins(upstream, [(0.0, 3), (16.0, 4), (17.0, 5), (21.0, 4)],
+                                      period=1)
+    assert late.agrees and "further apart than a sync period where" in \
+        demo_cluster.format_side_by_side(late, what="CPU")
+    differ = demo_cluster.compare_twins(upstream, [(0.0, 3), (10.0, 5), (20.0, 4)], period=1)
+    assert demo_cluster.format_side_by_side(differ, what="CPU") == (
+        "Upstream's HPA and ours on CPU: DIFFER: upstream's HPA went 3 -> 4 -> 5 -> 4, ours "
+        "went 3 -> 5 -> 4")
+
+
+def test_a_row_says_whether_the_twins_agree_at_that_moment() -> None:
+    from cli import demo_cluster
+
+    row = demo_cluster.format_row(seconds=12.34, load="40/s", upstream=4, ours=5)
+    assert row == "    12.3s    40/s               4     5  differ"
+    assert demo_cluster.format_row(seconds=1, load="470m", upstream=5, ours=5).endswith("agree")
+    assert "     -     -  agree" in demo_cluster.format_row(seconds=1, load="8/s", upstream=None,
+                                                           ours=None)
+    header = demo_cluster.TABLE_HEADER
+    assert header.index("ours") + len("ours") == len(row.rsplit("  ", 1)[0])
