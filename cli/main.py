@@ -43,6 +43,7 @@ SUBCOMMANDS: tuple[Subcommand, ...] = (
     Subcommand("autoscaler", "autoscaler.server", "run the autoscaler controller"),
     Subcommand("replay", "cli.replay", "replay Prometheus history through the autoscaler's decision"),  # noqa: E501
     Subcommand("autoscale", "cli.autoscale", "create an Autoscaler for a workload, as kubectl autoscale"),  # noqa: E501
+    Subcommand("doctor", "cli.doctor", "check an installation: APIServices, RBAC, rules, workloads"),  # noqa: E501
     Subcommand("migrate", "cli.migrate", "HPAs to Autoscalers and back; a prometheus-adapter configuration"),  # noqa: E501
 )
 

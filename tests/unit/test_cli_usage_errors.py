@@ -35,7 +35,7 @@ def test_an_unknown_flag_is_one_line_then_the_hint(name: str,
 # A flag of each subcommand that takes a value.
 VALUED = {"demo": "--workdir", "adapter": "--config", "certs": "--dir", "explain": "--output",
           "autoscaler": "--kubeconfig", "replay": "--step", "autoscale": "--max",
-          "migrate": "--timeout"}
+          "doctor": "--output", "migrate": "--timeout"}
 
 
 def test_every_subcommand_has_a_valued_flag_case() -> None:
