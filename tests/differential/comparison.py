@@ -97,8 +97,9 @@ def _never(_: Context, __: Exchange, ___: Exchange) -> None:
 class Difference:
     """A deliberate difference from prometheus-adapter: its id, what it is, why, how a pair of
     answers showing it is reconciled (None when the pair does not show it), and where it shows:
-    requests (any one of them suffices) or configurations prometheus-adapter and metricscale
-    judge differently at start (names of the configuration cases)."""
+    requests (each must show it, or one of them with `any_witness`) or configurations
+    prometheus-adapter and metricscale judge differently at start (names of the configuration
+    cases)."""
 
     id: str
     description: str
@@ -106,6 +107,7 @@ class Difference:
     reconcile: Reconciler = field(default=_never, repr=False, compare=False)
     witnesses: tuple[Witness, ...] = ()
     configs: tuple[str, ...] = ()
+    any_witness: bool = False  # one witness showing it suffices (else: every one must)
 
 
 @dataclass(frozen=True)

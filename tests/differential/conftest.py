@@ -174,7 +174,7 @@ def _wait_for_the_world(cluster: ControlPlane, prometheus: PrometheusServer, wor
     prometheus.wait_for(f'oracle_queue_length{{namespace="{world.namespace}"}}',
                         count_of(2 * len(world.pods)), timeout=60)
     for name, pair in pairs.items():
-        pair.wait_discovered("/apis/custom.metrics.k8s.io/v1beta1", SENTINELS[name])
+        pair.wait_discovered("/apis/custom.metrics.k8s.io/v1beta1", SENTINELS.get(name, ()))
         if name in EXTERNAL_SENTINELS:
             pair.wait_discovered("/apis/external.metrics.k8s.io/v1beta1",
                                  EXTERNAL_SENTINELS[name])

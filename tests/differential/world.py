@@ -1,7 +1,7 @@
 """The world both adapters look at: objects in the control plane, series in Prometheus, and the
 configurations the pairs run.
 
-Three configurations, each run by one pair:
+Four configurations, each run by one pair:
 - `config-gen`: prometheus-adapter's `config-gen` output (its built-in rules) with its
   `resourceRules`, verbatim;
 - `defaults`: metricscale's default rules (adapter/rules/defaults.py), verbatim;
@@ -414,10 +414,24 @@ def docs_config() -> str:
     return DOCS_RULES + duplicates + DOCS_EXTERNAL_RULES + UPSTREAM_MANIFEST_RESOURCE_RULES
 
 
+# Rules that discover nothing: what both serve when there is no metric to list.
+NOTHING_DISCOVERED = """\
+rules:
+- seriesQuery: 'oracle_never_exported'
+  resources: {overrides: {namespace: {resource: namespace}, pod: {resource: pod}}}
+  metricsQuery: 'sum(<<.Series>>{<<.LabelMatchers>>}) by (<<.GroupBy>>)'
+externalRules:
+- seriesQuery: 'oracle_never_exported'
+  resources: {overrides: {namespace: {resource: namespace}}}
+  metricsQuery: 'sum(<<.Series>>{<<.LabelMatchers>>})'
+"""
+
+
 def pair_configs() -> dict[str, str]:
     """Pair name -> the configuration both of its servers run."""
     return {
         "config-gen": CONFIG_GEN_DEFAULTS_YAML.lstrip() + CONFIG_GEN_RESOURCE_RULES,
         "defaults": DEFAULT_CONFIG_YAML,
         "docs": docs_config(),
+        "nothing": NOTHING_DISCOVERED,
     }
