@@ -219,10 +219,17 @@ def metricscale_invocations(script: str) -> list[list[str]]:
     """The argument lists of each `metricscale ...` command of a script (up to a pipe or `&&`)."""
     found = []
     for line in command_lines(script):
-        for part in line.replace("&&", "|").split("|"):
-            words = shlex.split(part, comments=True)
-            if words[:1] == ["metricscale"] and len(words) > 1:
-                found.append(words[1:])
+        lexer = shlex.shlex(line, posix=True, punctuation_chars=True)
+        lexer.whitespace_split = True
+        lexer.commenters = "#"
+        words: list[str] = []
+        for word in [*lexer, ";"]:
+            if word and set(word) <= set("|&;<>()"):  # an operator or a redirection ends it
+                if words[:1] == ["metricscale"] and len(words) > 1:
+                    found.append(words[1:])
+                words = ["(a redirection's file)"] if word in (">", ">>", "<") else []
+                continue
+            words.append(word)
     return found
 
 
