@@ -58,8 +58,8 @@ from adapter.security.tls import (
 from adapter.settings import (
     DEFAULT_NAMESPACE,
     AdapterSettings,
+    AdapterSettingsError,
     PrometheusConfigError,
-    SettingsError,
     add_arguments,
     settings_from_args,
 )
@@ -462,9 +462,9 @@ async def _check_discovery(settings: AdapterSettings, *, config: AdapterConfig,
 # The subcommand
 
 
-async def _named_kubeconfig_problem(args: argparse.Namespace,
-                                    settings: AdapterSettings) -> str | None:
-    """What is wrong with a kubeconfig (or --context) the flags name, before anything starts.
+async def _check_named_kubeconfigs(args: argparse.Namespace, settings: AdapterSettings) -> None:
+    """What is wrong with a kubeconfig (or --context) the flags name, before anything starts
+    (AdapterSettingsError).
 
     A file the user named that cannot be used is bad usage (exit 2, as the autoscaler); the
     in-cluster account or a $KUBECONFIG that fails later is a runtime failure (exit 1).
@@ -484,12 +484,12 @@ async def _named_kubeconfig_problem(args: argparse.Namespace,
             async with open_configuration(kubeconfig=path, context=context):
                 pass
         except KubeConfigError as error:
-            return f"{flag}: {error}"
-    return None
+            raise AdapterSettingsError(f"{flag}: {error}") from None
 
 
-def _named_file_problem(settings: AdapterSettings) -> str | None:
-    """What is wrong with a file a `--prometheus-*` flag names, before anything starts.
+def _check_named_files(settings: AdapterSettings) -> None:
+    """What is wrong with a file a `--prometheus-*` flag names, before anything starts
+    (AdapterSettingsError).
 
     Each must be a readable regular file, the CA bundle must hold a certificate and the client
     pair must load. Without this a missing token file went unnoticed until the first request,
@@ -497,7 +497,7 @@ def _named_file_problem(settings: AdapterSettings) -> str | None:
     """
     prometheus = settings.prometheus
     if prometheus is None:
-        return None
+        return
     named = (("--prometheus-ca-file", prometheus.ca_file),
              ("--prometheus-token-file", prometheus.bearer_token_file),
              ("--prometheus-password-file", prometheus.basic_auth_password_file),
@@ -509,71 +509,64 @@ def _named_file_problem(settings: AdapterSettings) -> str | None:
         path = Path(name)
         try:
             if not path.is_file():
-                return f"{flag} {name}: {'not a regular file' if path.exists() else 'no such file'}"
+                raise AdapterSettingsError(
+                    f"{flag} {name}: {'not a regular file' if path.exists() else 'no such file'}")
             with path.open("rb") as file:
                 file.read(1)
         except OSError as error:
-            return f"{flag} {name}: cannot read it: {error.strerror or error}"
+            raise AdapterSettingsError(f"{flag} {name}: cannot read it: "
+                                       f"{error.strerror or error}") from None
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
     if prometheus.ca_file:
         try:
             context.load_verify_locations(cafile=prometheus.ca_file)
         except ssl.SSLError:
-            return f"--prometheus-ca-file {prometheus.ca_file}: no PEM certificate in it"
+            raise AdapterSettingsError(f"--prometheus-ca-file {prometheus.ca_file}: no PEM "
+                                       "certificate in it") from None
     if prometheus.client_cert_file:
         try:
             context.load_cert_chain(prometheus.client_cert_file,
                                     keyfile=prometheus.client_key_file)
         except ssl.SSLError:
-            return (f"--prometheus-client-tls-cert-file {prometheus.client_cert_file} and "
-                    f"--prometheus-client-tls-key-file {prometheus.client_key_file}: not a PEM "
-                    "certificate and its private key")
-    return None
+            raise AdapterSettingsError(
+                f"--prometheus-client-tls-cert-file {prometheus.client_cert_file} and "
+                f"--prometheus-client-tls-key-file {prometheus.client_key_file}: not a PEM "
+                "certificate and its private key") from None
 
 
 # The problems of a rule file refused at start, on its one line; --check-config lists them all.
 _SHOWN_ISSUES = 3
 
 
-def _start_config(path: str) -> AdapterConfig | str:
-    """--config read and parsed, or what is wrong with it in one line."""
+def _start_config(path: str) -> AdapterConfig:
+    """--config read and parsed; what is wrong with it in one line (AdapterSettingsError)."""
     try:
         return _load_config(path)
     except OSError as error:
-        return f"--config {path}: cannot read it: {error.strerror or error}"
+        raise AdapterSettingsError(f"--config {path}: cannot read it: "
+                                   f"{error.strerror or error}") from None
     except ConfigError as error:
         shown = "; ".join(str(issue) for issue in error.issues[:_SHOWN_ISSUES])
         more = len(error.issues) - _SHOWN_ISSUES
         if more > 0:
             shown += (f"; and {more} more (`metricscale adapter --check-config {path}` lists "
                       "them all)")
-        return f"--config {path}: {shown}"
+        raise AdapterSettingsError(f"--config {path}: {shown}") from None
 
 
 def run(args: argparse.Namespace) -> int:
-    """`metricscale adapter ...`: serve, or check a configuration file."""
-    try:
-        settings = settings_from_args(args)
-    except SettingsError as error:
-        print(f"metricscale adapter: error: {error}", file=sys.stderr)
-        return 2
+    """`metricscale adapter ...`: serve, or check a configuration file.
+
+    Bad flags, and files they name that cannot be used, raise AdapterSettingsError: one line
+    naming the flag (and field), exit 2 (cli/main.py)."""
+    settings = settings_from_args(args)
     configure_logging(level=settings.log_level, fmt=settings.log_format)
-    problem = _named_file_problem(settings)
-    if problem is not None:
-        print(f"metricscale adapter: error: {problem}", file=sys.stderr)
-        return 2
+    _check_named_files(settings)
     if settings.check_config is not None:
         return check_config(settings)
-    problem = asyncio.run(_named_kubeconfig_problem(args, settings))
-    if problem is not None:
-        print(f"metricscale adapter: error: {problem}", file=sys.stderr)
-        return 2
+    asyncio.run(_check_named_kubeconfigs(args, settings))
     assert settings.config_file is not None  # settings_from_args requires it for serving
-    # Bad input, like a bad flag: one line naming the flag (and field), exit 2.
     config = _start_config(settings.config_file)
-    if isinstance(config, str):
-        print(f"metricscale adapter: error: {config}", file=sys.stderr)
-        return 2
     for warning in config.warnings:
         logger.warning("%s: %s", settings.config_file, warning)
     if settings.auth.insecure_disable_auth:

@@ -20,6 +20,7 @@ from yarl import URL
 from adapter.rules.config import BackendConfig
 from adapter.rules.tenants import tenant_headers
 from metricscale.core import durations
+from metricscale.core.errors import ConfigError
 from metricscale.kube.config import add_kubeconfig_arguments, resolve_kubeconfig
 from metricscale.logs import add_logging_arguments
 
@@ -27,13 +28,13 @@ __all__ = [
     "DEFAULT_CERT_DIR",
     "DEFAULT_RELIST_INTERVAL",
     "AdapterSettings",
+    "AdapterSettingsError",
     "AuthFlags",
     "DelegationSettings",
     "Method",
     "PrometheusConfigError",
     "PrometheusSettings",
     "ServingSettings",
-    "SettingsError",
     "add_arguments",
     "add_prometheus_arguments",
     "backend_prometheus_settings",
@@ -68,7 +69,7 @@ Method = Literal["POST", "GET"]
 _HEADER_NAME = re.compile(r"^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$")
 
 
-class PrometheusConfigError(ValueError):
+class PrometheusConfigError(ConfigError):
     """Settings that cannot work (conflicting auth, a header without a name, a bad URL...)."""
 
 
@@ -158,8 +159,9 @@ class PrometheusSettings:
                     "an Authorization header conflicts with the bearer token or basic auth")
 
 
-class SettingsError(ValueError):
-    """Flags that cannot work together; the message names the flag to fix."""
+class AdapterSettingsError(ConfigError):
+    """Flags of `metricscale adapter`, or the files they name, that cannot be used (alone or
+    together); the message names the flag to fix."""
 
 
 # --------------------------------------------------------------------------------------------
@@ -453,10 +455,10 @@ def _duration_flag(name: str, text: str, *, zero_allowed: bool = False) -> Decim
     try:
         value = durations.parse_go_duration(text)
     except durations.DurationError:
-        raise SettingsError(f"{name}: {durations.flag_message(text)}") from None
+        raise AdapterSettingsError(f"{name}: {durations.flag_message(text)}") from None
     if value < 0 or (value == 0 and not zero_allowed):
         bound = "must not be negative" if zero_allowed else "must be positive"
-        raise SettingsError(f"{name} {bound}, got {text!r}")
+        raise AdapterSettingsError(f"{name} {bound}, got {text!r}")
     return value
 
 
@@ -475,35 +477,35 @@ def _prometheus_settings(args: argparse.Namespace) -> PrometheusSettings | None:
         return prometheus_settings_from_args(args, headers=headers, timeout=timeout,
                                              method=method, cache_ttl=cache_ttl)
     except PrometheusConfigError as error:
-        raise SettingsError(str(error)) from None
+        raise AdapterSettingsError(str(error)) from None
 
 
 def settings_from_args(args: argparse.Namespace) -> AdapterSettings:
-    """Check the flags together; raises SettingsError naming what to fix."""
+    """Check the flags together; raises AdapterSettingsError naming what to fix."""
     relist = _duration_flag("--metrics-relist-interval", args.metrics_relist_interval)
     max_age = relist
     if args.metrics_max_age is not None:
         max_age = _duration_flag("--metrics-max-age", args.metrics_max_age)
         if max_age < relist:
-            raise SettingsError(
+            raise AdapterSettingsError(
                 f"--metrics-max-age ({args.metrics_max_age}) must not be less than "
                 f"--metrics-relist-interval ({args.metrics_relist_interval}): series seen "
                 "between two passes would be missed")
     prometheus = _prometheus_settings(args)
     if args.kubeconfig and args.lister_kubeconfig and args.kubeconfig != args.lister_kubeconfig:
-        raise SettingsError("--kubeconfig and --lister-kubeconfig name different files; "
+        raise AdapterSettingsError("--kubeconfig and --lister-kubeconfig name different files; "
                             "give one of them")
     kubeconfig = resolve_kubeconfig(args.kubeconfig or args.lister_kubeconfig or None)
     if args.check_config is None:
         if not args.config:
-            raise SettingsError("no metrics discovery configuration file specified "
+            raise AdapterSettingsError("no metrics discovery configuration file specified "
                                 "(make sure to use --config)")
         if prometheus is None:
-            raise SettingsError("--prometheus-url is required")
+            raise AdapterSettingsError("--prometheus-url is required")
     if bool(args.tls_cert_file) != bool(args.tls_private_key_file):
-        raise SettingsError("--tls-cert-file and --tls-private-key-file go together")
+        raise AdapterSettingsError("--tls-cert-file and --tls-private-key-file go together")
     if not 0 < args.secure_port < 65536:
-        raise SettingsError(f"--secure-port {args.secure_port} is not a TCP port")
+        raise AdapterSettingsError(f"--secure-port {args.secure_port} is not a TCP port")
     serving = ServingSettings(
         port=args.secure_port, bind_address=args.bind_address,
         tls_cert_file=args.tls_cert_file, tls_private_key_file=args.tls_private_key_file,
@@ -512,7 +514,7 @@ def settings_from_args(args: argparse.Namespace) -> AdapterSettings:
         service_name=args.service_name, apiservices=_listed(args.apiservices),
         optional_apiservices=_listed(args.optional_apiservices))
     if serving.self_managed_certs == "on" and serving.tls_cert_file:
-        raise SettingsError("--self-managed-certs=on and --tls-cert-file exclude each other")
+        raise AdapterSettingsError("--self-managed-certs=on and --tls-cert-file exclude each other")
     auth = AuthFlags(
         client_ca_file=args.client_ca_file,
         requestheader_client_ca_file=args.requestheader_client_ca_file,
@@ -546,17 +548,17 @@ def _delegate_url(flag: str, value: str | None) -> str | None:
         return None
     control = control_character(value)
     if control is not None:
-        raise SettingsError(f"{flag} contains a control character ({control})")
+        raise AdapterSettingsError(f"{flag} contains a control character ({control})")
     try:
         url = URL(value)
     except ValueError as error:
-        raise SettingsError(f"{flag} is not a valid URL: {error}") from None
+        raise AdapterSettingsError(f"{flag} is not a valid URL: {error}") from None
     if url.scheme != "https" or not url.host:
-        raise SettingsError(f"{flag} must be an https:// URL, e.g. "
+        raise AdapterSettingsError(f"{flag} must be an https:// URL, e.g. "
                             "https://keda-operator-metrics-apiserver.keda.svc:443")
     if url.user or url.password or url.raw_query_string or url.raw_fragment or \
             url.raw_path not in ("", "/"):
-        raise SettingsError(f"{flag} must be scheme, host and port only (no path, query or "
+        raise AdapterSettingsError(f"{flag} must be scheme, host and port only (no path, query or "
                             "credentials): the request's own path is appended")
     return str(url.origin())
 
@@ -566,7 +568,7 @@ def _delegation_settings(args: argparse.Namespace) -> DelegationSettings:
     custom = _delegate_url("--delegate-custom-to", args.delegate_custom_to)
     cert, key = args.delegate_client_cert_file, args.delegate_client_key_file
     if bool(cert) != bool(key):
-        raise SettingsError("--delegate-client-cert-file and --delegate-client-key-file go "
+        raise AdapterSettingsError("--delegate-client-cert-file and --delegate-client-key-file go "
                             "together")
     timeout = _duration_flag("--delegate-timeout", args.delegate_timeout)
     if not (external or custom):
@@ -574,11 +576,11 @@ def _delegation_settings(args: argparse.Namespace) -> DelegationSettings:
                                           ("--delegate-client-cert-file", cert))
                  if value]
         if given:
-            raise SettingsError(f"{given[0]} needs --delegate-external-to or "
+            raise AdapterSettingsError(f"{given[0]} needs --delegate-external-to or "
                                 "--delegate-custom-to")
         return DelegationSettings()
     if not cert:
-        raise SettingsError("delegation needs --delegate-client-cert-file and "
+        raise AdapterSettingsError("delegation needs --delegate-client-cert-file and "
                             "--delegate-client-key-file: the delegate authenticates this "
                             "adapter as a front proxy, by its client certificate")
     return DelegationSettings(external_url=external, custom_url=custom,

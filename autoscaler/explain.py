@@ -32,8 +32,6 @@ NO_SETTINGS_NOTE = "no settings published by the controller; upstream defaults a
 
 EXIT_OK = 0
 EXIT_FAILED = 1
-EXIT_INVALID = 2
-EXIT_USAGE = 2  # as the autoscaler: a kubeconfig the user named that cannot be used
 
 
 class _Loader(yaml.SafeLoader):
@@ -102,24 +100,23 @@ def _load_snapshot(args: argparse.Namespace) -> Snapshot:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Print the decision for the snapshot; exit 2 (with the field named) for bad input."""
+    """Print the decision for the snapshot. Bad input raises SnapshotError naming the field,
+    and a kubeconfig the user named that cannot be used KubeConfigError: one line, exit 2
+    (cli/main.py)."""
     try:
         snapshot = _load_snapshot(args)
-    except SnapshotError as err:
-        print(f"metricscale explain: invalid snapshot: {err}", file=sys.stderr)
-        return EXIT_INVALID
     except KubeConfigError as err:
-        # One line naming the file and what is wrong, as the autoscaler and the adapter say it;
-        # a file the user named is bad usage, no configuration at all is not.
+        # No configuration at all (nothing named) is not bad usage: a runtime failure.
+        if getattr(args, "kubeconfig", None):
+            raise
         print(f"metricscale explain: {err}", file=sys.stderr)
-        return EXIT_USAGE if getattr(args, "kubeconfig", None) else EXIT_FAILED
+        return EXIT_FAILED
     try:
         decision = decide_snapshot(snapshot)
     except OverflowError:
         # only times within minutes of year 1 or 9999 get here (`now - window`, start + period)
-        print("metricscale explain: invalid snapshot: now: times this close to year 1 or 9999 "
-              "cannot be computed with", file=sys.stderr)
-        return EXIT_INVALID
+        raise SnapshotError("now", "times this close to year 1 or 9999 cannot be computed "
+                                   "with") from None
     source = getattr(args, "settings_source", None)
     if args.output == "text":
         output = render_text(snapshot, decision)

@@ -47,6 +47,7 @@ from autoscaler.kube.operations import USER_AGENT, KubeClient
 from autoscaler.model.names import dns_label_problem
 from autoscaler.model.objects import Autoscaler
 from metricscale.core.durations import format_duration
+from metricscale.core.errors import ConfigError
 from metricscale.kube.config import (
     Configuration,
     add_kubeconfig_arguments,
@@ -67,7 +68,6 @@ logger = logging.getLogger(__name__)
 
 EXIT_OK = 0
 EXIT_FAILED = 1
-EXIT_USAGE = 2
 # How long the first LIST of every cache may take before the program says so (it keeps going).
 _SYNC_REPORT_SECONDS = 30.0
 
@@ -142,22 +142,22 @@ class StartupError(Exception):
 
 
 def options_from_arguments(args: argparse.Namespace) -> Options:
-    """Options from parsed flags; raises ValueError naming the flag that cannot be used."""
+    """Options from parsed flags; raises ConfigError naming the flag that cannot be used."""
     namespace = args.namespace
     problem = dns_label_problem(namespace) if namespace else None
     if problem is not None:
-        raise ValueError(f"--namespace {namespace!r}: a namespace must be a DNS-1123 label: "
-                         f"{problem}")
+        raise ConfigError(f"--namespace {namespace!r}: a namespace must be a DNS-1123 label: "
+                          f"{problem}")
     try:
         election = leader_election_config(args)
     except ValueError as error:
         text = str(error)
-        raise ValueError(text if text.startswith("--") else f"--leader-elect-*: {text}") \
+        raise ConfigError(text if text.startswith("--") else f"--leader-elect-*: {text}") \
             from None
     try:
         parse_bind_address(args.metrics_bind_address)
     except ValueError as error:
-        raise ValueError(f"--metrics-bind-address {args.metrics_bind_address!r}: {error}") \
+        raise ConfigError(f"--metrics-bind-address {args.metrics_bind_address!r}: {error}") \
             from None
     return Options(
         settings=settings_flags.settings_from_arguments(args),
@@ -426,11 +426,8 @@ class AutoscalerServer:
 
 
 async def _main(args: argparse.Namespace) -> int:
-    try:
-        options = options_from_arguments(args)
-    except ValueError as err:
-        logger.error("%s", err)
-        return EXIT_USAGE
+    # A flag that cannot be used raises ConfigError: one line naming it, exit 2 (cli/main.py).
+    options = options_from_arguments(args)
     loop = asyncio.get_running_loop()
     failed: list[BaseException] = []
     stop = asyncio.Event()
@@ -457,9 +454,11 @@ async def _main(args: argparse.Namespace) -> int:
                 stopping.cancel()
                 logger.info("stopping: releasing the lease and closing")
     except KubeConfigError as error:
-        logger.error("%s", error)
         # A file the user named that cannot be used is bad usage; the in-cluster account is not.
-        return EXIT_USAGE if args.kubeconfig else EXIT_FAILED
+        if args.kubeconfig:
+            raise
+        logger.error("%s", error)
+        return EXIT_FAILED
     except StartupError as error:
         logger.error("%s", error)
         return EXIT_FAILED

@@ -26,6 +26,7 @@ from cryptography.exceptions import InvalidSignature
 
 from metricscale import pki
 from metricscale.core.durations import DurationError, parse_lifetime
+from metricscale.core.errors import ConfigError
 from metricscale.files import FileError, parse_yaml, read_bytes, read_text
 
 logger = logging.getLogger(__name__)
@@ -47,8 +48,10 @@ _DNS_NAME = re.compile(
     r"^(\*\.)?[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?(\.[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?)*$")
 
 
-class CertsError(Exception):
+class CertsError(ConfigError):
     """Something the operator must fix (a bad option, an unreadable key); the message says what."""
+
+    heading = ""
 
 
 def lifetime_argument(text: str) -> timedelta:
@@ -446,11 +449,12 @@ def options_from_args(args: argparse.Namespace) -> CertsOptions:
 
 
 def run(args: argparse.Namespace) -> int:
+    """Create or renew the files; what the operator must fix raises CertsError: one line,
+    exit 2 (cli/main.py)."""
     try:
         lines = ensure_certificates(options_from_args(args), now=datetime.now(UTC))
-    except (CertsError, pki.PKIError) as error:
-        print(f"metricscale certs: {error}", file=sys.stderr)
-        return 2
+    except pki.PKIError as error:
+        raise CertsError(str(error)) from None
     except OSError as error:
         print(f"metricscale certs: {error}", file=sys.stderr)
         return 1

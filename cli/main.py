@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any, NoReturn, Protocol, cast
 
 from metricscale import __version__
+from metricscale.core.errors import ConfigError
 
 
 class SubcommandModule(Protocol):
@@ -118,4 +119,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     sub = CommandParser(prog=f"metricscale {chosen.name}", description=chosen.summary)
     module.add_arguments(sub)
     args = sub.parse_args(arguments[1:])
-    return module.run(args)
+    try:
+        return module.run(args)
+    except ConfigError as error:
+        # Bad input (a flag, a file, a field), for every subcommand: one line naming it, exit 2.
+        heading = f"{error.heading}: " if error.heading else ""
+        print(f"{sub.prog}: {heading}{error}", file=sys.stderr)
+        return 2

@@ -796,12 +796,10 @@ def run(args: argparse.Namespace) -> int:
               f"{INSTALL_HINT}", file=sys.stderr)
         return EXIT_INVALID
 
+    # Input the replay cannot use raises ReplayInputError: one line, exit 2 (cli/main.py).
     try:
         client = prometheus_client(args)
         output = replay(args, client)
-    except ReplayInputError as err:
-        print(f"metricscale replay: {err}", file=sys.stderr)
-        return EXIT_INVALID
     except PrometheusApiClientException as err:
         print(f"metricscale replay: Prometheus refused a query: {err}", file=sys.stderr)
         return EXIT_INVALID

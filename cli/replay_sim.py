@@ -35,6 +35,7 @@ from autoscaler.model.metrics import (
 from autoscaler.model.objects import Autoscaler
 from autoscaler.model.pods import Pod, Scale, ScaleError, parse_pod, parse_scale
 from autoscaler.model.status import AutoscalerStatus
+from metricscale.core.errors import ConfigError
 
 REPLAY_LABELS = {"app.kubernetes.io/name": "replay"}
 REPLAY_SELECTOR = "app.kubernetes.io/name=replay"
@@ -42,8 +43,10 @@ SUPPORTED_TYPES = ("Pods", "Object", "External", "Resource", "ContainerResource"
 PER_POD_TYPES = ("Pods", "Resource", "ContainerResource")
 
 
-class ReplayInputError(ValueError):
+class ReplayInputError(ConfigError):
     """Input the replay cannot use; the message says what to fix (exit status 2)."""
+
+    heading = ""
 
 
 @dataclass(frozen=True)

@@ -20,6 +20,7 @@ from types import MappingProxyType
 from typing import Any, Generic, TypeVar
 
 from adapter.api.wire import status_body
+from metricscale.core.errors import ConfigError
 from metricscale.core.selectors import quote_go_string
 
 logger = logging.getLogger(__name__)
@@ -66,7 +67,7 @@ _METHOD_VERBS: Mapping[str, str] = MappingProxyType({
 })
 
 
-class AuthConfigError(ValueError):
+class AuthConfigError(ConfigError):
     """The authentication configuration (ConfigMap or flags) cannot be used."""
 
 

@@ -26,6 +26,7 @@ from adapter.auth.decisions import UserInfo
 from adapter.auth.forwarding import identity_headers
 from adapter.settings import DelegationSettings
 from metricscale import __version__
+from metricscale.core.errors import ConfigError
 
 __all__ = [
     "DISCOVERY_TIMEOUT_SECONDS",
@@ -47,7 +48,7 @@ _PASSED_ANSWER_HEADERS = ("Warning", "Retry-After")
 _USER_AGENT = f"metricscale-adapter/{__version__} (delegation)"
 
 
-class DelegateConfigError(ValueError):
+class DelegateConfigError(ConfigError):
     """The delegate's CA or client certificate files cannot be used; names the flag."""
 
 

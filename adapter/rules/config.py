@@ -39,6 +39,7 @@ from adapter.rules.resources import (
     is_promql_label_name,
 )
 from adapter.rules.templating import Template, TemplateSyntaxError, parse_template
+from metricscale.core import errors
 from metricscale.core.durations import parse_prometheus_duration
 from metricscale.core.selectors import quote_go_string
 
@@ -72,7 +73,7 @@ class ConfigIssue:
         return f"{where}{self.message}{line}"
 
 
-class ConfigError(ValueError):
+class ConfigError(errors.ConfigError):
     """The configuration is not usable; `issues` lists every problem found."""
 
     def __init__(self, issues: Sequence[ConfigIssue]) -> None:

@@ -91,6 +91,7 @@ from adapter.security.tls import (
     load_trust_bundle,
 )
 from adapter.settings import AdapterSettings, AuthFlags
+from metricscale.core.errors import ConfigError
 from metricscale.kube.errors import KubeError
 from metricscale.kube.http import KubeHTTP, connect
 from metricscale.kube.informer import InformerFailed
@@ -134,7 +135,7 @@ Clock = Callable[[], float]
 Sleep = Callable[[float], Awaitable[None]]
 
 
-class SecurityConfigError(ValueError):
+class SecurityConfigError(ConfigError):
     """Authentication flags or files that cannot be used; the message names what to fix."""
 
 

@@ -29,6 +29,7 @@ from adapter.auth.decisions import (
     PeerCertificate,
 )
 from metricscale import pki
+from metricscale.core.errors import ConfigError
 
 logger = logging.getLogger(__name__)
 
@@ -43,7 +44,7 @@ SELF_SIGNED_KEY_NAME = "apiserver.key"
 _BACKDATE = timedelta(hours=1)
 
 
-class TLSConfigError(ValueError):
+class TLSConfigError(ConfigError):
     """A certificate, key or CA bundle cannot be used."""
 
 

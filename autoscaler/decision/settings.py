@@ -11,6 +11,7 @@ from datetime import timedelta
 from typing import Any
 
 from metricscale.core.durations import format_duration, go_duration_argument
+from metricscale.core.errors import ConfigError
 
 __all__ = [
     "FLAGS",
@@ -31,7 +32,7 @@ __all__ = [
 ]
 
 
-class SettingsError(ValueError):
+class SettingsError(ConfigError):
     """A setting that cannot be used; the message names the setting."""
 
     def __init__(self, path: str, message: str) -> None:

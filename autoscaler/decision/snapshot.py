@@ -32,6 +32,7 @@ from autoscaler.model.pods import Pod, Scale, ScaleError, parse_pods, parse_scal
 from autoscaler.model.status import render_status
 from autoscaler.model.times import parse_time
 from autoscaler.model.validation import validate_spec
+from metricscale.core.errors import ConfigError
 
 __all__ = [
     "SNAPSHOT_API_VERSION",
@@ -59,8 +60,10 @@ _EXPECTED_INPUT: Mapping[str, type] = {
 }
 
 
-class SnapshotError(ValueError):
+class SnapshotError(ConfigError):
     """A snapshot that cannot be used; `str(err)` names the field (`scale.spec.replicas: ...`)."""
+
+    heading = "invalid snapshot"
 
     def __init__(self, path: str, message: str) -> None:
         super().__init__(f"{path}: {message}" if path else message)

@@ -152,6 +152,8 @@ async def _load(kubeconfig: str | None, context: str | None,
                 merged, context=context, client_configuration=configuration)
         kube_config.load_incluster_config(  # type: ignore[no-untyped-call]
             client_configuration=configuration)
+    except KubeConfigError:
+        raise  # ours already names the file and the fault (it is a ValueError too)
     except (ConfigException, OSError, ValueError) as exc:
         if kubeconfig:
             raise KubeConfigError(f"cannot use kubeconfig {kubeconfig}: {exc}") from None

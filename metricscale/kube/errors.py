@@ -14,6 +14,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, cast
 
+from metricscale.core.errors import ConfigError
+
 __all__ = [
     "MAX_RETRY_AFTER_SECONDS",
     "AlreadyExists",
@@ -72,8 +74,10 @@ class KubeError(Exception):
         return f"{head}: {self.message}" if head else self.message
 
 
-class KubeConfigError(KubeError):
+class KubeConfigError(KubeError, ConfigError):
     """No usable connection settings: a bad kubeconfig, or not running in a cluster."""
+
+    heading = ""
 
 
 class BadRequest(KubeError):

@@ -29,8 +29,8 @@ from adapter.auth.decisions import UserInfo, extra_from_headers
 from adapter.auth.forwarding import identity_headers
 from adapter.http.delegate import DelegateClient, DelegateConfigError, DelegateUnavailable
 from adapter.settings import (
+    AdapterSettingsError,
     DelegationSettings,
-    SettingsError,
     add_arguments,
     settings_from_args,
 )
@@ -159,7 +159,7 @@ def test_delegation_flags_are_read() -> None:
 ])
 def test_unusable_delegation_flags_are_one_line_errors(flags: tuple[str, ...],
                                                        message: str) -> None:
-    with pytest.raises(SettingsError, match=message) as raised:
+    with pytest.raises(AdapterSettingsError, match=message) as raised:
         _settings(*flags)
     assert "\n" not in str(raised.value)
 

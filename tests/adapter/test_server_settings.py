@@ -9,7 +9,7 @@ from decimal import Decimal
 import pytest
 
 from adapter.settings import (
-    SettingsError,
+    AdapterSettingsError,
     parse_settings,
 )
 from metricscale.core.durations import DurationError, format_duration, parse_go_duration
@@ -30,7 +30,7 @@ def test_go_durations_parse_exactly(text: str, seconds: Decimal) -> None:
 def test_malformed_durations_are_refused(text: str) -> None:
     with pytest.raises(DurationError):
         parse_go_duration(text)
-    with pytest.raises(SettingsError, match="--metrics-relist-interval: invalid duration"):
+    with pytest.raises(AdapterSettingsError, match="--metrics-relist-interval: invalid duration"):
         parse_settings([*REQUIRED, f"--metrics-relist-interval={text}"])
 
 
@@ -58,7 +58,7 @@ def test_max_age_defaults_to_the_relist_interval() -> None:
 
 
 def test_max_age_shorter_than_the_relist_interval_is_refused() -> None:
-    with pytest.raises(SettingsError, match="--metrics-max-age"):
+    with pytest.raises(AdapterSettingsError, match="--metrics-max-age"):
         parse_settings([*REQUIRED, "--metrics-relist-interval", "5m", "--metrics-max-age", "1m"])
 
 
@@ -66,7 +66,7 @@ def test_lister_kubeconfig_is_prometheus_adapters_name_for_kubeconfig() -> None:
     assert parse_settings([*REQUIRED, "--lister-kubeconfig", "k"]).kubeconfig == "k"
     assert parse_settings([*REQUIRED, "--kubeconfig", "k", "--lister-kubeconfig", "k"]) \
         .kubeconfig == "k"
-    with pytest.raises(SettingsError, match="different files"):
+    with pytest.raises(AdapterSettingsError, match="different files"):
         parse_settings([*REQUIRED, "--kubeconfig", "a", "--lister-kubeconfig", "b"])
 
 
@@ -102,14 +102,14 @@ def test_prometheus_options_reach_the_client_settings() -> None:
     (["--secure-port", "0"], "--secure-port"),
 ])
 def test_combinations_that_cannot_work_are_refused(extra: list[str], message: str) -> None:
-    with pytest.raises(SettingsError, match=message):
+    with pytest.raises(AdapterSettingsError, match=message):
         parse_settings([*REQUIRED, *extra])
 
 
 def test_serving_needs_a_config_and_a_prometheus_url() -> None:
-    with pytest.raises(SettingsError, match="--config"):
+    with pytest.raises(AdapterSettingsError, match="--config"):
         parse_settings(["--prometheus-url", "http://p:9090"])
-    with pytest.raises(SettingsError, match="--prometheus-url"):
+    with pytest.raises(AdapterSettingsError, match="--prometheus-url"):
         parse_settings(["--config", "rules.yaml"])
 
 
@@ -139,5 +139,5 @@ def test_an_empty_header_value_is_written_with_equals() -> None:
 @pytest.mark.parametrize("url", ["http://prometheus:9090/\n", "http://prom\x00etheus:9090",
                                  "http://prometheus:9090/\x7f"])
 def test_a_prometheus_url_with_a_control_character_is_refused(url: str) -> None:
-    with pytest.raises(SettingsError, match="--prometheus-url contains a control character"):
+    with pytest.raises(AdapterSettingsError, match="--prometheus-url contains a control character"):
         parse_settings(["--config", "rules.yaml", "--prometheus-url", url])

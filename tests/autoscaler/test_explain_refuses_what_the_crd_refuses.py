@@ -15,7 +15,6 @@ explain runs in this process (its `run`, on a snapshot file), as the command doe
 
 from __future__ import annotations
 
-import argparse
 import json
 import re
 from collections.abc import Iterator
@@ -24,7 +23,7 @@ from typing import Any, NamedTuple
 
 import pytest
 
-from autoscaler import explain as explain_command
+from cli.main import main
 from tests.autoscaler.test_crd import SCHEMA, VALIDATOR, cel_errors, cel_rules
 
 Obj = dict[str, Any]
@@ -93,9 +92,7 @@ def explain(spec: Obj, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> tu
                           "status": {"replicas": 3, "selector": "app=web"}}}
     path = tmp_path / "snapshot.json"
     path.write_text(json.dumps(snapshot), encoding="utf-8")
-    parser = argparse.ArgumentParser()
-    explain_command.add_arguments(parser)
-    status = explain_command.run(parser.parse_args([str(path)]))
+    status = main(["explain", str(path)])
     return status, capsys.readouterr().err
 
 
