@@ -1,9 +1,10 @@
 """`metricscale autoscaler`: the controller program (flags, wiring, HTTP endpoints, shutdown).
 
-The composition root: it loads the cluster configuration, opens the API clients, starts the
-watch caches, waits for them to fill, runs the leader elector and the controller, and serves
-`/metrics`, `/healthz` and `/readyz`. SIGTERM (or SIGINT) stops the workers, releases the
-lease so the standby takes over at once, and closes everything.
+The composition root: it loads the cluster configuration and, in `serve_autoscaler` (an
+`async with` that yields the running replica, every part of it built), opens the API clients,
+starts the watch caches, waits for them to fill, runs the leader elector and the controller,
+and serves `/metrics`, `/healthz` and `/readyz`. SIGTERM (or SIGINT) stops the workers,
+releases the lease so the standby takes over at once, and closes everything in reverse order.
 """
 
 from __future__ import annotations
@@ -16,11 +17,9 @@ import logging
 import os
 import signal
 import socket
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from types import TracebackType
-from typing import Any
 
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
@@ -56,13 +55,13 @@ from metricscale.kube.config import (
 )
 from metricscale.kube.errors import KubeConfigError, KubeError
 from metricscale.kube.http import open_kube_http
-from metricscale.kube.informer import InformerCollector, PathSource
+from metricscale.kube.informer import InformerCollector, InformerOptions, PathSource
 from metricscale.logs import add_logging_arguments, configure_logging
 from metricscale.serving import StatusAppRunner
 from metricscale.tasks import start_guarded_task
 
-__all__ = ["MAX_CONCURRENT_SYNCS", "AutoscalerServer", "Options", "StartupError",
-           "add_arguments", "options_from_arguments", "run"]
+__all__ = ["MAX_CONCURRENT_SYNCS", "AutoscalerServer", "Health", "Options", "StartupError",
+           "add_arguments", "options_from_arguments", "run", "serve_autoscaler"]
 
 logger = logging.getLogger(__name__)
 
@@ -134,7 +133,7 @@ class Options:
     lease_namespace: str = ""
     reporting_instance: str = ""
     reconcile_timeout: float | None = None
-    informer_options: dict[str, Any] | None = None
+    informer_options: InformerOptions = field(default_factory=InformerOptions)
 
 
 class StartupError(Exception):
@@ -197,112 +196,165 @@ def _utc_now() -> datetime:
     return datetime.now(UTC)
 
 
-class AutoscalerServer:
-    """One controller replica; `async with AutoscalerServer(configuration, options)`.
+class Health:
+    """Whether a replica still works: the first background task that dies stops it."""
 
-    Tests run several in one process (each with its own registry and identity).
-    """
-
-    def __init__(self, configuration: Configuration, options: Options, *,
-                 registry: CollectorRegistry | None = None,
-                 clock: Callable[[], datetime] = _utc_now,
-                 on_fatal: Callable[[BaseException], None] | None = None) -> None:
-        self.configuration = configuration
-        self.options = options
-        self.registry = registry or CollectorRegistry()
-        self.clock = clock
-        self._on_fatal = on_fatal
-        self._stack = contextlib.AsyncExitStack()
-        self._tasks: list[asyncio.Task[Any]] = []
-        self._runner: web.AppRunner | None = None
-        self.fatal: BaseException | None = None
+    def __init__(self, on_fatal: Callable[[BaseException], None] | None = None) -> None:
+        self.fatal: BaseException | None = None  # None while every task runs
         self.stopped = asyncio.Event()
-        self.port: int | None = None
-        self.kube: KubeClient | None = None
-        self.watching: Watching | None = None
-        self.controller: Controller | None = None
-        self.elector: LeaderElector | None = None
-        self.guard: LeaderGuard | None = None
-        self.reconciler: Reconciler | None = None
-        self._stats = ControllerMetrics(self.registry)
-        self.registry.register(AutoscalerSeries(self._cached_autoscalers))
-        self.registry.register(InformerCollector(
-            lambda: [] if self.watching is None else self.watching.informers))
-        self._frozen = False
+        self._on_fatal = on_fatal
 
-    def _cached_autoscalers(self) -> Iterator[tuple[str, Autoscaler]]:
-        # Read at scrape time: objects that did not parse have nothing to show.
-        if self.watching is None:
-            return
-        for informer in self.watching.autoscaler_informers():
-            for _, entry in informer.items():
-                if entry.autoscaler is not None:
-                    yield entry.key.kind, entry.autoscaler
-
-    async def __aenter__(self) -> AutoscalerServer:
-        try:
-            await self.start()
-        except BaseException:
-            await self.stop()
-            raise
-        return self
-
-    async def __aexit__(self, exc_type: type[BaseException] | None,
-                        exc: BaseException | None, tb: TracebackType | None) -> None:
-        await self.stop()
-
-    def _failed(self, exc: BaseException) -> None:
+    def failed(self, exc: BaseException) -> None:
         if self.fatal is None:
             self.fatal = exc
         self.stopped.set()
         if self._on_fatal is not None:
             self._on_fatal(exc)
 
-    async def start(self) -> None:
-        options = self.options
-        stats = self._stats
-        # One session for every request, the informers' lists and watches included.
-        http = await self._stack.enter_async_context(
-            open_kube_http(self.configuration, user_agent=USER_AGENT))
-        self.kube = KubeClient(
-            http, registry=self.registry,
-            reporting_instance=options.reporting_instance or socket.gethostname())
-        metrics = MetricsClient(self.kube,
-                                version_ttl=options.settings.sync_period.total_seconds())
-        self.watching = Watching(lambda path: PathSource(http, path),
-                                 native_hpa=options.native_hpa,
-                                 namespace=options.namespace or None,
-                                 informer_options=options.informer_options)
-        election = options.leader_election
-        if election.enabled:
-            self.elector = LeaderElector(
-                self.kube, config=election, identity=options.identity or default_identity(),
-                namespace=options.lease_namespace or default_lease_namespace(),
-                clock=self.clock, on_change=self._leadership_changed,
-                settings=options.settings)
-            self.guard = self.elector.guard
-        else:
-            self.guard = LeaderGuard.always_leader(clock=self.clock)
-            stats.leader.set(1)
-        watching = self.watching
-        self.reconciler = Reconciler(kube=self.kube, metrics=metrics, watching=watching,
-                                     settings=options.settings, dry_run=options.dry_run,
-                                     leader=self.guard, controller_metrics=stats)
-        self.controller = Controller(
-            self.reconciler, sync_period=options.settings.sync_period,
-            workers=options.concurrent_syncs, metrics=stats,
-            reconcile_timeout=options.reconcile_timeout,
-            may_work=self.guard.wait_until_leader,
-            exists=lambda key: watching.get(key) is not None,
-            wall_clock=self.clock)
-        watching.subscribe(self.controller.on_event)
-        await self._serve_http()
-        watching.start(on_failure=self._failed)
-        self._tasks.append(start_guarded_task(self._run(), name="autoscaler main",
-                                              on_failure=self._failed))
 
-    async def _run(self) -> None:
-        assert self.watching is not None and self.controller is not None
+@dataclass(frozen=True)
+class AutoscalerServer:
+    """One running controller replica, as `serve_autoscaler` yields it.
+
+    Tests run several in one process (each with its own registry and identity).
+    """
+
+    kube: KubeClient
+    watching: Watching
+    reconciler: Reconciler
+    controller: Controller
+    guard: LeaderGuard
+    registry: CollectorRegistry
+    health: Health
+    port: int | None  # of /metrics, /healthz and /readyz; None: --metrics-bind-address 0
+    shutdown: Callable[[], Awaitable[None]] = field(repr=False)
+
+    async def stop(self) -> None:
+        """Stop this replica now (the workers, the lease, the caches), as leaving the `async
+        with` does first; the endpoints and the clients close when it is left."""
+        await self.shutdown()
+
+    @property
+    def fatal(self) -> BaseException | None:
+        return self.health.fatal
+
+    @property
+    def stopped(self) -> asyncio.Event:
+        return self.health.stopped
+
+
+@contextlib.asynccontextmanager
+async def serve_autoscaler(configuration: Configuration, options: Options, *,
+                           registry: CollectorRegistry | None = None,
+                           clock: Callable[[], datetime] = _utc_now,
+                           on_fatal: Callable[[BaseException], None] | None = None
+                           ) -> AsyncIterator[AutoscalerServer]:
+    """Open the API clients, build the watch caches, the leader elector and the controller,
+    serve the HTTP endpoints, then start the caches and the main task; on leaving, stop the
+    workers, release the lease (the elector does on cancel) and close everything in reverse
+    order. StartupError: the endpoints cannot listen."""
+    registry = registry or CollectorRegistry()
+    health = Health(on_fatal)
+    stats = ControllerMetrics(registry)
+    try:
+        # One session for every request, the informers' lists and watches included.
+        async with open_kube_http(configuration, user_agent=USER_AGENT) as http:
+            kube = KubeClient(
+                http, registry=registry,
+                reporting_instance=options.reporting_instance or socket.gethostname())
+            watching = Watching(lambda path: PathSource(http, path),
+                                native_hpa=options.native_hpa,
+                                namespace=options.namespace or None,
+                                informer_options=options.informer_options)
+            registry.register(AutoscalerSeries(lambda: _cached_autoscalers(watching)))
+            registry.register(InformerCollector(lambda: watching.informers))
+
+            def leadership_changed(leader: bool) -> None:
+                stats.leader.set(1 if leader else 0)
+                if leader:
+                    # What this replica remembers may be stale: read every history back and
+                    # sync all (the elector runs, and so calls this, once `controller` exists).
+                    controller.reset(watching.keys())
+
+            elector = _elector(kube, options, clock=clock, settings=options.settings,
+                               on_change=leadership_changed)
+            guard = elector.guard if elector is not None else LeaderGuard.always_leader(
+                clock=clock)
+            if elector is None:
+                stats.leader.set(1)
+            reconciler, controller = _controller(kube, watching, guard, options=options,
+                                                 stats=stats, clock=clock)
+            main = _MainTask(watching=watching, controller=controller, kube=kube,
+                             options=options, stats=stats, elector=elector)
+            async with _endpoints(options.metrics_bind_address, registry=registry,
+                                  watching=watching, health=health) as port:
+                watching.start(on_failure=health.failed)
+                shutdown = _Shutdown(main, start_guarded_task(
+                    main.run(), name="autoscaler main", on_failure=health.failed), health)
+                try:
+                    yield AutoscalerServer(kube=kube, watching=watching, reconciler=reconciler,
+                                           controller=controller, guard=guard,
+                                           registry=registry, health=health, port=port,
+                                           shutdown=shutdown)
+                finally:
+                    await shutdown()
+    finally:
+        health.stopped.set()
+
+
+def _cached_autoscalers(watching: Watching) -> Iterator[tuple[str, Autoscaler]]:
+    # Read at scrape time: objects that did not parse have nothing to show.
+    for informer in watching.autoscaler_informers():
+        for _, entry in informer.items():
+            if entry.autoscaler is not None:
+                yield entry.key.kind, entry.autoscaler
+
+
+def _controller(kube: KubeClient, watching: Watching, guard: LeaderGuard, *, options: Options,
+                stats: ControllerMetrics, clock: Callable[[], datetime]
+                ) -> tuple[Reconciler, Controller]:
+    """The reconciler and the work queue's controller, fed by the autoscaler caches."""
+    metrics = MetricsClient(kube, version_ttl=options.settings.sync_period.total_seconds())
+    reconciler = Reconciler(kube=kube, metrics=metrics, watching=watching,
+                            settings=options.settings, dry_run=options.dry_run, leader=guard,
+                            controller_metrics=stats)
+    controller = Controller(
+        reconciler, sync_period=options.settings.sync_period,
+        workers=options.concurrent_syncs, metrics=stats,
+        reconcile_timeout=options.reconcile_timeout,
+        may_work=guard.wait_until_leader,
+        exists=lambda key: watching.get(key) is not None,
+        wall_clock=clock)
+    watching.subscribe(controller.on_event)
+    return reconciler, controller
+
+
+def _elector(kube: KubeClient, options: Options, *, clock: Callable[[], datetime],
+             settings: Settings, on_change: Callable[[bool], None]) -> LeaderElector | None:
+    """The leader elector, with leader election on (--leader-elect)."""
+    election = options.leader_election
+    if not election.enabled:
+        return None
+    return LeaderElector(
+        kube, config=election, identity=options.identity or default_identity(),
+        namespace=options.lease_namespace or default_lease_namespace(), clock=clock,
+        on_change=on_change, settings=settings)
+
+
+@dataclass
+class _MainTask:
+    """Wait for the caches to fill, then run the leader elector (or publish the settings once),
+    the controller and the gauges."""
+
+    watching: Watching
+    controller: Controller
+    kube: KubeClient
+    options: Options
+    stats: ControllerMetrics
+    elector: LeaderElector | None  # None: no leader election
+    frozen: bool = False
+
+    async def run(self) -> None:
         while not await self.watching.wait_synced(_SYNC_REPORT_SECONDS):
             logger.warning("the caches of autoscalers and pods are still filling: %s", "; ".join(
                 f"{i.name}: {i.last_error or 'waiting'}" for i in self.watching.informers
@@ -314,7 +366,7 @@ class AutoscalerServer:
         # them (measured: 0.8 s per full collection with them, each a stall of every worker).
         # They are acyclic, so what leaves the caches later is still freed by reference count.
         gc.freeze()
-        self._frozen = True
+        self.frozen = True
         async with asyncio.TaskGroup() as group:
             if self.elector is not None:
                 group.create_task(self.elector.run(), name="leader elector")
@@ -326,7 +378,6 @@ class AutoscalerServer:
     async def _publish_settings(self) -> None:
         """Without leader election, publish the decision settings on the Lease anyway, once,
         best effort: `explain --live` reads them there."""
-        assert self.kube is not None
         options = self.options
         namespace = options.lease_namespace or default_lease_namespace()
         name = options.leader_election.resource_name
@@ -338,55 +389,91 @@ class AutoscalerServer:
                            namespace, name, exc)
 
     async def _gauges(self) -> None:
-        assert self.watching is not None and self.controller is not None
         while True:
-            self._stats.autoscalers.set(len(self.watching.keys()))
-            self._stats.queue_depth.set(len(self.controller.queue))
+            self.stats.autoscalers.set(len(self.watching.keys()))
+            self.stats.queue_depth.set(len(self.controller.queue))
             await asyncio.sleep(5)
 
-    def _leadership_changed(self, leader: bool) -> None:
-        self._stats.leader.set(1 if leader else 0)
-        if leader and self.controller is not None and self.watching is not None:
-            # What this replica remembers may be stale: read every history back and sync all.
-            self.controller.reset(self.watching.keys())
 
-    # -- HTTP --
+@dataclass
+class _Shutdown:
+    """Stop the workers, release the lease (the elector does when cancelled) and stop the
+    caches, once."""
 
-    async def _serve_http(self) -> None:
-        address = parse_bind_address(self.options.metrics_bind_address)
-        if address is None:
+    main: _MainTask
+    task: asyncio.Task[None]
+    health: Health
+    done: bool = False
+
+    async def __call__(self) -> None:
+        if self.done:
             return
-        app = web.Application()
-        app.router.add_get("/metrics", self._metrics)
-        app.router.add_get("/healthz", self._healthz)
-        app.router.add_get("/livez", self._healthz)
-        app.router.add_get("/readyz", self._readyz)
-        self._runner = StatusAppRunner(app, access_log=None)
-        await self._runner.setup()
-        site = web.TCPSite(self._runner, address[0], address[1])
+        self.done = True
+        self.main.controller.shut_down()
+        self.task.cancel()
+        with contextlib.suppress(asyncio.CancelledError, Exception):
+            await self.task
+        await self.main.watching.stop()
+        if self.main.frozen:
+            # A process that runs more than one controller (tests) must not pin their objects.
+            gc.unfreeze()
+        self.health.stopped.set()
+
+
+# --------------------------------------------------------------------------------------------
+# HTTP: /metrics, /healthz, /livez, /readyz
+
+
+@contextlib.asynccontextmanager
+async def _endpoints(bind_address: str, *, registry: CollectorRegistry, watching: Watching,
+                     health: Health) -> AsyncIterator[int | None]:
+    """Serve the endpoints on `bind_address` while inside; the port (None: switched off)."""
+    address = parse_bind_address(bind_address)
+    if address is None:
+        yield None
+        return
+    app = web.Application()
+    endpoints = _Endpoints(registry=registry, watching=watching, health=health)
+    app.router.add_get("/metrics", endpoints.metrics)
+    app.router.add_get("/healthz", endpoints.healthz)
+    app.router.add_get("/livez", endpoints.healthz)
+    app.router.add_get("/readyz", endpoints.readyz)
+    runner = StatusAppRunner(app, access_log=None)
+    await runner.setup()
+    try:
+        site = web.TCPSite(runner, address[0], address[1])
         try:
             await site.start()
         except OSError as error:
-            raise StartupError(f"cannot listen on --metrics-bind-address "
-                               f"{self.options.metrics_bind_address}: "
+            raise StartupError(f"cannot listen on --metrics-bind-address {bind_address}: "
                                f"{error.strerror or error}") from None
-        sockets = self._runner.addresses
-        self.port = int(sockets[0][1]) if sockets else address[1]
-        logger.info("serving /metrics, /healthz and /readyz on %s:%d", address[0], self.port)
+        sockets = runner.addresses
+        port = int(sockets[0][1]) if sockets else address[1]
+        logger.info("serving /metrics, /healthz and /readyz on %s:%d", address[0], port)
+        yield port
+    finally:
+        await runner.cleanup()
 
-    async def _metrics(self, request: web.Request) -> web.Response:
+
+@dataclass(frozen=True)
+class _Endpoints:
+    registry: CollectorRegistry
+    watching: Watching
+    health: Health
+
+    async def metrics(self, request: web.Request) -> web.Response:
         return web.Response(body=generate_latest(self.registry),
                             headers={"Content-Type": CONTENT_TYPE_LATEST})
 
-    async def _healthz(self, request: web.Request) -> web.Response:
-        if self.fatal is not None:
-            return web.Response(status=500, text=f"failed: {self.fatal!r}\n")
+    async def healthz(self, request: web.Request) -> web.Response:
+        if self.health.fatal is not None:
+            return web.Response(status=500, text=f"failed: {self.health.fatal!r}\n")
         return web.Response(text="ok\n")
 
-    async def _readyz(self, request: web.Request) -> web.Response:
-        if self.fatal is not None:
-            return web.Response(status=500, text=f"failed: {self.fatal!r}\n")
-        if self.watching is None or not self.watching.synced:
+    async def readyz(self, request: web.Request) -> web.Response:
+        if self.health.fatal is not None:
+            return web.Response(status=500, text=f"failed: {self.health.fatal!r}\n")
+        if not self.watching.synced:
             return web.Response(status=503, text="caches are still filling\n")
         # One line per cache, as kube-apiserver's verbose readyz: a stalled watch shows here.
         lines = []
@@ -400,30 +487,6 @@ class AutoscalerServer:
                                 text="\n".join(lines) + "\nreadyz check failed\n")
         return web.Response(text="ok\n")
 
-    # -- shutdown --
-
-    async def stop(self) -> None:
-        """Stop the workers, release the lease (the elector does on cancel), close clients."""
-        if self.controller is not None:
-            self.controller.shut_down()
-        for task in self._tasks:
-            task.cancel()
-        for task in self._tasks:
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await task
-        self._tasks.clear()
-        if self.watching is not None:
-            await self.watching.stop()
-        if self._runner is not None:
-            await self._runner.cleanup()
-            self._runner = None
-        await self._stack.aclose()
-        if self._frozen:
-            # A process that runs more than one controller (tests) must not pin their objects.
-            gc.unfreeze()
-            self._frozen = False
-        self.stopped.set()
-
 
 async def _main(args: argparse.Namespace) -> int:
     # A flag that cannot be used raises ConfigError: one line naming it, exit 2 (cli/main.py).
@@ -436,23 +499,22 @@ async def _main(args: argparse.Namespace) -> int:
         failed.append(error)
         stop.set()
 
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, stop.set)
     try:
         async with open_configuration(kubeconfig=resolve_kubeconfig(args.kubeconfig),
                                       context=args.context,
-                                      on_failure=credentials_failed) as configuration:
-            server = AutoscalerServer(configuration, options)
-            for signum in (signal.SIGTERM, signal.SIGINT):
-                loop.add_signal_handler(signum, server.stopped.set)
-            async with server:
-                logger.info("metricscale autoscaler started (identity %s, %d workers, sync "
-                            "period %s%s)", options.identity, options.concurrent_syncs,
-                            format_duration(options.settings.sync_period),
-                            ", dry run" if options.dry_run else "")
-                stopping = asyncio.create_task(stop.wait())
-                await asyncio.wait([stopping, asyncio.create_task(server.stopped.wait())],
-                                   return_when=asyncio.FIRST_COMPLETED)
-                stopping.cancel()
-                logger.info("stopping: releasing the lease and closing")
+                                      on_failure=credentials_failed) as configuration, \
+                serve_autoscaler(configuration, options) as server:
+            logger.info("metricscale autoscaler started (identity %s, %d workers, sync "
+                        "period %s%s)", options.identity, options.concurrent_syncs,
+                        format_duration(options.settings.sync_period),
+                        ", dry run" if options.dry_run else "")
+            stopping = asyncio.create_task(stop.wait())
+            await asyncio.wait([stopping, asyncio.create_task(server.stopped.wait())],
+                               return_when=asyncio.FIRST_COMPLETED)
+            stopping.cancel()
+            logger.info("stopping: releasing the lease and closing")
     except KubeConfigError as error:
         # A file the user named that cannot be used is bad usage; the in-cluster account is not.
         if args.kubeconfig:

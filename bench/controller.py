@@ -242,7 +242,7 @@ class PassResult:
 async def _run_full(args: argparse.Namespace) -> dict[str, Any]:
     from autoscaler.controller.leader import LeaderElectionConfig
     from autoscaler.decision.settings import Settings
-    from autoscaler.server import AutoscalerServer, Options
+    from autoscaler.server import Options, serve_autoscaler
     from metricscale.kube.config import Configuration
 
     _pin(0)
@@ -269,9 +269,7 @@ async def _run_full(args: argparse.Namespace) -> dict[str, Any]:
         # timeout for the fake's first LIST of 100,000 pods on a busy machine.
         informer_options={"list_read_timeout": 600.0})
     try:
-        async with AutoscalerServer(configuration, options) as server:
-            assert server.watching is not None and server.controller is not None
-            assert server.kube is not None
+        async with serve_autoscaler(configuration, options) as server:
             controller, kube = server.controller, server.kube
             synced_at = time.monotonic()
             watching = server.watching

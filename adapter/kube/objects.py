@@ -14,7 +14,7 @@ import json
 import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Unpack
 
 from adapter.kube.catalog import ClusterCatalog
 from adapter.rules.resources import NODES, PODS, GroupResource, ResourceInfo
@@ -25,6 +25,7 @@ from metricscale.kube.http import KubeHTTP
 from metricscale.kube.informer import (
     Informer,
     InformerFailed,
+    InformerOptions,
     ObjectMeta,
     PathSource,
     collection_path,
@@ -110,7 +111,7 @@ class ObjectCaches:
     catalog: ClusterCatalog
     sync_timeout: float = 10.0
     on_failure: Callable[[BaseException], None] | None = None
-    informer_options: Mapping[str, Any] = field(default_factory=dict)
+    informer_options: InformerOptions = field(default_factory=InformerOptions)
     # Called once a cache has first filled (the server moves what it holds out of the
     # collector's generations then: thousands of pods a full collection need not walk).
     on_filled: Callable[[], None] = lambda: None
@@ -187,7 +188,7 @@ class ObjectCaches:
             informer: Informer[ObjectMeta] = Informer(
                 PathSource(self.http, path, metadata_only=not whole),
                 project=project_pod if whole else project_metadata, name=str(key),
-                **dict(self.informer_options))
+                **self.informer_options)
             cache = self._caches[key] = _Cache(informer, info)
             informer.subscribe(lambda event: cache.selections.clear(), replay=False)
             informer.start(on_failure=self.on_failure)
@@ -224,7 +225,7 @@ def _configmap_data(obj: Mapping[str, Any]) -> Mapping[str, str]:
 
 def authentication_config_informer(
         http: KubeHTTP, *, on_change: Callable[[Mapping[str, str] | None], None],
-        **informer_options: Any) -> Informer[Mapping[str, str]]:
+        **informer_options: Unpack[InformerOptions]) -> Informer[Mapping[str, str]]:
     """An informer (not started) on kube-system/extension-apiserver-authentication's data.
 
     `on_change` gets the ConfigMap's `data` on every change, and None when it is deleted. The

@@ -94,7 +94,7 @@ from adapter.settings import AdapterSettings, AuthFlags
 from metricscale.core.errors import ConfigError
 from metricscale.kube.errors import KubeError
 from metricscale.kube.http import KubeHTTP, connect
-from metricscale.kube.informer import InformerFailed
+from metricscale.kube.informer import InformerFailed, InformerOptions
 from metricscale.kube.requests import KubeRequests
 from metricscale.kube.retry import honour_retry_after
 from metricscale.tasks import SingleFlight, start_guarded_task
@@ -546,7 +546,7 @@ class AdapterSecurity:
     authentication_kubeconfig: str | None = None
     authorization_kubeconfig: str | None = None
     sync_timeout: float = DEFAULT_CONFIGMAP_SYNC_SECONDS
-    informer_options: Mapping[str, Any] = field(default_factory=dict)
+    informer_options: InformerOptions = field(default_factory=InformerOptions)
     _on_fatal: Callable[[BaseException], None] | None = field(default=None, init=False,
                                                               repr=False)
 
@@ -641,7 +641,7 @@ def build_security(settings: AdapterSettings, *, tls: ReloadingServerContext | N
                    clock: Clock = time.time, sleep: Sleep = asyncio.sleep,
                    jitter: Callable[[], float] = random.random,
                    sync_timeout: float = DEFAULT_CONFIGMAP_SYNC_SECONDS,
-                   informer_options: Mapping[str, Any] | None = None) -> AdapterSecurity:
+                   informer_options: InformerOptions | None = None) -> AdapterSecurity:
     """The authenticator, authorizer and configuration source the flags ask for.
 
     Reads the CA files of the flags now (raises SecurityConfigError); opens nothing: the
@@ -673,4 +673,4 @@ def build_security(settings: AdapterSettings, *, tls: ReloadingServerContext | N
         source=source, token_reviews=token_reviews, access_reviews=access_reviews,
         authentication_kubeconfig=authentication_kubeconfig,
         authorization_kubeconfig=flags.authorization_kubeconfig or authentication_kubeconfig,
-        sync_timeout=sync_timeout, informer_options=dict(informer_options or {}))
+        sync_timeout=sync_timeout, informer_options=InformerOptions(**(informer_options or {})))

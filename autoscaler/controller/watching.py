@@ -29,6 +29,7 @@ from metricscale.core.selectors import Operator, Selector, SelectorError, parse_
 from metricscale.kube.informer import (
     Informer,
     InformerEvent,
+    InformerOptions,
     ListWatchSource,
     collection_path,
 )
@@ -347,8 +348,8 @@ class Watching:
 
     def __init__(self, sources: Callable[[str], ListWatchSource], *, native_hpa: bool = False,
                  namespace: str | None = None,
-                 informer_options: Mapping[str, Any] | None = None) -> None:
-        options = dict(informer_options or {})
+                 informer_options: InformerOptions | None = None) -> None:
+        options = informer_options or InformerOptions()
         self.pods = PodIndex()
         self.selectors = SelectorCache()
         self.registry = SelectorRegistry(self.pods, self.selectors)

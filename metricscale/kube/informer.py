@@ -22,7 +22,7 @@ import time
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
-from typing import Any, Generic, Literal, NamedTuple, NoReturn, Protocol, TypeVar, cast
+from typing import Any, Generic, Literal, NamedTuple, NoReturn, Protocol, TypedDict, TypeVar, cast
 from urllib.parse import quote
 
 import aiohttp
@@ -48,6 +48,7 @@ __all__ = [
     "InformerCollector",
     "InformerEvent",
     "InformerFailed",
+    "InformerOptions",
     "ListWatchSource",
     "ObjectKey",
     "ObjectMeta",
@@ -88,6 +89,23 @@ DEFAULT_STALL_TIMEOUT = BOOKMARK_INTERVAL_SECONDS + _STALL_MARGIN_SECONDS
 
 # ---------------------------------------------------------------------------------------------
 # Values
+
+
+class InformerOptions(TypedDict, total=False):
+    """How every Informer of a program lists, watches and retries (Informer's keyword
+    arguments of the same names; what is not given keeps its default). Tests shorten them."""
+
+    page_size: int
+    watch_timeout_seconds: int
+    inactivity_timeout: float | None
+    stall_timeout: float | None
+    connect_timeout: float
+    read_grace: float
+    list_read_timeout: float
+    backoff: Backoff
+    clock: Callable[[], float]
+    sleep: Callable[[float], Awaitable[None]]
+    jitter: Callable[[], float]
 
 
 class ObjectKey(NamedTuple):

@@ -10,7 +10,7 @@ from collections.abc import AsyncIterator
 import pytest
 
 from autoscaler.decision.settings import Settings
-from autoscaler.server import AutoscalerServer, Options
+from autoscaler.server import Options, serve_autoscaler
 from tests.e2e.test_autoscaler_support import election, install_crd
 from tests.fakes.kube_api import FakeKubeAPI
 from tests.raw_http import raw_exchange, unparseable_requests
@@ -22,7 +22,7 @@ async def metrics_port(fake_kube: FakeKubeAPI) -> AsyncIterator[int]:
     options = Options(settings=Settings(), leader_election=election(enabled=False),
                       concurrent_syncs=1, identity="replica-a", lease_namespace="metricscale",
                       reporting_instance="replica-a", metrics_bind_address="127.0.0.1:0")
-    async with AutoscalerServer(fake_kube.api_client_configuration(None), options) as server:
+    async with serve_autoscaler(fake_kube.api_client_configuration(None), options) as server:
         yield server.port
 
 

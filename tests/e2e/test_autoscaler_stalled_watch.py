@@ -12,7 +12,7 @@ from pathlib import Path
 import aiohttp
 
 from autoscaler.decision.settings import Settings
-from autoscaler.server import AutoscalerServer, Options
+from autoscaler.server import Options, serve_autoscaler
 from metricscale.kube.retry import Backoff
 from tests.e2e.test_autoscaler_support import (
     GROUP,
@@ -59,7 +59,7 @@ async def test_a_stalled_autoscaler_watch_restarts_reports_unready_and_applies_m
                      publish=backend.publisher("http_requests")):
         fake_kube.create(GROUP, VERSION, PLURAL, autoscaler(
             "web", target="web", metrics=[pods_metric("http_requests", "10")]))
-        async with AutoscalerServer(fake_kube.api_client_configuration(None), options) as server, \
+        async with serve_autoscaler(fake_kube.api_client_configuration(None), options) as server, \
                 aiohttp.ClientSession() as http:
             assert server.watching is not None
             informer = server.watching.autoscalers

@@ -26,7 +26,7 @@ from aiohttp import web
 
 from autoscaler.controller.leader import LeaderElectionConfig
 from autoscaler.decision.settings import Settings
-from autoscaler.server import AutoscalerServer, Options
+from autoscaler.server import AutoscalerServer, Options, serve_autoscaler
 from metricscale import pki
 from metricscale.core.selectors import parse_selector
 from tests.e2e.test_adapter_auth_support import (
@@ -490,7 +490,7 @@ async def controller(fake: FakeKubeAPI, *, identity: str = "replica-a",
         lease_namespace="metricscale",
         reporting_instance=identity, metrics_bind_address="127.0.0.1:0",
         informer_options={"watch_timeout_seconds": watch_timeout})
-    async with AutoscalerServer(fake.api_client_configuration(token), options) as server:
+    async with serve_autoscaler(fake.api_client_configuration(token), options) as server:
         yield server
         assert server.fatal is None, f"the controller failed: {server.fatal!r}"
 
