@@ -64,6 +64,7 @@ from adapter.settings import (
     settings_from_args,
 )
 from metricscale.core.selectors import Selector
+from metricscale.files import FileError, read_text
 from metricscale.kube.config import open_configuration
 from metricscale.kube.errors import KubeConfigError, KubeError
 from metricscale.kube.http import connect
@@ -88,7 +89,7 @@ _SAMPLE_NAME = "<name>"
 
 
 def _load_config(path: str) -> AdapterConfig:
-    """Read and parse the rule file; raises ConfigError (or OSError) for the caller to report.
+    """Read and parse the rule file; raises ConfigError (or FileError) for the caller to report.
 
     The same function reads each reloaded version, so a reload fails exactly as start-up would.
     """
@@ -118,8 +119,8 @@ def _self_managed(settings: AdapterSettings) -> bool:
 
 def _pod_namespace() -> str:
     try:
-        return _SERVICE_ACCOUNT_NAMESPACE.read_text(encoding="utf-8").strip() or DEFAULT_NAMESPACE
-    except OSError:
+        return read_text(str(_SERVICE_ACCOUNT_NAMESPACE)).strip() or DEFAULT_NAMESPACE
+    except FileError:
         return DEFAULT_NAMESPACE
 
 
@@ -352,8 +353,8 @@ def check_config(settings: AdapterSettings, *, out: TextIO | None = None) -> int
                   file=out)
             return 0
         config = parse_config(config_text)
-    except OSError as error:
-        print(f"{path}: cannot read: {error.strerror or error}", file=out)
+    except FileError as error:
+        print(f"{path}: cannot read: {error.strerror}", file=out)
         return 1
     except UnicodeDecodeError as error:
         print(f"{path}: error: not UTF-8 text (byte {error.start})", file=out)
@@ -542,9 +543,9 @@ def _start_config(path: str) -> AdapterConfig:
     """--config read and parsed; what is wrong with it in one line (AdapterSettingsError)."""
     try:
         return _load_config(path)
-    except OSError as error:
-        raise AdapterSettingsError(f"--config {path}: cannot read it: "
-                                   f"{error.strerror or error}") from None
+    except FileError as error:
+        raise AdapterSettingsError(f"--config {path}: cannot read it: {error.strerror}"
+                                   ) from None
     except ConfigError as error:
         shown = "; ".join(str(issue) for issue in error.issues[:_SHOWN_ISSUES])
         more = len(error.issues) - _SHOWN_ISSUES

@@ -25,13 +25,17 @@ MAX_FILE_BYTES = 16 * 1024 * 1024
 class FileError(ValueError):
     """A file that cannot be used. `str()` is one line naming the file and the problem:
     `cannot read PATH: PROBLEM` when `reading` (missing, a directory, too large), else
-    `PATH is PROBLEM` (`not UTF-8 text (byte 3)`, `not YAML: ...`)."""
+    `PATH is PROBLEM` (`not UTF-8 text (byte 3)`, `not YAML: ...`). `strerror` is the
+    operating system's own words when it refused the read (`No such file or directory`),
+    for a command that quotes them; None for every other problem."""
 
-    def __init__(self, path: str, problem: str, *, reading: bool = False) -> None:
+    def __init__(self, path: str, problem: str, *, reading: bool = False,
+                 strerror: str | None = None) -> None:
         super().__init__(f"cannot read {path}: {problem}" if reading else f"{path} is {problem}")
         self.path = path
         self.problem = problem
         self.reading = reading
+        self.strerror = strerror
 
 
 def _too_large(path: str, limit: int) -> FileError:
@@ -45,7 +49,8 @@ def read_bytes(path: str, *, limit: int = MAX_FILE_BYTES) -> bytes:
         with open(path, "rb") as handle:
             data = handle.read(limit + 1)
     except OSError as error:
-        raise FileError(path, (error.strerror or str(error)).lower(), reading=True) from None
+        words = error.strerror or str(error)
+        raise FileError(path, words.lower(), reading=True, strerror=words) from None
     if len(data) > limit:
         raise _too_large(path, limit)
     return data

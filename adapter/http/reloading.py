@@ -31,6 +31,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge
 from adapter.http.snapshots import FirstRelistFailed, LiveConfig, SnapshotOpener
 from adapter.rules.config import AdapterConfig, ConfigError, ConfigIssue, parse_config
 from adapter.settings import PrometheusConfigError
+from metricscale.files import FileError, read_bytes
 
 __all__ = [
     "MAX_CONFIG_BYTES",
@@ -54,17 +55,21 @@ MAX_CONFIG_BYTES = 4 * 1024 * 1024
 
 
 def read_config_bytes(path: str) -> bytes:
-    """The rule file's bytes; raises ConfigError past MAX_CONFIG_BYTES (or OSError)."""
-    with open(path, "rb") as file:
-        raw = file.read(MAX_CONFIG_BYTES + 1)
-    if len(raw) > MAX_CONFIG_BYTES:
+    """The rule file's bytes, by metricscale.files' bounded reader: ConfigError past
+    MAX_CONFIG_BYTES, FileError (with the system's `strerror`) when it cannot be read."""
+    try:
+        return read_bytes(path, limit=MAX_CONFIG_BYTES)
+    except FileError as error:
+        if error.strerror is not None:
+            raise
         raise ConfigError([ConfigIssue("", f"larger than {MAX_CONFIG_BYTES >> 20} MiB, the most "
-                                       "a rule file may hold (a ConfigMap holds at most 1 MiB)")])
-    return raw
+                                       "a rule file may hold (a ConfigMap holds at most 1 MiB)")]
+                          ) from None
 
 
 def read_config_file(path: str) -> AdapterConfig:
-    """Read and parse the rule file; raises ConfigError (or OSError) for the caller to report."""
+    """Read and parse the rule file; raises ConfigError (or FileError) for the caller to
+    report."""
     raw = read_config_bytes(path)
     try:
         text = raw.decode("utf-8")
@@ -182,8 +187,8 @@ class ConfigReloader:
         self._retry_at = None
         try:
             config = read_config_file(self._path)
-        except OSError as error:
-            return self._failed(why, f"cannot read it: {error.strerror or error}")
+        except FileError as error:
+            return self._failed(why, f"cannot read it: {error.strerror}")
         except ConfigError as error:
             return self._failed(why, "; ".join(str(issue) for issue in error.issues))
         if self._started_with_rules and not config.has_rules:

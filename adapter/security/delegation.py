@@ -21,7 +21,6 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any, Protocol
 
 import aiohttp
@@ -92,6 +91,7 @@ from adapter.security.tls import (
 )
 from adapter.settings import AdapterSettings, AuthFlags
 from metricscale.core.errors import ConfigError
+from metricscale.files import FileError, read_bytes
 from metricscale.kube.errors import KubeError
 from metricscale.kube.http import KubeHTTP, connect
 from metricscale.kube.informer import InformerFailed, InformerOptions
@@ -223,9 +223,9 @@ def _read_pem_file(flag: str, path: str | None) -> bytes | None:
     if not path:
         return None
     try:
-        return Path(path).read_bytes()
-    except OSError as error:
-        raise SecurityConfigError(f"{flag} {path}: {error.strerror or error}") from None
+        return read_bytes(path)
+    except FileError as error:
+        raise SecurityConfigError(f"{flag} {path}: {error.strerror or error.problem}") from None
 
 
 def _flags_config(flags: AuthFlags) -> AuthenticationConfig:

@@ -30,6 +30,7 @@ from adapter.auth.decisions import (
 )
 from metricscale import pki
 from metricscale.core.errors import ConfigError
+from metricscale.files import FileError, read_bytes
 
 logger = logging.getLogger(__name__)
 
@@ -268,7 +269,11 @@ class _Fingerprint:
 def _files_fingerprint(paths: Sequence[Path]) -> _Fingerprint:
     # Content digests, not mtimes alone: a Secret volume swaps files through a symlink and can keep
     # an old mtime, and a rewrite within one mtime tick must still be seen.
-    return _Fingerprint(tuple(hashlib.sha256(path.read_bytes()).hexdigest() for path in paths))
+    try:
+        return _Fingerprint(tuple(hashlib.sha256(read_bytes(str(path))).hexdigest()
+                                  for path in paths))
+    except FileError as error:
+        raise TLSConfigError(f"cannot read the serving certificate files: {error}") from error
 
 
 class ReloadingServerContext:
@@ -315,10 +320,7 @@ class ReloadingServerContext:
         A pair that does not load (e.g. caught half-written) keeps the previous context and
         raises :class:`TLSConfigError`, so the caller can log it and try again later.
         """
-        try:
-            fingerprint = _files_fingerprint((self._cert_file, self._key_file))
-        except OSError as error:
-            raise TLSConfigError(f"cannot read the serving certificate files: {error}") from error
+        fingerprint = _files_fingerprint((self._cert_file, self._key_file))
         if fingerprint == self._fingerprint:
             return False
         self._current = build_server_context(
