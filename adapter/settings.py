@@ -25,8 +25,10 @@ from metricscale.kube.config import add_kubeconfig_arguments, resolve_kubeconfig
 from metricscale.logs import add_logging_arguments
 
 __all__ = [
+    "ACCEPT_ENCODINGS",
     "DEFAULT_CERT_DIR",
     "DEFAULT_RELIST_INTERVAL",
+    "AcceptEncoding",
     "AdapterSettings",
     "AdapterSettingsError",
     "AuthFlags",
@@ -66,6 +68,11 @@ DEFAULT_DELEGATE_TIMEOUT_SECONDS = 10.0
 
 
 Method = Literal["POST", "GET"]
+# What Prometheus may compress its answers with. identity (the default): over loopback or a
+# cluster network gzip costs Prometheus and the adapter more CPU than it saves in transfer (a
+# 100-sample answer is ~10 kB); gzip is for a backend behind a slow or metered link.
+AcceptEncoding = Literal["identity", "gzip"]
+ACCEPT_ENCODINGS: tuple[AcceptEncoding, ...] = ("identity", "gzip")
 _HEADER_NAME = re.compile(r"^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$")
 
 
@@ -121,6 +128,7 @@ class PrometheusSettings:
     coalesce_window: float = 1.0
     max_connections: int = 100
     cache_ttl: float = 0.0
+    accept_encoding: AcceptEncoding = "identity"
 
     def __post_init__(self) -> None:
         control = control_character(self.url)
@@ -137,6 +145,8 @@ class PrometheusSettings:
             raise PrometheusConfigError("--prometheus-url must be an http:// or https:// URL")
         if self.method not in ("POST", "GET"):
             raise PrometheusConfigError("--prometheus-verb must be GET or POST")
+        if self.accept_encoding not in ACCEPT_ENCODINGS:
+            raise PrometheusConfigError("--prometheus-accept-encoding must be identity or gzip")
         if not (self.timeout > 0 and math.isfinite(self.timeout)):
             raise PrometheusConfigError("--prometheus-timeout must be a positive duration")
         if not (self.coalesce_window >= 0 and math.isfinite(self.coalesce_window)):
@@ -324,6 +334,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     prom.add_argument("--prometheus-verb", default="POST", type=str.upper,
                       choices=["POST", "GET"],
                       help="HTTP method of queries (default POST: no URL length limit)")
+    prom.add_argument("--prometheus-accept-encoding", default="identity", type=str.lower,
+                      choices=ACCEPT_ENCODINGS,
+                      help="what Prometheus may compress its answers with (default identity: "
+                           "on loopback or in a cluster gzip costs more CPU than it saves; gzip "
+                           "for a backend behind a slow link; a backends: entry may set its own "
+                           "acceptEncoding)")
     prom.add_argument("--prometheus-cache-ttl", default="0",
                       help="reuse a query's answer for this long (default 0: off; e.g. 5s when "
                            "several HPAs read one metric within a scrape interval)")
@@ -429,7 +445,8 @@ def prometheus_headers(args: argparse.Namespace) -> tuple[tuple[str, str], ...]:
 
 def prometheus_settings_from_args(args: argparse.Namespace, *,
                                   headers: tuple[tuple[str, str], ...], timeout: float,
-                                  method: Method = "POST", cache_ttl: float = 0.0
+                                  method: Method = "POST", cache_ttl: float = 0.0,
+                                  accept_encoding: AcceptEncoding = "identity"
                                   ) -> PrometheusSettings:
     """PrometheusSettings from the flags of `add_prometheus_arguments` (the `headers` and
     `timeout` already read, each command wording its own errors); raises
@@ -447,6 +464,7 @@ def prometheus_settings_from_args(args: argparse.Namespace, *,
         timeout=timeout,
         method=method,
         cache_ttl=cache_ttl,
+        accept_encoding=accept_encoding,
     )
 
 
@@ -474,8 +492,11 @@ def _prometheus_settings(args: argparse.Namespace) -> PrometheusSettings | None:
         method: Method = "GET" if args.prometheus_verb == "GET" else "POST"
         timeout = float(_duration_flag("--prometheus-timeout", args.prometheus_timeout))
         cache_ttl = float(_ttl_flag("--prometheus-cache-ttl", args.prometheus_cache_ttl))
+        encoding: AcceptEncoding = ("gzip" if args.prometheus_accept_encoding == "gzip"
+                                    else "identity")
         return prometheus_settings_from_args(args, headers=headers, timeout=timeout,
-                                             method=method, cache_ttl=cache_ttl)
+                                             method=method, cache_ttl=cache_ttl,
+                                             accept_encoding=encoding)
     except PrometheusConfigError as error:
         raise AdapterSettingsError(str(error)) from None
 
@@ -599,11 +620,14 @@ def backend_prometheus_settings(backend: BackendConfig, *, flags: PrometheusSett
                                 tenant: str | None = None) -> PrometheusSettings:
     """The client settings of a `backends:` entry (of one of its tenants, if it has them).
 
-    What the entry does not set comes from the `--prometheus-*` flags (`timeout`, `verb`) or is
+    What the entry does not set comes from the `--prometheus-*` flags (`timeout`, `verb`,
+    `acceptEncoding`) or is
     not the file's to set (coalescing, connection limit, cache); credentials are never inherited
     from the flags, which belong to the `default` backend.
     """
     method: Method = "GET" if (backend.verb or flags.method).upper() == "GET" else "POST"
+    encoding: AcceptEncoding = ("gzip" if (backend.accept_encoding or flags.accept_encoding)
+                                == "gzip" else "identity")
     return PrometheusSettings(
         url=backend.url,
         headers=tenant_headers(backend, tenant),
@@ -619,4 +643,5 @@ def backend_prometheus_settings(backend: BackendConfig, *, flags: PrometheusSett
         coalesce_window=flags.coalesce_window,
         max_connections=flags.max_connections,
         cache_ttl=flags.cache_ttl,
+        accept_encoding=encoding,
     )

@@ -8,6 +8,10 @@ Decisions worth knowing (the README's differences section quotes them):
 
 * Queries go by POST (form body) unless GET is chosen, so a 2,000-pod regex never meets a URL
   length limit (prometheus-adapter defaults to GET).
+* `Accept-Encoding: identity` unless the backend is set to gzip: Prometheus gzips what a
+  client accepts, and on loopback or a cluster network compressing and inflating a 10 kB
+  answer costs both ends more CPU than the bytes saved (prometheus-adapter's Go client asks
+  for gzip). A `--prometheus-header Accept-Encoding=...` wins over the setting.
 * Single-flight: identical instant queries in flight at the same time share one backend request.
   A query joins a request already in flight for the same PromQL when their evaluation times
   are at most `coalesce_window` (1 s by default) apart; it then gets the answer evaluated at
@@ -494,6 +498,8 @@ class PrometheusClient:
         proxy = proxy_for(self._base, urllib.request.getproxies())
         self._proxy_options = {}
         self._headers = CIMultiDict(self.settings.headers)
+        # Set, aiohttp sends no Accept-Encoding of its own (it would ask for gzip and deflate).
+        self._headers.setdefault("Accept-Encoding", self.settings.accept_encoding)
         if proxy.ignored:
             logger.warning("not using the proxy set in the environment for %s: %s",
                            self._base.origin(), proxy.ignored)

@@ -115,6 +115,7 @@ class BackendConfig:
     insecure_skip_verify: bool = False
     timeout_seconds: float | None = None
     verb: str | None = None
+    accept_encoding: str | None = None  # identity or gzip; None: the flag's
     # None: the tenant of every namespace the adapter sees (adapter.rules.tenants).
     tenants: tuple[str, ...] | None = None
 
@@ -369,7 +370,7 @@ _RESOURCE_RULE_FIELDS = ("containerQuery", "nodeQuery", "resources", "containerL
                          "backend")
 _BACKEND_FIELDS = ("name", "url", "headers", "bearerTokenFile", "basicAuth", "caFile",
                    "clientCertFile", "clientKeyFile", "insecureSkipVerify", "timeout", "verb",
-                   "tenants")
+                   "acceptEncoding", "tenants")
 _BACKEND_NAME = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
 _HEADER_NAME = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
 _EQUALITY_WITH_REGEX = re.compile(r'__name__\s*!?=\s*"[^"]*[\^$*+?()\[\]|\\]')
@@ -504,6 +505,10 @@ class _ConfigBuilder:
         verb = string(fields.get("verb"), f"{path}.verb").upper() or None
         if verb not in (None, "GET", "POST"):
             self.decoder.issue(f"{path}.verb", "must be GET or POST", fields.get("verb"))
+        encoding = string(fields.get("acceptEncoding"), f"{path}.acceptEncoding").lower() or None
+        if encoding not in (None, "identity", "gzip"):
+            self.decoder.issue(f"{path}.acceptEncoding", "must be identity or gzip",
+                               fields.get("acceptEncoding"))
         # Absent (or null): the tenant of every namespace the adapter sees; given (even empty):
         # only those (adapter.rules.tenants).
         tenants: tuple[str, ...] | None = None
@@ -532,7 +537,7 @@ class _ConfigBuilder:
             ca_file=string(fields.get("caFile"), f"{path}.caFile") or None,
             client_cert_file=cert or None, client_key_file=key or None,
             insecure_skip_verify=bool(insecure), timeout_seconds=timeout, verb=verb,
-            tenants=tenants)
+            accept_encoding=encoding, tenants=tenants)
 
     def check_url(self, url: str, path: str, node: yaml.Node) -> None:
         if not url:

@@ -319,6 +319,29 @@ async def test_extra_headers_repeat_and_reach_the_backend(backend: Backend) -> N
     assert "authorization" not in headers
 
 
+async def gzipped_vector(request: web.Request, backend: Backend) -> web.StreamResponse:
+    """Compresses when the client accepts gzip, as Prometheus' API does."""
+    response = await vector_of_query(request, backend)
+    assert isinstance(response, web.Response)
+    if "gzip" in request.headers.get("Accept-Encoding", ""):
+        response.enable_compression(web.ContentCoding.gzip)
+    return response
+
+
+@pytest.mark.parametrize(("settings", "sent"), [
+    ({}, ["identity"]),
+    ({"accept_encoding": "gzip"}, ["gzip"]),
+    ({"headers": (("Accept-Encoding", "br"),)}, ["br"]),
+])
+async def test_answers_are_asked_uncompressed_unless_gzip_is_chosen(
+        backend: Backend, settings: dict[str, Any], sent: list[str]) -> None:
+    backend.handler = gzipped_vector
+    async with client_for(PrometheusSettings(url=backend.url, **settings)) as client:
+        result = await client.query("up", at=1)
+    assert backend.seen[0].headers["accept-encoding"] == sent
+    assert isinstance(result, Vector) and result.samples[0].labels == {"q": "up"}
+
+
 async def test_bearer_token_file_is_reread_when_it_changes(backend: Backend,
                                                            tmp_path: Path) -> None:
     token = tmp_path / "token"

@@ -85,6 +85,23 @@ def test_prometheus_options_reach_the_client_settings() -> None:
     assert prometheus.ca_file == "ca.pem" and prometheus.insecure_skip_verify
     assert prometheus.basic_auth_username == "u"
     assert prometheus.cache_ttl == 5.0
+    assert prometheus.accept_encoding == "identity"
+
+
+def test_answers_are_asked_uncompressed_unless_a_backend_or_the_flag_says_gzip() -> None:
+    from adapter.rules.config import parse_config
+    from adapter.settings import backend_prometheus_settings
+
+    config = parse_config("backends:\n- {name: far, url: http://far, acceptEncoding: gzip}\n"
+                          "- {name: near, url: http://near}\n")
+    far, near = config.backends
+    for flag, expected in (([], ("gzip", "identity", "identity")),
+                           (["--prometheus-accept-encoding", "GZIP"], ("gzip", "gzip", "gzip"))):
+        flags = parse_settings([*REQUIRED, *flag]).prometheus
+        assert flags is not None
+        assert (backend_prometheus_settings(far, flags=flags).accept_encoding,
+                backend_prometheus_settings(near, flags=flags).accept_encoding,
+                flags.accept_encoding) == expected
 
 
 @pytest.mark.parametrize(("extra", "message"), [

@@ -28,6 +28,7 @@ backends:
   caFile: /etc/thanos/ca.crt
   timeout: 10s
   verb: get
+  acceptEncoding: gzip
 - name: mimir
   url: http://mimir-gateway.mimir.svc/prometheus
   headers:
@@ -58,6 +59,7 @@ def test_backends_are_parsed_with_their_options() -> None:
     thanos, mimir = config.backends
     assert (thanos.name, thanos.url, thanos.ca_file, thanos.timeout_seconds, thanos.verb) == (
         "thanos", "https://thanos-query.monitoring.svc:9090", "/etc/thanos/ca.crt", 10.0, "GET")
+    assert (thanos.accept_encoding, mimir.accept_encoding) == ("gzip", None)
     assert not thanos.per_namespace
     assert mimir.per_namespace and mimir.tenants == ("team-a", "team-b")
     tenant, static = mimir.headers
@@ -80,7 +82,7 @@ def test_an_unknown_backend_name_is_reported_at_the_rule() -> None:
     assert problems(THANOS_AND_MIMIR + "externalRules:" + RULE.replace(
         "metricsQuery", "backend: victoria\n  metricsQuery")) == [
         'externalRules[0].backend: unknown backend "victoria" (known: default, mimir, thanos)'
-        " (line 16)"]
+        " (line 17)"]
 
 
 def test_duplicate_names_default_and_bad_urls_are_errors_with_lines() -> None:
@@ -109,6 +111,7 @@ backends:
     ("  bogus: 1\n", "backends[0].bogus: field bogus not found in type Backend (line 4)"),
     ("  timeout: soon\n", 'backends[0].timeout: not a valid duration string: "soon" (line 4)'),
     ("  verb: PUT\n", "backends[0].verb: must be GET or POST (line 4)"),
+    ("  acceptEncoding: br\n", "backends[0].acceptEncoding: must be identity or gzip (line 4)"),
     ("  basicAuth: {username: u}\n",
      "backends[0].basicAuth: needs both username and passwordFile (line 4)"),
     ("  tenants: [a]\n", "backends[0].tenants: needs a header whose value is a template over "
