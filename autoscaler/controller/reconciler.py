@@ -24,7 +24,12 @@ from typing import Any, Protocol
 from prometheus_client import Gauge
 
 from autoscaler.controller.stats import ControllerMetrics
-from autoscaler.controller.watching import AutoscalerEntry, AutoscalerKey, SelectorRegistry
+from autoscaler.controller.watching import (
+    AutoscalerEntry,
+    AutoscalerKey,
+    SelectorRegistry,
+    project_autoscaler,
+)
 from autoscaler.decision.conditions import ACTIVE, FALLBACK, PAUSED
 from autoscaler.decision.conflicts import CONFLICT_CONDITION, EXTERNAL_CHANGE_REASON
 from autoscaler.decision.decide import (
@@ -223,6 +228,25 @@ class _Memory:
     persisted: History | None  # the history the autoscaler carries (last written or read)
     ignored_pods: int | None = None  # KEP-5325: status.ignoredPods with OwnerReferences
     failing_metrics: frozenset[str] = frozenset()  # the metric_read_failures series set
+    written: _Written | None = None  # our last status write, until the cache has it
+
+
+@dataclass(frozen=True)
+class _Written:
+    """The status this controller last wrote, and the resourceVersion of the object it
+    changed. While the watch cache still holds that version, the cache has not seen the
+    write, and a reconcile must decide from what was written: a transition decided from the
+    older status would post its event twice, or miss one (an immediate sync and a periodic
+    one can run back to back, faster than the watch delivers the first one's write)."""
+
+    before: str
+    status: Mapping[str, Any]
+
+
+def _resource_version(raw: Mapping[str, Any]) -> str | None:
+    metadata = raw.get("metadata")
+    version = metadata.get("resourceVersion") if isinstance(metadata, Mapping) else None
+    return str(version) if version is not None else None
 
 
 def invalid_spec_status(current: Mapping[str, Any], *, error: str, generation: int | None,
@@ -317,6 +341,20 @@ class Reconciler:
         self._memory[entry.key] = memory
         return memory
 
+    @staticmethod
+    def _with_own_write(entry: AutoscalerEntry, memory: _Memory) -> AutoscalerEntry:
+        """The cached entry, with the status this controller wrote if the cache is still at
+        the version that write replaced (see _Written); once the cache moved past it, the
+        cache is the truth again."""
+        written = memory.written
+        if written is None:
+            return entry
+        if _resource_version(entry.raw) != written.before:
+            memory.written = None
+            return entry
+        return project_autoscaler({**entry.raw, "status": dict(written.status)},
+                                  kind=entry.key.kind)
+
     # -- the step --
 
     async def reconcile_once(self, key: AutoscalerKey, now: datetime) -> ReconcileResult:
@@ -328,6 +366,10 @@ class Reconciler:
         if autoscaler is None:
             return await self._invalid(entry, now)
         memory = self._remember(entry, now)
+        entry = self._with_own_write(entry, memory)
+        autoscaler = entry.autoscaler
+        if autoscaler is None:
+            return await self._invalid(entry, now)
         namespace = autoscaler.metadata.namespace
         ref = autoscaler.spec.scale_target_ref
 
@@ -507,6 +549,7 @@ class Reconciler:
                     self._leader.ensure()
                     await self._kube.write_hpa_status(namespace=namespace, name=name,
                                                       status=status, previous=entry.status)
+                    self._remember_write(entry, memory, status)
                 if persist:
                     await self._write_history_annotation(entry, decision.history, now=now,
                                                          horizon=horizon)
@@ -534,6 +577,7 @@ class Reconciler:
             self._leader.ensure()
             await self._kube.write_autoscaler_status(namespace=namespace, name=name,
                                                      status=status, previous=current)
+            self._remember_write(entry, memory, status)
         except KubeError as err:
             logger.warning("failed to update status for %s: %s", name, err)
             if self._stats is not None:
@@ -546,6 +590,12 @@ class Reconciler:
         if persist:
             memory.persisted = decision.history
         return True
+
+    @staticmethod
+    def _remember_write(entry: AutoscalerEntry, memory: _Memory,
+                        status: Mapping[str, Any]) -> None:
+        before = _resource_version(entry.raw)
+        memory.written = _Written(before=before, status=status) if before is not None else None
 
     async def _write_history_annotation(self, entry: AutoscalerEntry, history: History, *,
                                         now: datetime, horizon: timedelta) -> None:

@@ -104,6 +104,8 @@ class MemoryKube:
     fail: dict[str, list[KubeError]] = field(default_factory=dict)
     kinds: dict[str, ResourceMapping] = field(
         default_factory=lambda: {"Deployment": DEPLOYMENTS})
+    # True: status writes are not (yet) seen by the caches, as when the watch lags behind.
+    lagging_watch: bool = False
 
     def set_scale(self, namespace: str, name: str, *, replicas: int, selector: str,
                   status_replicas: int | None = None) -> None:
@@ -155,9 +157,14 @@ class MemoryKube:
 
     def _apply_status(self, namespace: str, name: str, kind: str,
                       status: Mapping[str, Any], previous: Mapping[str, Any] | None) -> None:
+        if self.lagging_watch:
+            return
         key = AutoscalerKey(kind, namespace, name)
         entry = self.caches.entries[key]
         raw = dict(entry.raw)
+        metadata = dict(raw.get("metadata") or {})
+        metadata["resourceVersion"] = str(int(metadata.get("resourceVersion") or 0) + 1)
+        raw["metadata"] = metadata
         patch = merge_patch(previous or {}, status)
         merged = dict(raw.get("status") or {})
         for field_name, value in patch.items():
