@@ -16,6 +16,7 @@ from datetime import UTC, datetime
 import pytest
 import pytest_asyncio
 
+from adapter.http.app import METRICS_REGISTRY_KEY
 from tests.adapter.test_server_harness import (
     HPA_ACCEPT,
     RFC3339_SECONDS,
@@ -517,14 +518,20 @@ async def test_identical_concurrent_requests_share_one_prometheus_query(world: W
     client = world.adapter.prometheus
     before = client.backend_requests
     path = f"{CUSTOM}/v1beta2/namespaces/shop/pods/*/capi_requests?labelSelector=app%3Dweb"
+    registry = world.adapter.app[METRICS_REGISTRY_KEY]
+
+    def joined() -> float:
+        return registry.get_sample_value("metricscale_prometheus_requests_shared_total",
+                                         {"backend": "default", "endpoint": "query"}) or 0.0
+
+    joined_before = joined()
     world.prometheus.pause()
     try:
         requests = [asyncio.create_task(world.adapter.get(path)) for _ in range(20)]
-        for _ in range(500):
-            if client.backend_requests > before and all(
-                    not task.done() for task in requests):
-                await asyncio.sleep(0.2)  # give every request time to join the one in flight
-                break
+        # Held until the other 19 have joined the one request in flight (Prometheus is
+        # paused, so none of them can finish first).
+        while joined() - joined_before < 19:
+            assert not any(task.done() for task in requests), "a request ended early"
             await asyncio.sleep(0.01)
     finally:
         world.prometheus.resume()

@@ -31,7 +31,7 @@ from metricscale.kube.discovery import ResourceMapping
 from metricscale.kube.errors import Conflict, KindNotFound, KubeError
 
 
-async def eventually(check: Callable[[], object], within: float = 5.0,
+async def eventually(check: Callable[[], object], within: float = 60.0,
                      message: str = "") -> None:
     """Poll `check` until it is truthy; fail after `within` seconds (a bound, not a delay)."""
     loop = asyncio.get_running_loop()

@@ -175,9 +175,9 @@ async def test_a_stuck_reconcile_holds_only_its_own_worker(reconciler: FakeRecon
         await eventually(lambda: key("stuck") in reconciler.calls)
         others = [key(f"k{i}") for i in range(20)]
         controller.enqueue_all(others)
-        await eventually(lambda: set(others) <= set(reconciler.calls), within=2)
+        await eventually(lambda: set(others) <= set(reconciler.calls))
         # ... and the stuck one is cut at its time limit and rescheduled with a backoff.
-        await eventually(lambda: key("stuck") in controller.schedule._due, within=2)
+        await eventually(lambda: key("stuck") in controller.schedule._due)
 
 
 async def test_a_failing_autoscaler_does_not_stop_the_others(reconciler: FakeReconciler) -> None:
@@ -268,7 +268,7 @@ async def test_the_timer_queues_due_autoscalers_without_a_nudge(
     controller = Controller(reconciler, sync_period=timedelta(milliseconds=50), workers=1)
     async with running(controller):
         controller.queue.add(key("a"))
-        await eventually(lambda: reconciler.calls.count(key("a")) >= 3, within=3)
+        await eventually(lambda: reconciler.calls.count(key("a")) >= 3)
 
 
 # ---------------------------------------------------------------------- informer events
@@ -343,7 +343,8 @@ async def test_workers_wait_for_the_lease_and_a_lost_lease_stops_rescheduling(
     controller = Controller(reconciler, sync_period=SYNC, workers=2, may_work=may_work)
     async with running(controller):
         controller.enqueue_all([key("a"), key("b")])
-        await asyncio.sleep(0.05)
+        for _ in range(50):  # loop turns enough for a worker to reach the reconciler if it may
+            await asyncio.sleep(0)
         assert reconciler.calls == []
         leading.set()
         await eventually(lambda: len(reconciler.calls) == 2)

@@ -126,7 +126,9 @@ async def test_timeout_seconds_ends_the_stream(fake_kube: FakeKubeAPI,
     events = [e async for e in kube_http.watch(PODS, {
         "resourceVersion": str(fake_kube.resource_version), "timeoutSeconds": "1"})]
     elapsed = time.monotonic() - started
-    assert events == [] and 0.9 <= elapsed < 3
+    # The stream ended by itself (the test's own timeout guards a stream that never ends),
+    # and not before its timeoutSeconds.
+    assert events == [] and elapsed >= 0.9
 
 
 async def test_selector_transitions_become_added_and_deleted(

@@ -273,15 +273,21 @@ class PrometheusClient:
         params: Sequence[tuple[str, str]] = (),
         *,
         timeout: float | None = None,
+        method: str = "POST",
     ) -> Any:
-        """POST form parameters to /api/v1/<path> and return the `data` of a success answer."""
-        body = urllib.parse.urlencode(list(params)).encode()
-        request = urllib.request.Request(
-            f"{self.url}/api/v1/{path}",
-            data=body,
-            method="POST",
-            headers={"Content-Type": "application/x-www-form-urlencoded"},
-        )
+        """Form parameters to /api/v1/<path> (POST, or GET for the endpoints that take only
+        GET, such as targets) and the `data` of a success answer."""
+        encoded = urllib.parse.urlencode(list(params))
+        if method == "GET":
+            request = urllib.request.Request(
+                f"{self.url}/api/v1/{path}" + (f"?{encoded}" if encoded else ""), method="GET")
+        else:
+            request = urllib.request.Request(
+                f"{self.url}/api/v1/{path}",
+                data=encoded.encode(),
+                method="POST",
+                headers={"Content-Type": "application/x-www-form-urlencoded"},
+            )
         try:
             with self._opener.open(request, timeout=timeout or self.request_timeout) as response:
                 payload = json.load(response)
@@ -325,7 +331,7 @@ class PrometheusClient:
 
     def targets(self) -> list[dict[str, Any]]:
         """The active scrape targets with their health and last error (for diagnostics)."""
-        data = self.api("targets", [("state", "active")])
+        data = self.api("targets", [("state", "active")], method="GET")
         return list(data.get("activeTargets", []))
 
     def ready(self) -> bool:
