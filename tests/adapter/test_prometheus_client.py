@@ -29,7 +29,9 @@ from adapter.prometheus.client import (
     UnexpectedResultType,
     Vector,
     VectorSample,
+    _general_result,
     _SeriesReader,
+    _typed_result,
     encode_form,
     format_time,
     parse_query_response,
@@ -129,6 +131,42 @@ def test_other_codes_are_errors_with_the_code_and_json_is_not_read(
 def test_malformed_success_answers_are_query_errors(body: bytes) -> None:
     with pytest.raises(PrometheusQueryError):
         parse_query_response(200, body)
+
+
+_SAMPLE_TIMES = st.one_of(st.floats(min_value=0, max_value=2e10, allow_nan=False),
+                          st.integers(min_value=0, max_value=2**40))
+_LABELS = st.dictionaries(st.text(max_size=8), st.text(max_size=8), max_size=4)
+
+
+@given(samples=st.lists(st.tuples(_LABELS, _SAMPLE_TIMES, st.text(max_size=8)), max_size=8),
+       scalar=st.tuples(_SAMPLE_TIMES, st.text(max_size=8)),
+       warnings=st.one_of(st.none(), st.lists(st.text(max_size=8), max_size=2)))
+def test_the_typed_decoder_reads_every_answer_as_the_general_path_does(
+        samples: list[tuple[dict[str, str], float, str]], scalar: tuple[float, str],
+        warnings: list[str] | None) -> None:
+    extra = {} if warnings is None else {"warnings": warnings}
+    # Samples of one time (an instant query's), and each with its own.
+    for result in ([{"metric": labels, "value": [when, value]}
+                    for labels, when, value in samples],
+                   [{"metric": labels, "value": [scalar[0], value]}
+                    for labels, _, value in samples]):
+        body = ok("vector", result, **extra)
+        typed, general = _typed_result(body), _general_result(200, body)
+        assert isinstance(typed, Vector) and isinstance(general, Vector)
+        assert typed == general
+        # equal Decimals may differ in their text (1.0 and 1): the text is what is written
+        assert [str(s.timestamp) for s in typed.samples] == [
+            str(s.timestamp) for s in general.samples]
+    body = ok("scalar", list(scalar), **extra)
+    typed, general = _typed_result(body), _general_result(200, body)
+    assert isinstance(typed, Scalar) and isinstance(general, Scalar)
+    assert (typed, str(typed.timestamp)) == (general, str(general.timestamp))
+
+
+def test_a_sample_without_its_metric_has_no_labels() -> None:
+    body = ok("vector", [{"value": [1.5, "1"]}])
+    assert parse_query_response(200, body) == _general_result(200, body) == Vector(
+        samples=(VectorSample({}, Decimal("1.5"), "1"),))
 
 
 @pytest.mark.parametrize(("seconds", "expected"), [
