@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from datetime import datetime
 
-from autoscaler.decision.conditions import FALLBACK, TRUE, remove_condition, set_condition
+from autoscaler.decision.conditions import FALLBACK, TRUE, set_condition
 from autoscaler.decision.events import Event
 from autoscaler.decision.outcome import Draft
 from autoscaler.decision.phrases import phrase_replicas
@@ -73,13 +73,13 @@ def report_fallback(draft: Draft, *, fallbacks: Sequence[tuple[int, int, int]],
     `fallbacks` are the (metric, proposal, failed reads) in use, `failures` the metrics with a
     fallback whose reads fail.
     """
-    was = next((c for c in draft.conditions if c.type == FALLBACK and c.status == TRUE), None)
+    was = draft.true_condition(FALLBACK)
     if not fallbacks:
         if was is not None:
-            draft.conditions = remove_condition(draft.conditions, FALLBACK)
-            draft.events.append(Event("Normal", "FallbackEnded", "every metric reads again: "
-                                      "the fallback no longer applies"))
-            draft.explanation.append("The metrics read again: no fallback applies.")
+            draft.lift_condition(
+                FALLBACK, event=Event("Normal", "FallbackEnded", "every metric reads again: "
+                                      "the fallback no longer applies"),
+                explanation="The metrics read again: no fallback applies.")
         return
     steady, counted, timed = [], [], []
     failing = {failure.metric: failure for failure in failures}

@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
+from autoscaler.decision.conditions import TRUE, remove_condition
 from autoscaler.decision.events import Event
 from autoscaler.model.history import History
 from autoscaler.model.spec import Behavior
@@ -147,6 +148,17 @@ class Draft:
             previous_status=self.old, events=tuple(self.events),
             metrics=self.details, limits=tuple(self.limits), history=self.history,
             explanation=tuple(self.explanation), error=error, ignored_pods=self.ignored_pods)
+
+    def true_condition(self, condition_type: str) -> Condition | None:
+        """The condition of that type while it is True, else None."""
+        return next((c for c in self.conditions
+                     if c.type == condition_type and c.status == TRUE), None)
+
+    def lift_condition(self, condition_type: str, *, event: Event, explanation: str) -> None:
+        """Remove one of our conditions that applied, with the event and the words saying so."""
+        self.conditions = remove_condition(self.conditions, condition_type)
+        self.events.append(event)
+        self.explanation.append(explanation)
 
     def status(self, *, desired_replicas: int) -> AutoscalerStatus:
         return AutoscalerStatus(current_replicas=self.current, desired_replicas=desired_replicas,

@@ -21,7 +21,7 @@ from datetime import datetime
 from typing import NamedTuple
 
 from autoscaler.decision.conditions import PAUSED as PAUSED_CONDITION
-from autoscaler.decision.conditions import TRUE, remove_condition, set_condition
+from autoscaler.decision.conditions import TRUE, set_condition
 from autoscaler.decision.events import Event
 from autoscaler.decision.outcome import Draft, Limit
 from autoscaler.decision.phrases import phrase_replicas
@@ -132,14 +132,13 @@ def _read_flag(annotation: Callable[[str], str | None], key: str) -> bool | Paus
 def report_pause(draft: Draft, pause: Pause | None, *, now: datetime) -> None:
     """The Paused condition while paused (and the events of pausing and resuming); without a
     pause annotation no condition is added, so an unpaused autoscaler's status is upstream's."""
-    was = next((c for c in draft.conditions
-                if c.type == PAUSED_CONDITION and c.status == TRUE), None)
+    was = draft.true_condition(PAUSED_CONDITION)
     if pause is None:
         if was is not None:
-            draft.conditions = remove_condition(draft.conditions, PAUSED_CONDITION)
-            draft.events.append(Event("Normal", "Resumed", "the pause annotations were "
-                                      "removed: scaling resumes"))
-            draft.explanation.append("The pause was lifted: the autoscaler scales again.")
+            draft.lift_condition(
+                PAUSED_CONDITION, event=Event("Normal", "Resumed", "the pause annotations "
+                                              "were removed: scaling resumes"),
+                explanation="The pause was lifted: the autoscaler scales again.")
         return
     draft.conditions = set_condition(draft.conditions, type=PAUSED_CONDITION, status=TRUE,
                                      reason=pause.reason, message=pause.message, now=now)
