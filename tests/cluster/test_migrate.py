@@ -14,19 +14,25 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import tempfile
 import time
+from collections.abc import Iterator
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 
 from testbed.binaries import CHECKOUT
-from testbed.controlplane import ControlPlane, Kubelet
+from testbed.controlplane import CONTROLLERS, ControlPlane, Kubelet
 from testbed.install import Installation
 from testbed.load import Load
 from testbed.processes import wait_until
+from testbed.pytest_plugin import require_peers
 from tests.cluster.test_upstream_hpa_twins import Replicas, deployment, until
 from tests.fakes.exporter import Exporter
+from tests.fakes.prometheus import PrometheusServer
 
 WINDOW = 40  # the HPA's scale-down window, seconds
 SYNC = 5.0  # both controllers' sync period here
@@ -209,3 +215,89 @@ def test_prometheus_adapter_chart_values_become_a_configmap_the_adapter_reads(
                              cwd=CHECKOUT, timeout=120, check=False)
     assert checked.returncode == 0, checked.stdout + checked.stderr
     assert "valid: 7 rules" in checked.stdout
+
+
+# --- An HPA that metricscale itself ran (native-HPA mode): its history carried exactly -------
+
+WITHOUT_HPA = tuple(c for c in CONTROLLERS if c != "horizontal-pod-autoscaler-controller")
+STEP = 30  # the scale-down policy's period: one pod per STEP seconds
+
+
+@pytest.fixture(scope="module")
+def native(prometheus: PrometheusServer) -> Iterator[Installation]:
+    """A control plane whose kube-controller-manager runs no HPA controller, and metricscale's
+    autoscaler with --enable-native-hpa (the one way it may act on HPAs)."""
+    require_peers("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler",
+                  "kubectl")
+    with tempfile.TemporaryDirectory(prefix="metricscale-migrate-native-") as workdir, \
+            ControlPlane(controllers=WITHOUT_HPA) as cluster:
+        kubelet = cluster.start_kubelet(("migrate-a",))
+        prometheus.add_target(kubelet.address, job="kubelet-migrate")
+        installed = Installation(cluster=cluster, workdir=Path(workdir),
+                                 prometheus_url=prometheus.url,
+                                 autoscaler_args=("--enable-native-hpa",))
+        try:
+            installed.install_manifests()
+            cluster.kubectl("apply", "-f",
+                            str(CHECKOUT / "manifests" / "autoscaler" / "native-hpa-rbac.yaml"))
+            installed.start_adapter()
+            installed.start_autoscaler()
+            installed.kubelet = kubelet
+            yield installed
+        finally:
+            installed.stop()
+            prometheus.remove_target(kubelet.address)
+
+
+async def test_a_native_hpas_own_history_is_carried_exactly_and_its_rate_limit_holds(
+        native: Installation, exporter: Exporter) -> None:
+    """Our controller ran the HPA, one pod down per 30 s, and stepped down once (4 to 3): the
+    Autoscaler starts from the HPA's own history annotation, so its next step down waits for
+    the rest of that period, as the HPA's would have."""
+    cluster = native.cluster
+    assert native.kubelet is not None
+    namespace = "handover"
+    cluster.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}})
+    cluster.apply(deployment("web", namespace, replicas=4))
+    hpa_path = f"/apis/autoscaling/v2/namespaces/{namespace}/horizontalpodautoscalers/web"
+    ours_path = f"/apis/metricscale.dev/v1alpha1/namespaces/{namespace}/autoscalers/web"
+    with Replicas(cluster, namespace) as replicas, \
+            Load(cluster, native.kubelet, namespace=namespace, selector={"app": "web"},
+                 exporter=exporter, metric="jobs_in_flight", metric_total=35) as load:
+        await until(lambda: served_items(cluster, (
+            f"/apis/custom.metrics.k8s.io/v1beta2/namespaces/{namespace}/pods/*/"
+            "jobs_in_flight?labelSelector=app%3Dweb")) == 4, what="jobs_in_flight served")
+        cluster.apply(hpa("web", namespace, behavior={"scaleDown": {
+            "stabilizationWindowSeconds": 0,
+            "policies": [{"type": "Pods", "value": 1, "periodSeconds": STEP}]}}))
+        await until(lambda: conditions(cluster.get(hpa_path)).get("ScalingActive") == (
+            "True", "ValidMetricFound"), what="the HPA keeping 4 (35 at 10 a pod)")
+        load.set(metric_total=5)  # 1 pod would do: one step down per period
+        await until(lambda: replicas.now("web") == 3, what="the HPA's first step down",
+                    diagnose=lambda: cluster.kubectl("describe", "hpa", "web", "-n",
+                                                     namespace).stdout + "\n" + (
+                        native.workdir / "autoscaler.log").read_text()[-3000:])
+
+        def annotated_history() -> dict[str, Any]:
+            text = (cluster.get(hpa_path)["metadata"].get("annotations") or {}).get(
+                "metricscale.dev/history")
+            return json.loads(text) if text else {}
+
+        await until(lambda: bool(annotated_history().get("scaleDownEvents")),
+                    what="the step down in the HPA's history annotation")
+        own = annotated_history()["scaleDownEvents"]
+        handed = migrate(cluster, "hpa", f"{namespace}/web", "--apply")
+        assert handed.returncode == 0, handed.stderr
+        assert "carrying the HPA's own history (metricscale ran it)" in handed.stderr
+        carried = cluster.get(ours_path)["status"]["history"]["scaleDownEvents"]
+        assert [(e["timestamp"], e["replicaChange"]) for e in carried[:len(own)]] == [
+            (e["timestamp"], e["replicaChange"]) for e in own]
+        await until(lambda: (replicas.now("web") or 3) < 3,
+                    what="the Autoscaler's next step down", within=STEP + 120)
+    sequence = replicas.sequence("web")
+    (_, three), (down_at, two) = [(t, n) for t, n in sequence if n <= 3][:2]
+    assert (three, two) == (3, 2), sequence
+    first_step = datetime.fromisoformat(own[-1]["timestamp"].replace("Z", "+00:00"))
+    # The step waited for the HPA's period (30 s from its own step) to end.
+    waited = time.time() - (time.monotonic() - down_at) - first_step.timestamp()
+    assert waited >= STEP - 1, (waited, sequence, own)
