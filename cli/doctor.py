@@ -787,6 +787,14 @@ async def run_doctor(options: DoctorOptions, *, kubeconfig: str | None,
         return await diagnose(reader, options, now=datetime.now(UTC))
 
 
+def doctor_text(options: DoctorOptions, *, kubeconfig: str | None,
+                context: str | None = None) -> tuple[int, str]:
+    """What `metricscale doctor` prints for these options, and its exit status (for callers
+    such as the demo, which run no event loop of their own)."""
+    results = asyncio.run(run_doctor(options, kubeconfig=kubeconfig, context=context))
+    return exit_status(results), render_text(results)
+
+
 def run(args: argparse.Namespace) -> int:
     try:
         results = asyncio.run(run_doctor(options_from(args),
@@ -812,4 +820,4 @@ def command_line(options: DoctorOptions, *, kubeconfig: str) -> str:
     return shlex.join(words)
 
 
-__all__ += ["FAIL", "OK", "WARN", "command_line", "run_doctor"]
+__all__ += ["FAIL", "OK", "WARN", "command_line", "doctor_text", "run_doctor"]

@@ -26,6 +26,7 @@ import pytest
 import yaml
 
 from adapter.security.selfcerts import serving_dns_names
+from cli.doctor import DoctorOptions, command_line, doctor_text
 from metricscale import pki
 from testbed.binaries import CHECKOUT
 from testbed.controlplane import ControlPlane, Kubelet
@@ -111,6 +112,12 @@ def test_a_sound_installation_has_no_failure(doctored: Installation) -> None:
         found(results, "OK", "rbac", lambda r, s=subject:  # type: ignore[misc]
               r["object"] == f"ServiceAccount {s}")
     found(results, "OK", "prometheus", lambda r: "reachable (direct)" in r["message"])
+    # What the demo calls prints what the command prints.
+    options = DoctorOptions(prometheus_url=doctored.prometheus_url)
+    status, report = doctor_text(options, kubeconfig=str(doctored.cluster.kubeconfig))
+    assert status == 0 and len(report.splitlines()) == len(text.splitlines())
+    assert command_line(options, kubeconfig="k") == \
+        f"metricscale doctor --kubeconfig=k --prometheus-url={doctored.prometheus_url}"
 
 
 def test_a_missing_rolebinding_fails_naming_what_grants_it(doctored: Installation) -> None:

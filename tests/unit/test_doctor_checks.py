@@ -377,3 +377,13 @@ def test_a_cabundle_in_an_apiservice_is_base64_pem() -> None:
     from cli.doctor import _bundle
 
     assert _bundle({"spec": {"caBundle": encoded}}) == [ca, other]
+
+
+def test_a_cluster_service_url_is_reached_through_the_api_servers_service_proxy() -> None:
+    from cli.doctor import _proxy_path
+
+    assert _proxy_path("http://prometheus.monitoring.svc:9090/prom") == \
+        "/api/v1/namespaces/monitoring/services/http:prometheus:9090/proxy/prom"
+    assert _proxy_path("https://thanos.obs.svc.cluster.local") == \
+        "/api/v1/namespaces/obs/services/https:thanos:443/proxy"
+    assert _proxy_path("http://127.0.0.1:9090") is None

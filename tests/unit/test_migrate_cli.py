@@ -200,3 +200,17 @@ def test_printed_manifests_carry_what_was_left_out_as_comments() -> None:
                                                              "Autoscaler"]
     as_json = json.loads(render_documents([autoscaler_from_hpa(hpa())] * 2, output="json"))
     assert as_json["kind"] == "List" and len(as_json["items"]) == 2
+
+
+def test_hpas_owned_by_another_controller_are_skipped_and_said_so() -> None:
+    import io
+
+    from cli.migrate import _convert_all
+
+    keda = hpa()
+    keda["metadata"]["name"] = "keda-hpa-orders"
+    keda["metadata"]["ownerReferences"] = [{"kind": "ScaledObject", "name": "orders"}]
+    err = io.StringIO()
+    conversions, _pairs, failures = _convert_all([keda, hpa()], autoscaler_from_hpa, err)
+    assert [c.key for c in conversions] == ["shop/web"] and failures == 0
+    assert "shop/keda-hpa-orders: skipped: owned by ScaledObject orders" in err.getvalue()
