@@ -240,9 +240,10 @@ def check_certificate(*, apiservice: str, ca_bundle: Sequence[x509.Certificate],
         if expires <= now:
             results.append(Result("certificate", FAIL, obj, f"the caBundle's CA "
                                   f"{ca.subject.rfc4514_string()} expired on {_stamp(expires)}",
-                                  "renew the CA: delete the Secret the adapter keeps it in "
-                                  "(self-managed) or rerun `metricscale certs`, then restart "
-                                  "the adapter"))
+                                  "make a new CA: self-managed, delete the Secret "
+                                  "metricscale-adapter-certs and restart the adapter (it makes "
+                                  "one and sets the caBundles); certs-files, run `metricscale "
+                                  "certs` with a new --dir"))
     if served is None:
         results.append(Result("certificate", WARN, obj, f"the serving certificate could not be "
                               f"read ({source})", "run doctor where the adapter's Service is "
@@ -264,8 +265,8 @@ def check_certificate(*, apiservice: str, ca_bundle: Sequence[x509.Certificate],
         results.append(Result("certificate", FAIL, obj, f"the serving certificate ({source}) "
                               f"expired on {_stamp(expires)}, {_ago(now - expires)} ago",
                               "renew it: self-managed certificates renew themselves while the "
-                              "adapter runs; `metricscale certs --renew`, or check "
-                              "cert-manager's Certificate"))
+                              "adapter runs (is it running?); certs-files: rerun `metricscale "
+                              "certs` and apply; cert-manager: check its Certificate"))
     elif expires - now < warn_within:
         results.append(Result("certificate", WARN, obj, f"the serving certificate ({source}) "
                               f"expires on {_stamp(expires)}, in {_ago(expires - now)}",
