@@ -105,11 +105,14 @@ class NodeUsage(NamedTuple):
 
 def usage_milli(value: str) -> int:
     """`int64(v*1000)` for a sample value, with NaN, infinities and negatives as 0."""
-    whole, dot, fraction = value.partition(".")
-    # str methods first: this runs for every sample of every answer.
-    if whole.isdigit() and whole.isascii() and len(whole) <= 15 and (
-            not dot or (fraction.isdigit() and fraction.isascii())):
-        return int(whole) * 1000 + (int((fraction + "00")[:3]) if dot else 0)
+    # str methods first, one int() at most: this runs for every sample of every answer.
+    if value.isascii():
+        whole, dot, fraction = value.partition(".")
+        if whole.isdigit() and len(whole) <= 15:
+            if not dot:
+                return int(whole) * 1000
+            if fraction.isdigit():  # the thousandths' digits written after the units'
+                return int(whole + (fraction + "00")[:3])
     try:
         exact = Decimal(value.strip())
     except InvalidOperation:
@@ -148,21 +151,33 @@ def go_duration(milliseconds: int) -> str:
 # Assembly
 
 
+# A pod's samples of one answer: its one container's (name, milli, time), or, when it has
+# several, name -> (milli, time). Most pods have one container, and a dict per pod per answer
+# (with a tuple in it) was most of the assembly's allocations.
+_Containers = tuple[str, int, Decimal] | dict[str, tuple[int, Decimal]]
+
+
 def _by_pod(samples: Sequence[Sample], *, pod_label: str,
-            container_label: str) -> dict[str, dict[str, tuple[int, Decimal]]]:
-    """pod -> container -> (milli, timestamp); samples without the pod label are dropped."""
-    found: dict[str, dict[str, tuple[int, Decimal]]] = {}
+            container_label: str) -> dict[str, _Containers]:
+    """pod -> its containers' samples; samples without the pod label are dropped (a later
+    sample of the same container replaces the earlier one)."""
+    found: dict[str, _Containers] = {}
     for labels, timestamp, value in samples:
         pod = labels.get(pod_label)
         if pod is None:
             continue
         container = labels.get(container_label, "") if container_label else ""
         milli = usage_milli(value)
-        containers = found.get(pod)
-        if containers is None:
-            found[pod] = {container: (milli, timestamp)}
+        entry = found.get(pod)
+        if entry is None:
+            found[pod] = (container, milli, timestamp)
+        elif type(entry) is tuple:
+            if entry[0] == container:
+                found[pod] = (container, milli, timestamp)
+            else:
+                found[pod] = {entry[0]: (entry[1], entry[2]), container: (milli, timestamp)}
         else:
-            containers[container] = (milli, timestamp)
+            entry[container] = (milli, timestamp)  # type: ignore[index]
     return found
 
 
@@ -173,36 +188,46 @@ def _earliest(times: Sequence[Decimal]) -> Decimal:
     return min(times)
 
 
+def _as_dict(entry: _Containers) -> dict[str, tuple[int, Decimal]]:
+    if type(entry) is tuple:
+        return {entry[0]: (entry[1], entry[2])}
+    return entry  # type: ignore[return-value]
+
+
+def _pod_containers(cpu: _Containers, memory: _Containers
+                    ) -> tuple[Decimal, tuple[tuple[str, int, int], ...]]:
+    """A pod's earliest sample time and its containers' (name, CPU milli, memory milli):
+    prometheus-adapter's join (see the module's docstring)."""
+    if type(cpu) is tuple and type(memory) is tuple and cpu[0] == memory[0]:
+        cpu_time, memory_time = cpu[2], memory[2]
+        earliest = cpu_time if cpu_time is memory_time else min(cpu_time, memory_time)
+        return earliest, ((cpu[0], cpu[1], memory[1]),)
+    cpu_containers, memory_containers = _as_dict(cpu), _as_dict(memory)
+    if cpu_containers.keys() == memory_containers.keys():
+        names = sorted(cpu_containers) if len(cpu_containers) > 1 else list(cpu_containers)
+    else:
+        names = sorted(cpu_containers.keys() | memory_containers.keys())
+    nothing = (0, Decimal(0))
+    return _earliest([t for _, t in (*cpu_containers.values(),
+                                     *memory_containers.values())]), tuple(
+        (name, cpu_containers.get(name, nothing)[0], memory_containers.get(name, nothing)[0])
+        for name in names)
+
+
 def _joined(pods: Sequence[_P], *, cpu: Sequence[Sample], memory: Sequence[Sample],
             pod_label: str, container_label: str, missing: list[_P],
             ) -> Iterator[tuple[_P, Decimal, tuple[tuple[str, int, int], ...]]]:
     """Each pod with CPU and memory samples, its earliest sample time and its containers'
-    (name, CPU milli, memory milli); the others go to `missing`. prometheus-adapter's join
-    (see the module's docstring). Plain tuples: a 1,000-pod list makes one per pod."""
+    (name, CPU milli, memory milli); the others go to `missing`."""
     cpu_by_pod = _by_pod(cpu, pod_label=pod_label, container_label=container_label)
     memory_by_pod = _by_pod(memory, pod_label=pod_label, container_label=container_label)
-    nothing = (0, Decimal(0))
     for pod in pods:
         cpu_containers = cpu_by_pod.get(pod.name)
         memory_containers = memory_by_pod.get(pod.name)
-        if not cpu_containers or not memory_containers:
+        if cpu_containers is None or memory_containers is None:
             missing.append(pod)
             continue
-        if len(cpu_containers) == 1 and cpu_containers.keys() == memory_containers.keys():
-            # The common shape, one container, without the general path's sets and sorts.
-            ((name, (cpu_milli, cpu_time)),) = cpu_containers.items()
-            memory_milli, memory_time = memory_containers[name]
-            earliest = cpu_time if cpu_time is memory_time else min(cpu_time, memory_time)
-            yield pod, earliest, ((name, cpu_milli, memory_milli),)
-            continue
-        if cpu_containers.keys() == memory_containers.keys():
-            names = sorted(cpu_containers) if len(cpu_containers) > 1 else list(cpu_containers)
-        else:
-            names = sorted(cpu_containers.keys() | memory_containers.keys())
-        yield pod, _earliest([t for _, t in (*cpu_containers.values(),
-                                             *memory_containers.values())]), tuple(
-            (name, cpu_containers.get(name, nothing)[0], memory_containers.get(name, nothing)[0])
-            for name in names)
+        yield pod, *_pod_containers(cpu_containers, memory_containers)
 
 
 def assemble_pod_usage(pods: Sequence[PodRef], *, cpu: Sequence[Sample],
@@ -359,14 +384,40 @@ def pod_usage_items(pods: Sequence[PodLike], *, cpu: Sequence[Sample],
                     window: str, times: AnswerTimes) -> tuple[list[str], list[PodLike]]:
     """assemble_pod_usage and the list's encoding in one pass, for a pod list: the JSON item
     of each pod with metrics, in the order of `pods`, and the pods left out. The items are
-    what encode_pod_metrics_list writes for assemble_pod_usage's usages (a test pins it)."""
-    parts = _item_parts(times, window)
+    what encode_pod_metrics_list writes for assemble_pod_usage's usages (a test pins it).
+
+    The loop writes each item's text straight from the samples (one string per pod, and no
+    tuple, list or generator between): it runs for every pod of a `kubectl top pods -A`."""
+    created, after_time = _item_parts(times, window)
+    cpu_by_pod = _by_pod(cpu, pod_label=pod_label, container_label=container_label)
+    memory_by_pod = _by_pod(memory, pod_label=pod_label, container_label=container_label)
     missing: list[PodLike] = []
-    items = [_pod_item_json(pod, timestamp=times.text(earliest), parts=parts,
-                            containers=",".join(_container_json(*c) for c in containers))
-             for pod, earliest, containers in _joined(
-                 pods, cpu=cpu, memory=memory, pod_label=pod_label,
-                 container_label=container_label, missing=missing)]
+    items: list[str] = []
+    append = items.append
+    text = times.text
+    for pod in pods:
+        cpu_entry = cpu_by_pod.get(pod.name)
+        memory_entry = memory_by_pod.get(pod.name)
+        if cpu_entry is None or memory_entry is None:
+            missing.append(pod)
+            continue
+        if (type(cpu_entry) is tuple and type(memory_entry) is tuple
+                and cpu_entry[0] == memory_entry[0]):
+            cpu_time, memory_time = cpu_entry[2], memory_entry[2]
+            earliest = cpu_time if cpu_time is memory_time else min(cpu_time, memory_time)
+            containers = ('{"name":' + _json_string(cpu_entry[0]) + ',"usage":{"cpu":"'
+                          + milli_quantity(cpu_entry[1]) + '","memory":"'
+                          + binary_milli_quantity(memory_entry[1]) + '"}}')
+        else:
+            earliest, joined = _pod_containers(cpu_entry, memory_entry)
+            containers = ",".join(_container_json(*c) for c in joined)
+        labels = ""
+        if pod.labels:
+            labels = ',"labels":' + (pod.labels_json if pod.labels_json is not None else
+                                     json.dumps(dict(pod.labels), separators=(",", ":")))
+        append('{"metadata":{"name":' + _json_string(pod.name) + ',"namespace":'
+               + _json_string(pod.namespace) + created + labels + '},"timestamp":"'
+               + text(earliest) + '"' + after_time + containers + "]}")
     return items, missing
 
 
