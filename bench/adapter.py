@@ -59,6 +59,7 @@ import asyncio
 import contextlib
 import json
 import os
+import re
 import resource
 import signal
 import socket
@@ -87,7 +88,7 @@ from testbed.aggregated import AggregatedServer  # noqa: E402
 from testbed.binaries import find_peer  # noqa: E402
 from testbed.controlplane import ControlPlane, ControlPlaneMissing, KubeError  # noqa: E402
 from testbed.metricscale_adapter import MetricscaleAdapter  # noqa: E402
-from testbed.processes import wait_until  # noqa: E402
+from testbed.processes import Child, wait_until  # noqa: E402
 
 PODS_CONFIG = """
 rules:
@@ -245,10 +246,18 @@ class _Timed:
 
     spawned = 0.0
     wait = True
+    checkout: Path | None = None  # another source tree to run (`--variant`)
+    child: Child | None = None
 
     def _run(self, argv: Any, *, env: dict[str, str] | None = None) -> Any:
         self.spawned = time.monotonic()
-        return super()._run(argv, env=env)  # type: ignore[misc]
+        if self.checkout is None:
+            return super()._run(argv, env=env)  # type: ignore[misc]
+        # `python -m metricscale` imports the packages of its working directory first.
+        assert isinstance(self, AggregatedServer)
+        self.child = Child(self.name, argv, log=self.workdir / f"{self.name}.log", env=env,
+                           cwd=self.checkout)
+        return self.child
 
     def wait_answering(self, path: str, *, timeout: float = 120) -> None:
         if self.wait:
@@ -302,14 +311,40 @@ class PeerAdapter(_Timed, AggregatedServer):
 
 def _start_ours(cluster: ControlPlane, *, workdir: Path, config_text: str, prometheus_url: str,
                 namespace: str, relist_interval: str = "1m", extra: tuple[str, ...] = (),
-                wait: bool = True) -> OurAdapter:
+                wait: bool = True, variant: Variant | None = None) -> OurAdapter:
     server = OurAdapter(cluster, workdir=workdir, config_text=config_text,
                         prometheus_url=prometheus_url, namespace=namespace,
                         relist_interval=relist_interval,
-                        extra_args=("--log-level=error", *extra))
+                        extra_args=("--log-level=error", *extra,
+                                    *(variant.flags if variant else ())))
     server.wait = wait
+    server.checkout = variant.checkout if variant else None
     server.start()
     return server
+
+
+@dataclass(frozen=True)
+class Variant:
+    """`--variant "NAME DIR [FLAG ...]"`: ours again, from the source tree DIR (`.` for this
+    one) with extra flags, measured in the same turns as a target of its own (levers)."""
+
+    name: str
+    checkout: Path
+    flags: tuple[str, ...] = ()
+
+    @classmethod
+    def parse(cls, text: str) -> Variant:
+        import shlex
+
+        name, directory, *flags = shlex.split(text)
+        checkout = Path(directory).resolve()
+        if not (checkout / "adapter").is_dir():
+            raise argparse.ArgumentTypeError(f"{directory}: not a metricscale source tree")
+        return cls(name, checkout, tuple(flags))
+
+    @property
+    def namespace(self) -> str:
+        return "bench-v-" + "".join(c if c.isalnum() else "-" for c in self.name.lower())
 
 
 def _start_peer(cluster: ControlPlane, *, workdir: Path, config_text: str, prometheus_url: str,
@@ -375,14 +410,14 @@ def _direct_promql(pods: list[str]) -> str:
 
 
 async def _start_adapter(*, config: Path, prometheus_url: str, kubeconfig: Path, port: int,
-                         cert_dir: Path, extra: tuple[str, ...] = ()) -> Any:
+                         cert_dir: Path, extra: tuple[str, ...] = (), cwd: Path = ROOT) -> Any:
     """`metricscale adapter` on the fake kube-apiserver, auth off (the resource part)."""
     return await asyncio.create_subprocess_exec(
         sys.executable, "-m", "metricscale", "adapter", "--config", str(config),
         "--prometheus-url", prometheus_url, "--kubeconfig", str(kubeconfig),
         "--secure-port", str(port), "--bind-address", "127.0.0.1",
         "--cert-dir", str(cert_dir), "--insecure-disable-auth", "--log-level", "error", *extra,
-        cwd=str(ROOT), stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL)
+        cwd=str(cwd), stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL)
 
 
 async def _stop(process: Any) -> None:
@@ -549,9 +584,9 @@ async def _server_cpu(calls: dict[str, tuple[Callable[[], Awaitable[None]], int]
 
 def latency_part(cluster: ControlPlane, *, pods: int, requests: int, clients: int,
                  seconds: float, cache_ttl: str, workdir: Path, backends: int = 1,
-                 peer: bool = True) -> dict[str, Any]:
-    from tests.fakes.exporter import Exporter
-    from tests.fakes.prometheus import PrometheusServer
+                 peer: bool = True, variants: tuple[Variant, ...] = ()) -> dict[str, Any]:
+    from testbed.fakes.exporter import Exporter
+    from testbed.fakes.prometheus import PrometheusServer
 
     names = [f"pod-{index:03d}" for index in range(pods)]
     promql = _direct_promql(names)
@@ -573,6 +608,11 @@ def latency_part(cluster: ControlPlane, *, pods: int, requests: int, clients: in
                 others[PEER] = _start_peer(cluster, workdir=workdir / "peer",
                                            config_text=PODS_CONFIG,
                                            prometheus_url=prometheus.url)
+            for variant in variants:
+                others[variant.name] = _start_ours(
+                    cluster, workdir=workdir / variant.namespace, config_text=PODS_CONFIG,
+                    prometheus_url=prometheus.url, namespace=variant.namespace,
+                    variant=variant)
             if backends == 2:
                 others["two_backends"] = _start_ours(
                     cluster, workdir=workdir / "two", namespace="bench-two",
@@ -580,7 +620,8 @@ def latency_part(cluster: ControlPlane, *, pods: int, requests: int, clients: in
                     prometheus_url=prometheus.url)
             servers += others.values()
             result = asyncio.run(_measure_latency(
-                cluster, ours=ours, others=others, prometheus_url=prometheus.url,
+                cluster, ours=ours, others=others, variants=tuple(v.name for v in variants),
+                prometheus_url=prometheus.url,
                 promql=promql, pods=pods, requests=requests, clients=clients, seconds=seconds,
                 shared_pids={"prometheus": _pid_of_prometheus(prometheus.config_file),
                              "kube-apiserver": _apiserver_pid(cluster)}))
@@ -604,7 +645,8 @@ def latency_part(cluster: ControlPlane, *, pods: int, requests: int, clients: in
 
 
 async def _measure_latency(cluster: ControlPlane, *, ours: OurAdapter,
-                           others: dict[str, AggregatedServer], prometheus_url: str,
+                           others: dict[str, AggregatedServer], variants: tuple[str, ...],
+                           prometheus_url: str,
                            promql: str, pods: int, requests: int, clients: int,
                            seconds: float, shared_pids: dict[str, int]) -> dict[str, Any]:
     context = _client_context(cluster)
@@ -620,6 +662,8 @@ async def _measure_latency(cluster: ControlPlane, *, ours: OurAdapter,
                            dict(AGGREGATED_HEADERS))
 
         targets = {OURS: target(ours)}
+        for name in variants:
+            targets[name] = target(others[name])
         if PEER in others:
             targets[PEER] = target(others[PEER])
         extra: dict[str, Callable[[], Awaitable[None]]] = {}
@@ -670,7 +714,8 @@ async def _measure_latency(cluster: ControlPlane, *, ours: OurAdapter,
                  "floor_forward": floor_call("/forward"), "floor_fixed": floor_call("/fixed")}
         load_before = _load_average()
         latency = await _alternate({**calls, **extra}, requests=requests)
-        pids = {OURS: ours.pid, "floor_forward": floor.pid}
+        pids = {OURS: ours.pid, **{name: others[name].pid for name in variants},
+                "floor_forward": floor.pid}
         if PEER in others:
             pids[PEER] = others[PEER].pid
         server_cpu = await _server_cpu({name: (calls[name], pid) for name, pid in pids.items()},
@@ -688,7 +733,7 @@ async def _measure_latency(cluster: ControlPlane, *, ours: OurAdapter,
             "rps_rounds": rps, "server_cpu": server_cpu, "memory": memory,
             "answers": {name: {"bytes": size, "content_type": kind}
                         for name, (size, kind) in answers.items()},
-            "shared_queries": shared, "body_bytes": body_bytes,
+            "shared_queries": shared, "body_bytes": body_bytes, "variants": list(variants),
             "load": [load_before, load_after]}
 
 
@@ -849,7 +894,7 @@ def _first_listing(server: _Timed, *, names: int, timeout: float = 600) -> dict[
 
 def discovery_part(cluster: ControlPlane | None, *, metrics: int, series_per_metric: int,
                    workdir: Path, rounds: int, peer: bool) -> dict[str, Any]:
-    from tests.fakes.prometheus import PrometheusServer, recent_timestamps, synthetic_families
+    from testbed.fakes.prometheus import PrometheusServer, recent_timestamps, synthetic_families
 
     server = PrometheusServer(parent_dir=str(workdir))
     try:
@@ -967,13 +1012,14 @@ async def _run_timed(*command: str) -> float:
 
 
 async def resource_part(*, pods: int, top_pods: int, top_namespaces: int, requests: int,
-                        top_runs: int, workdir: Path) -> dict[str, Any]:
+                        top_runs: int, workdir: Path,
+                        variants: tuple[Variant, ...] = ()) -> dict[str, Any]:
     import shutil
     from datetime import timedelta
 
     from metricscale import pki
-    from tests.fakes.kube_api import FakeKubeAPI
-    from tests.fakes.prometheus import (
+    from testbed.fakes.kube_api import FakeKubeAPI
+    from testbed.fakes.prometheus import (
         MetricFamily,
         PrometheusServer,
         SeriesSamples,
@@ -1018,11 +1064,18 @@ async def resource_part(*, pods: int, top_pods: int, top_namespaces: int, reques
             config.write_text(RESOURCE_CONFIG)
             kubeconfig = kube.write_kubeconfig(workdir / "rkubeconfig")
             port = _free_port()
+            tls_flags = ("--tls-cert-file", str(cert_file), "--tls-private-key-file",
+                         str(key_file))
             process = await _start_adapter(
                 config=config, prometheus_url=server.url, kubeconfig=kubeconfig, port=port,
-                cert_dir=workdir / "rcerts",
-                extra=("--tls-cert-file", str(cert_file), "--tls-private-key-file",
-                       str(key_file)))
+                cert_dir=workdir / "rcerts", extra=tls_flags)
+            others: dict[str, tuple[Any, int]] = {}
+            for variant in variants:
+                other_port = _free_port()
+                others[variant.name] = (await _start_adapter(
+                    config=config, prometheus_url=server.url, kubeconfig=kubeconfig,
+                    port=other_port, cert_dir=workdir / f"rcerts-{variant.namespace}",
+                    extra=(*tls_flags, *variant.flags), cwd=variant.checkout), other_port)
             try:
                 context = ssl.create_default_context(cafile=str(ca_file))
                 async with _client_session(4, context) as adapter_session, \
@@ -1030,18 +1083,22 @@ async def resource_part(*, pods: int, top_pods: int, top_namespaces: int, reques
                     base = f"https://127.0.0.1:{port}"
                     await _wait_ready(adapter_session, base, process=process)
 
-                    async def adapter_get(path: str) -> bytes:
+                    for other, other_port in others.values():
+                        await _wait_ready(adapter_session, f"https://127.0.0.1:{other_port}",
+                                          process=other)
+
+                    async def adapter_get(path: str, at: str = base) -> bytes:
                         """The answer's bytes, unparsed (parsing is the client's cost)."""
-                        async with adapter_session.get(base + path) as response:
+                        async with adapter_session.get(at + path) as response:
                             body = await response.read()
                             if response.status != 200:
                                 raise RuntimeError(f"adapter answered {response.status}: "
                                                    f"{body[:200]!r}")
                         return body
 
-                    async def until_items(path: str, expected: int) -> None:
+                    async def until_items(path: str, expected: int, at: str = base) -> None:
                         deadline = time.monotonic() + 60
-                        while (found := len(json.loads(await adapter_get(path))["items"])
+                        while (found := len(json.loads(await adapter_get(path, at))["items"])
                                ) != expected:
                             if time.monotonic() > deadline:
                                 raise RuntimeError(f"{path}: {found} items, not {expected}")
@@ -1049,11 +1106,20 @@ async def resource_part(*, pods: int, top_pods: int, top_namespaces: int, reques
 
                     ns_path = f"/apis/metrics.k8s.io/v1beta1/namespaces/{RESOURCE_NAMESPACE}/pods"
                     all_path = "/apis/metrics.k8s.io/v1beta1/pods"
-                    await until_items(ns_path, pods)
-                    await until_items(all_path, len(placed))
+                    bases = {"adapter": base, **{name: f"https://127.0.0.1:{other_port}"
+                                                 for name, (_, other_port) in others.items()}}
+                    answers = set()
+                    for at in bases.values():
+                        await until_items(ns_path, pods, at)
+                        await until_items(all_path, len(placed), at)
+                        # the same bytes from every variant, but for the times of the answer
+                        answers.add(re.sub(rb'"(creationTimestamp|timestamp)":"[^"]*"', b"",
+                                           await adapter_get(ns_path, at)))
 
-                    async def adapter_call() -> None:
-                        await adapter_get(ns_path)
+                    def list_call(at: str) -> Callable[[], Awaitable[None]]:
+                        async def call() -> None:
+                            await adapter_get(ns_path, at)
+                        return call
 
                     async def query(promql: str) -> None:
                         form = {"query": promql, "time": f"{time.time():.3f}"}
@@ -1067,16 +1133,24 @@ async def resource_part(*, pods: int, top_pods: int, top_namespaces: int, reques
                     async def direct_both() -> None:
                         await asyncio.gather(query(cpu_promql), query(memory_promql))
 
-                    latency = await _alternate({"adapter": adapter_call, "direct": direct_both,
+                    calls = {name: list_call(at) for name, at in bases.items()}
+                    latency = await _alternate({**calls, "direct": direct_both,
                                                 "direct_cpu": lambda: query(cpu_promql),
                                                 "direct_memory": lambda: query(memory_promql)},
                                                requests=requests)
-                    all_times = []
+                    pids = {"adapter": process.pid,
+                            **{name: other.pid for name, (other, _) in others.items()}}
+                    server_cpu = await _server_cpu(
+                        {name: (calls[name], pid) for name, pid in pids.items()},
+                        requests=max(1, requests // 4), shared={})
+                    all_times: dict[str, list[float]] = {name: [] for name in bases}
                     for _ in range(top_runs):
-                        started = time.perf_counter()
-                        await adapter_get(all_path)
-                        all_times.append(time.perf_counter() - started)
-                    top: dict[str, Any] = {"adapter": _latency(all_times).__dict__}
+                        for name, at in bases.items():
+                            started = time.perf_counter()
+                            await adapter_get(all_path, at)
+                            all_times[name].append(time.perf_counter() - started)
+                    top: dict[str, Any] = {name: _latency(times).__dict__
+                                           for name, times in all_times.items()}
                     if kubectl is not None:
                         kube.create_apiservice(
                             group="metrics.k8s.io", version="v1beta1",
@@ -1093,7 +1167,11 @@ async def resource_part(*, pods: int, top_pods: int, top_namespaces: int, reques
                         top["kubectl_median_seconds"] = statistics.median(runs)
             finally:
                 await _stop(process)
+                for other, _ in others.values():
+                    await _stop(other)
         return {**latency, "top": top, "pods": pods, "top_pods": len(placed),
+                "variants": list(others), "same_answers": len(answers) == 1,
+                "server_cpu": {name: cpu["server"] for name, cpu in server_cpu.items()},
                 "top_namespaces": len({ns for ns, _ in placed}), "requests": requests,
                 "top_runs": top_runs, "create_pods_seconds": create_seconds}
     finally:
@@ -1114,8 +1192,10 @@ def _ratio(value: float, against: float) -> str:
 
 def _table(latency: dict[str, Any] | None, discovery: dict[str, Any] | None) -> list[str]:
     """One table, a column per target."""
-    columns = [(OURS, "metricscale"), (PEER, "prom-adapter"), ("direct", "PromQL direct"),
-               ("floor_forward", "floor+PromQL"), ("floor_fixed", "floor fixed")]
+    variants = [(name, name) for name in (latency or {}).get("variants", [])]
+    columns = [(OURS, "metricscale"), *variants, (PEER, "prom-adapter"),
+               ("direct", "PromQL direct"), ("floor_forward", "floor+PromQL"),
+               ("floor_fixed", "floor fixed")]
     have = set()
     if latency is not None:
         have |= set(latency["latency"])
@@ -1245,11 +1325,15 @@ def _resource_report(r: dict[str, Any]) -> list[str]:
     slower = max(r["direct_cpu"]["p50_ms"], r["direct_memory"]["p50_ms"])
     slower99 = max(r["direct_cpu"]["p99_ms"], r["direct_memory"]["p99_ms"])
     top = r["top"]
+    variants = r.get("variants", [])
+    cpu = r.get("server_cpu", {})
     lines = [
         f"metrics.k8s.io pod list for {r['pods']:,} running pods in one namespace, "
         f"{r['requests']} requests each, one at a time, in turn (the fake kube-apiserver):",
-        f"  {'':<46}{'p50 ms':>8}{'p99 ms':>8}{'mean ms':>8}",
-        usage_row("adapter (HTTPS, no cache)", r["adapter"]),
+        f"  {'':<46}{'p50 ms':>8}{'p99 ms':>8}{'mean ms':>8}{'CPU ms':>8}",
+        usage_row("adapter (HTTPS, no cache)", r["adapter"]) + f"{cpu.get('adapter', 0):>8.1f}",
+        *(usage_row(f"  variant {name}", r[name]) + f"{cpu.get(name, 0):>8.1f}"
+          for name in variants),
         usage_row("CPU + memory containerQuery, in parallel", r["direct"]),
         usage_row("  CPU containerQuery alone", r["direct_cpu"]),
         usage_row("  memory containerQuery alone", r["direct_memory"]),
@@ -1261,8 +1345,12 @@ def _resource_report(r: dict[str, Any]) -> list[str]:
         f"all-namespaces pod list, {r['top_pods']:,} running pods in "
         f"{r['top_namespaces']} namespaces ({r['top_runs']} runs):",
         f"  adapter alone (GET /apis/metrics.k8s.io/v1beta1/pods): p50 "
-        f"{top['adapter']['p50_ms']:.0f} ms, max {top['adapter']['p99_ms']:.0f} ms",
+        f"{top['adapter']['p50_ms']:.0f} ms, max {top['adapter']['p99_ms']:.0f} ms"
+        + "".join(f"; variant {name} p50 {top[name]['p50_ms']:.0f} ms" for name in variants),
     ]
+    if variants:
+        lines.insert(-2, "  the variants' answers are the same bytes as ours (but for their "
+                     f"times): {r['same_answers']}")
     if "kubectl_median_seconds" in top:
         lines.append(
             f"  `kubectl top pods -A` through the aggregator: median "
@@ -1290,6 +1378,10 @@ def main(argv: list[str] | None = None) -> int:
                         help="2: also a second adapter with two backends, measured in turn")
     parser.add_argument("--skip-peer", action="store_true",
                         help="leave prometheus-adapter out")
+    parser.add_argument("--variant", type=Variant.parse, action="append", default=[],
+                        metavar='"NAME DIR [FLAG ...]"',
+                        help="also ours from the source tree DIR with extra flags, in the same "
+                             "turns (latency and resource parts; repeatable): a lever alone")
     parser.add_argument("--skip-latency", action="store_true")
     parser.add_argument("--skip-discovery", action="store_true")
     parser.add_argument("--skip-resource", action="store_true")
@@ -1335,7 +1427,8 @@ def main(argv: list[str] | None = None) -> int:
                 latency = latency_part(cluster, pods=args.pods, requests=args.requests,
                                        clients=args.clients, seconds=args.seconds,
                                        cache_ttl=args.cache_ttl, workdir=workdir,
-                                       backends=args.backends, peer=peer)
+                                       backends=args.backends, peer=peer,
+                                       variants=tuple(args.variant))
             if not args.skip_discovery:
                 discovery = discovery_part(cluster, metrics=args.metrics,
                                            series_per_metric=args.series_per_metric,
@@ -1348,7 +1441,7 @@ def main(argv: list[str] | None = None) -> int:
             resources = asyncio.run(resource_part(
                 pods=args.resource_pods, top_pods=args.top_pods,
                 top_namespaces=args.top_namespaces, requests=args.resource_requests,
-                top_runs=args.top_runs, workdir=workdir))
+                top_runs=args.top_runs, workdir=workdir, variants=tuple(args.variant)))
     print(f"{datetime.now(UTC):%Y-%m-%d %H:%M} UTC, {os.cpu_count()} CPUs, load average "
           f"{load_before} at the start, {_load_average()} at the end")
     print(_report(latency, discovery, resources))
