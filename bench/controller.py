@@ -106,8 +106,8 @@ async def _serve_fake(args: argparse.Namespace) -> None:
     from aiohttp import web
 
     from metricscale import pki
-    from tests.fakes import kube_objects
-    from tests.fakes.kube_api import FakeKubeAPI
+    from testbed.fakes import kube_objects
+    from testbed.fakes.kube_api import FakeKubeAPI
 
     _pin(1)
     workdir = Path(tempfile.mkdtemp(prefix="metricscale-bench-"))
@@ -368,8 +368,8 @@ async def _run_stub(args: argparse.Namespace) -> dict[str, Any]:
     from autoscaler.controller.watching import project_pod
     from autoscaler.controller.workqueue import Controller
     from autoscaler.decision.settings import Settings
+    from testbed.fakes import kube_objects
     from tests.autoscaler.controller_support import MemoryCaches, MemoryKube, MemoryMetrics
-    from tests.fakes import kube_objects
 
     _pin(0)
     now = datetime.now(UTC)

@@ -25,7 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import cli.replay_sim as replay_sim
 from cli.replay import add_arguments, replay_steps
-from tests.fakes.prometheus import (
+from testbed.fakes.prometheus import (
     MetricFamily,
     PrometheusServer,
     SeriesSamples,

@@ -63,11 +63,11 @@ from adapter.rules.defaults import DEFAULT_CONFIG_YAML  # noqa: E402
 from testbed.aggregated import AggregatedServer, process_usage  # noqa: E402
 from testbed.binaries import find_peer  # noqa: E402
 from testbed.controlplane import ControlPlane, KubeError  # noqa: E402
+from testbed.fakes.prometheus import PrometheusServer, find_prometheus  # noqa: E402
 from testbed.kubelet import ANNOTATION_PREFIX  # noqa: E402
 from testbed.metrics_server import MetricsServer  # noqa: E402
 from testbed.metricscale_adapter import MetricscaleAdapter  # noqa: E402
 from testbed.processes import wait_until  # noqa: E402
-from tests.fakes.prometheus import PrometheusServer, find_prometheus  # noqa: E402
 
 METRICS = "/apis/metrics.k8s.io/v1beta1"
 MI = 1024 * 1024

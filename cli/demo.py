@@ -1,7 +1,7 @@
 """`metricscale demo`: the main job on one machine, with the real programs and the test doubles.
 
 A real Prometheus scrapes per-pod request counters from a small built-in exporter; the fake
-Kubernetes API server (tests/fakes) holds a `web` Deployment and its pods; the real
+Kubernetes API server (testbed/fakes) holds a `web` Deployment and its pods; the real
 `metricscale adapter` serves the custom metrics API behind the fake's aggregator (TLS verified
 through caBundle, front-proxy authentication, SubjectAccessReviews), and the real
 `metricscale autoscaler` scales the Deployment through an `Autoscaler` object while the demo
@@ -15,7 +15,7 @@ kube-state-metrics, so the replicas the live controller set are in Prometheus to
 127.0.0.1, and every process and temporary directory is gone when the demo ends, also on
 Ctrl-C or failure; with --keep the cluster, Prometheus and both programs stay up after the story
 for a user to try commands on, until Ctrl-C. The demo needs a source checkout, because the fake
-cluster lives in tests/fakes; `make demo` runs it from one.
+cluster lives in testbed/fakes; `make demo` runs it from one.
 
 With the real control plane's programs at hand (`make peers`, or a folder named by
 METRICSCALE_PEERS or KUBEBUILDER_ASSETS: testbed/binaries.py), the story runs on a real control
@@ -62,9 +62,9 @@ from metricscale.core.quantity import QuantityError, parse_quantity
 
 if TYPE_CHECKING:
     from cli.replay_sim import Summary
-    from tests.fakes.cadvisor import CAdvisor
-    from tests.fakes.exporter import Exporter
-    from tests.fakes.kube_api import FakeKubeAPI
+    from testbed.fakes.cadvisor import CAdvisor
+    from testbed.fakes.exporter import Exporter
+    from testbed.fakes.kube_api import FakeKubeAPI
 
 logger = logging.getLogger(__name__)
 
@@ -157,7 +157,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "the autoscaler running, print the `export KUBECONFIG=...` line "
                              "to try commands on them, and stop everything on Ctrl-C")
     parser.add_argument("--fake", action="store_true",
-                        help="run on the embedded fake cluster (tests/fakes) even when the real "
+                        help="run on the embedded fake cluster (testbed/fakes) even when the real "
                              "control plane's programs are there (`make peers`); without them "
                              "the demo runs on the fake anyway, and says how to get them")
 
@@ -181,14 +181,15 @@ PEERS_BUILD = "about 6 minutes, ~6 GB of Go cache and 561 MB of binaries"
 
 def require_checkout(checkout: Path = _CHECKOUT) -> Path:
     """The source checkout the demo runs from (put first on sys.path), or a DemoError naming
-    where this metricscale is: the fake cluster (tests/fakes) and the test bed (testbed/) are
+    where this metricscale is: the fake cluster (testbed/fakes) and the test bed (testbed/) are
     not part of the installed package."""
-    needed = ("tests/fakes/kube_api.py", "testbed/controlplane.py")
+    needed = ("testbed/fakes/kube_api.py", "testbed/controlplane.py")
     missing = [path for path in needed if not (checkout / path).is_file()]
     if missing:
         raise DemoError(
             f"metricscale demo runs from a source checkout of metricscale: it imports the fake "
-            f"cluster (tests/fakes) and the test bed (testbed/) from the checkout, and {checkout} "
+            f"cluster (testbed/fakes) and the test bed (testbed/) from the checkout, and "
+            f"{checkout} "
             f"(where this metricscale is installed) is not one: {' and '.join(missing)} "
             "missing. Clone the repository and run `make demo` in it.")
     if str(checkout) not in sys.path:
@@ -520,10 +521,10 @@ def format_agreement(agreement: ReplayAgreement, *, times: Sequence[str]) -> str
 def _import_doubles() -> tuple[Any, Any, Any, Any]:
     """The test doubles live in the source tree, not in the installed package."""
     require_checkout()
-    import tests.fakes.cadvisor as cadvisor
-    import tests.fakes.exporter as exporter
-    import tests.fakes.kube_api as kube_api
-    import tests.fakes.prometheus as prometheus
+    import testbed.fakes.cadvisor as cadvisor
+    import testbed.fakes.exporter as exporter
+    import testbed.fakes.kube_api as kube_api
+    import testbed.fakes.prometheus as prometheus
 
     return exporter, kube_api, prometheus, cadvisor
 

@@ -82,7 +82,7 @@ from testbed.load import Load, close_stream
 from testbed.processes import ChildFailed
 
 if TYPE_CHECKING:
-    from tests.fakes.exporter import Exporter
+    from testbed.fakes.exporter import Exporter
 
 logger = logging.getLogger(__name__)
 
@@ -524,8 +524,8 @@ class Story:
     # ---- the play -------------------------------------------------------------------------
 
     def play(self, *, keep: bool) -> None:
-        from tests.fakes.exporter import Exporter
-        from tests.fakes.prometheus import PrometheusError, PrometheusServer, find_prometheus
+        from testbed.fakes.exporter import Exporter
+        from testbed.fakes.prometheus import PrometheusError, PrometheusServer, find_prometheus
 
         if find_prometheus() is None:
             raise DemoError("prometheus was not found: install Debian's package "

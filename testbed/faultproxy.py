@@ -115,6 +115,7 @@ class FaultProxy:
         self._thread = threading.Thread(target=self._loop.run_forever, name="fault proxy",
                                         daemon=True)
         self._runner: web.AppRunner | None = None
+        self._release: asyncio.Event | None = None
         self._session: aiohttp.ClientSession | None = None
         now = datetime.now(UTC) - timedelta(minutes=5)
         serving = pki.issue_serving_certificate(
@@ -208,11 +209,13 @@ class FaultProxy:
         await response.prepare(request)
         # Held until the faults are cleared, or the client hangs up (aiohttp then cancels this
         # handler: handler_cancellation).
+        assert self._release is not None
         await self._release.wait()
         return response
 
     async def _release_stalled(self) -> None:
-        self._release.set()
+        if self._release is not None:
+            self._release.set()
         self._release = asyncio.Event()
 
     async def _forward(self, request: web.Request,
@@ -252,7 +255,8 @@ class FaultProxy:
         await web.TCPSite(self._runner, "127.0.0.1", self.port, ssl_context=context).start()
 
     async def _stop(self) -> None:
-        self._release.set()
+        if self._release is not None:
+            self._release.set()
         if self._runner is not None:
             await self._runner.cleanup()
         if self._session is not None:

@@ -25,7 +25,7 @@ from testbed.controlplane import ControlPlane, Kubelet
 
 
 class Exporter(Protocol):
-    """What a Load needs of a test exporter (tests.fakes.exporter.Exporter has it)."""
+    """What a Load needs of a test exporter (testbed.fakes.exporter.Exporter has it)."""
 
     def set(self, name: str, labels: Mapping[str, str] | None, value: Decimal, *,
             type: Any = None) -> None: ...

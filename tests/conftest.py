@@ -8,11 +8,11 @@ from collections.abc import AsyncIterator
 import pytest
 
 from metricscale.kube.http import KubeHTTP, open_kube_http
-from tests.fakes.kube_api import FakeKubeAPI
+from testbed.fakes.kube_api import FakeKubeAPI
 
 pytest_plugins = [
-    "tests.fakes.kube_fixtures",
-    "tests.fakes.prometheus_fixtures",
+    "testbed.fakes.kube_fixtures",
+    "testbed.fakes.prometheus_fixtures",
     "testbed.pytest_plugin",
 ]
 

@@ -18,7 +18,7 @@ import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-from tests.fakes.exporter import Exporter
+from testbed.fakes.exporter import Exporter
 
 __all__ = ["CAdvisor"]
 

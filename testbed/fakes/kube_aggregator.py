@@ -27,9 +27,9 @@ import aiohttp
 import yarl
 from aiohttp import web
 
-from tests.fakes.kube_resources import BUILTIN_PRIORITIES, ResourceRegistry, ResourceType
-from tests.fakes.kube_schema import format_time
-from tests.fakes.kube_store import ObjectStore, StoreEvent
+from testbed.fakes.kube_resources import BUILTIN_PRIORITIES, ResourceRegistry, ResourceType
+from testbed.fakes.kube_schema import format_time
+from testbed.fakes.kube_store import ObjectStore, StoreEvent
 
 JSONDict = dict[str, Any]
 log = logging.getLogger(__name__)

@@ -55,11 +55,11 @@ import yaml
 from aiohttp import web
 
 from metricscale import pki
-from tests.fakes import kube_errors as errors
-from tests.fakes import kube_objects
-from tests.fakes.kube_aggregator import Aggregator, ProxyIdentity, ServiceEndpoint
-from tests.fakes.kube_errors import ApiError, FieldError, GroupKind, invalid_value
-from tests.fakes.kube_handlers import (
+from testbed.fakes import kube_errors as errors
+from testbed.fakes import kube_objects
+from testbed.fakes.kube_aggregator import Aggregator, ProxyIdentity, ServiceEndpoint
+from testbed.fakes.kube_errors import ApiError, FieldError, GroupKind, invalid_value
+from testbed.fakes.kube_handlers import (
     RestHandlers,
     WatchSettings,
     json_response,
@@ -68,10 +68,10 @@ from tests.fakes.kube_handlers import (
     split_resource_path,
     status_response,
 )
-from tests.fakes.kube_objects import Container
-from tests.fakes.kube_resources import ResourceRegistry, resource_type_from_crd
-from tests.fakes.kube_store import ObjectStore, StoreEvent
-from tests.fakes.kube_strategy import apply_defaults, validate
+from testbed.fakes.kube_objects import Container
+from testbed.fakes.kube_resources import ResourceRegistry, resource_type_from_crd
+from testbed.fakes.kube_store import ObjectStore, StoreEvent
+from testbed.fakes.kube_strategy import apply_defaults, validate
 
 JSONDict = dict[str, Any]
 log = logging.getLogger(__name__)
@@ -1158,7 +1158,7 @@ def not_found_page() -> web.Response:
 
 async def run_forever(workdir: Path, *, kubeconfig: Path | None = None,
                       ready: Callable[[FakeKubeAPI], Awaitable[None]] | None = None) -> None:
-    """Run a fake until cancelled (for manual use: `python -m tests.fakes.kube_api DIR`)."""
+    """Run a fake until cancelled (for manual use: `python -m testbed.fakes.kube_api DIR`)."""
     async with FakeKubeAPI(workdir=workdir) as kube:
         if kubeconfig is not None:
             kube.write_kubeconfig(kubeconfig)

@@ -25,7 +25,7 @@ import celpy
 from celpy import celtypes
 from celpy.adapter import json_to_cel
 
-from tests.fakes.kube_errors import OMIT_VALUE, FieldError
+from testbed.fakes.kube_errors import OMIT_VALUE, FieldError
 
 __all__ = ["RuleCompileError", "compile_rule", "has_rules", "rule_errors",
            "schema_rule_problems"]

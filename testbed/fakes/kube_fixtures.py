@@ -1,4 +1,4 @@
-"""Pytest fixtures for the fake Kubernetes API server (tests.fakes.kube_api.FakeKubeAPI)."""
+"""Pytest fixtures for the fake Kubernetes API server (testbed.fakes.kube_api.FakeKubeAPI)."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from tests.fakes.kube_api import FakeKubeAPI
-from tests.fakes.kube_http import KubeHTTPClient
+from testbed.fakes.kube_api import FakeKubeAPI
+from testbed.fakes.kube_http import KubeHTTPClient
 
 __all__ = ["fake_kube", "kube_api_client", "kube_http", "kubeconfig"]
 

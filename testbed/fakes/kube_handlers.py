@@ -22,23 +22,23 @@ import yaml
 from aiohttp import web
 from multidict import MultiMapping
 
-from tests.fakes import kube_errors as errors
-from tests.fakes.kube_errors import ApiError, GroupResource
-from tests.fakes.kube_patch import (
+from testbed.fakes import kube_errors as errors
+from testbed.fakes.kube_errors import ApiError, GroupResource
+from testbed.fakes.kube_patch import (
     PatchError,
     apply_json_patch,
     apply_merge_patch,
     apply_strategic_merge_patch,
 )
-from tests.fakes.kube_resources import ResourceRegistry, ResourceType, ScaleSpec
-from tests.fakes.kube_schema import DecodeError, builtin_schemas
-from tests.fakes.kube_selectors import (
+from testbed.fakes.kube_resources import ResourceRegistry, ResourceType, ScaleSpec
+from testbed.fakes.kube_schema import DecodeError, builtin_schemas
+from testbed.fakes.kube_selectors import (
     SelectorError,
     format_label_selector,
     label_selector_from_object,
 )
-from tests.fakes.kube_store import ObjectStore, StoreEvent, compile_selectors, matches
-from tests.fakes.kube_strategy import (
+from testbed.fakes.kube_store import ObjectStore, StoreEvent, compile_selectors, matches
+from testbed.fakes.kube_strategy import (
     apply_defaults,
     prepare_for_create,
     prepare_for_status_update,

@@ -11,7 +11,7 @@ from typing import Any
 
 import aiohttp
 
-from tests.fakes.kube_api import FakeKubeAPI
+from testbed.fakes.kube_api import FakeKubeAPI
 
 __all__ = ["KubeHTTPClient", "Reply"]
 

@@ -11,8 +11,8 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from tests.fakes.kube_schema import format_time
-from tests.fakes.kube_strategy import qos_class
+from testbed.fakes.kube_schema import format_time
+from testbed.fakes.kube_strategy import qos_class
 
 JSONDict = dict[str, Any]
 

@@ -12,8 +12,8 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from tests.fakes.kube_errors import GroupKind, GroupResource
-from tests.fakes.kube_schema import StructuralSchema
+from testbed.fakes.kube_errors import GroupKind, GroupResource
+from testbed.fakes.kube_schema import StructuralSchema
 
 JSONDict = dict[str, Any]
 

@@ -15,8 +15,8 @@ from datetime import UTC, datetime
 from importlib import resources
 from typing import Any
 
-from tests.fakes.kube_cel import has_rules, rule_errors
-from tests.fakes.kube_errors import (
+from testbed.fakes.kube_cel import has_rules, rule_errors
+from testbed.fakes.kube_errors import (
     FieldError,
     duplicate,
     go_map_literal,

@@ -16,11 +16,11 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from tests.fakes import kube_errors as errors
-from tests.fakes.kube_errors import FieldError, GroupResource, invalid_value, required_value
-from tests.fakes.kube_resources import ResourceRegistry, ResourceType
-from tests.fakes.kube_schema import format_time
-from tests.fakes.kube_selectors import (
+from testbed.fakes import kube_errors as errors
+from testbed.fakes.kube_errors import FieldError, GroupResource, invalid_value, required_value
+from testbed.fakes.kube_resources import ResourceRegistry, ResourceType
+from testbed.fakes.kube_schema import format_time
+from testbed.fakes.kube_selectors import (
     FieldRequirement,
     LabelRequirement,
     SelectorError,

@@ -10,16 +10,16 @@ import copy
 import re
 from typing import Any, TypeGuard
 
-from tests.fakes.kube_cel import schema_rule_problems
-from tests.fakes.kube_errors import (
+from testbed.fakes.kube_cel import schema_rule_problems
+from testbed.fakes.kube_errors import (
     FieldError,
     forbidden,
     invalid_value,
     not_supported,
     required_value,
 )
-from tests.fakes.kube_resources import ResourceType
-from tests.fakes.kube_selectors import (
+from testbed.fakes.kube_resources import ResourceType
+from testbed.fakes.kube_selectors import (
     SelectorError,
     label_key_errors,
     label_selector_from_object,

@@ -25,7 +25,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import IO, Any
 
-from tests.fakes.exporter import (
+from testbed.fakes.exporter import (
     Exporter,
     MetricType,
     Number,

@@ -6,9 +6,9 @@ from collections.abc import Iterable, Iterator, Sequence
 
 import pytest
 
-from tests.fakes.exporter import Exporter
-from tests.fakes.prometheus import ExporterPool, MetricFamily, PrometheusServer, find_promtool
-from tests.fakes.tools import require_tool
+from testbed.fakes.exporter import Exporter
+from testbed.fakes.prometheus import ExporterPool, MetricFamily, PrometheusServer, find_promtool
+from testbed.fakes.tools import require_tool
 
 
 @pytest.fixture(scope="session")

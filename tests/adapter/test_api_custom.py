@@ -17,6 +17,10 @@ import pytest
 import pytest_asyncio
 
 from adapter.http.app import METRICS_REGISTRY_KEY
+from testbed.fakes import kube_objects
+from testbed.fakes.exporter import Exporter
+from testbed.fakes.kube_api import FakeKubeAPI
+from testbed.fakes.prometheus import ExporterPool, PrometheusServer
 from tests.adapter.test_server_harness import (
     HPA_ACCEPT,
     RFC3339_SECONDS,
@@ -24,10 +28,6 @@ from tests.adapter.test_server_harness import (
     running_adapter,
     wait_for_series,
 )
-from tests.fakes import kube_objects
-from tests.fakes.exporter import Exporter
-from tests.fakes.kube_api import FakeKubeAPI
-from tests.fakes.prometheus import ExporterPool, PrometheusServer
 
 pytestmark = [pytest.mark.prometheus, pytest.mark.asyncio(loop_scope="module")]
 

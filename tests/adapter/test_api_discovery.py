@@ -8,10 +8,10 @@ from collections.abc import AsyncIterator
 import pytest
 import pytest_asyncio
 
+from testbed.fakes import kube_objects
+from testbed.fakes.kube_api import FakeKubeAPI
+from testbed.fakes.prometheus import ExporterPool, PrometheusServer
 from tests.adapter.test_server_harness import RunningAdapter, running_adapter, wait_for_series
-from tests.fakes import kube_objects
-from tests.fakes.kube_api import FakeKubeAPI
-from tests.fakes.prometheus import ExporterPool, PrometheusServer
 
 pytestmark = [pytest.mark.prometheus, pytest.mark.asyncio(loop_scope="module")]
 

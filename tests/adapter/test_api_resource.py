@@ -13,6 +13,9 @@ from typing import Any
 import pytest
 import pytest_asyncio
 
+from testbed.fakes.exporter import Exporter
+from testbed.fakes.kube_api import FakeKubeAPI
+from testbed.fakes.prometheus import ExporterPool, PrometheusServer
 from tests.adapter.test_server_harness import (
     HPA_ACCEPT,
     RFC3339_SECONDS,
@@ -20,9 +23,6 @@ from tests.adapter.test_server_harness import (
     running_adapter,
     wait_for_series,
 )
-from tests.fakes.exporter import Exporter
-from tests.fakes.kube_api import FakeKubeAPI
-from tests.fakes.prometheus import ExporterPool, PrometheusServer
 
 pytestmark = [pytest.mark.prometheus, pytest.mark.asyncio(loop_scope="module")]
 

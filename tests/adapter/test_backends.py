@@ -12,12 +12,12 @@ import aiohttp
 import pytest
 from aiohttp import web
 
+from testbed.fakes import kube_objects
+from testbed.fakes.exporter import Exporter
+from testbed.fakes.kube_api import FakeKubeAPI
+from testbed.fakes.prometheus import PrometheusServer
+from testbed.fakes.prometheus_fixtures import PrometheusFactory
 from tests.adapter.test_server_harness import RunningAdapter, running_adapter, wait_for_series
-from tests.fakes import kube_objects
-from tests.fakes.exporter import Exporter
-from tests.fakes.kube_api import FakeKubeAPI
-from tests.fakes.prometheus import PrometheusServer
-from tests.fakes.prometheus_fixtures import PrometheusFactory
 
 pytestmark = [pytest.mark.prometheus]
 

@@ -35,14 +35,14 @@ from adapter.settings import (
     settings_from_args,
 )
 from metricscale import pki
+from testbed.fakes.kube_api import FakeKubeAPI
+from testbed.fakes.prometheus import ExporterPool, PrometheusServer
 from tests.adapter.test_server_harness import (
     HPA_ACCEPT,
     make_serving_pair,
     running_adapter,
     wait_for_series,
 )
-from tests.fakes.kube_api import FakeKubeAPI
-from tests.fakes.prometheus import ExporterPool, PrometheusServer
 
 CUSTOM = "/apis/custom.metrics.k8s.io"
 PROXY_CN = "metricscale-delegation"

@@ -25,6 +25,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from metricscale.core.selectors import SelectorError, parse_selector
+from testbed.fakes import kube_objects
+from testbed.fakes.kube_api import FakeKubeAPI
+from testbed.fakes.prometheus import ExporterPool, PrometheusServer
 from tests import raw_http
 from tests.adapter.test_server_harness import (
     Reply,
@@ -33,9 +36,6 @@ from tests.adapter.test_server_harness import (
     running_adapter,
     wait_for_series,
 )
-from tests.fakes import kube_objects
-from tests.fakes.kube_api import FakeKubeAPI
-from tests.fakes.prometheus import ExporterPool, PrometheusServer
 
 pytestmark = [pytest.mark.prometheus, pytest.mark.asyncio(loop_scope="module")]
 

@@ -26,11 +26,11 @@ import pytest
 from adapter.http.app import METRICS_REGISTRY_KEY, RELOADER_KEY, SNAPSHOTS_KEY
 from adapter.http.reloading import POLL_SECONDS
 from adapter.http.snapshots import ConfigSnapshot
+from testbed.fakes import kube_objects
+from testbed.fakes.exporter import Exporter
+from testbed.fakes.kube_api import FakeKubeAPI
+from testbed.fakes.prometheus import PrometheusServer
 from tests.adapter.test_server_harness import RunningAdapter, running_adapter, wait_for_series
-from tests.fakes import kube_objects
-from tests.fakes.exporter import Exporter
-from tests.fakes.kube_api import FakeKubeAPI
-from tests.fakes.prometheus import PrometheusServer
 
 pytestmark = [pytest.mark.prometheus]
 

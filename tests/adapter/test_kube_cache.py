@@ -22,7 +22,7 @@ from metricscale.kube.errors import KubeUnavailable, UnknownResource
 from metricscale.kube.http import KubeHTTP, connect, open_kube_http
 from metricscale.kube.informer import InformerEvent, ObjectMeta
 from metricscale.kube.retry import Backoff
-from tests.fakes.kube_api import DropConnection, FakeKubeAPI, Latency, StallWatch
+from testbed.fakes.kube_api import DropConnection, FakeKubeAPI, Latency, StallWatch
 
 PODS = GroupResource("pods")
 PODS_PATH = r"^/api/v1/pods$"

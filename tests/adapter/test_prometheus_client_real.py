@@ -25,9 +25,9 @@ from adapter.prometheus.client import (
 )
 from adapter.settings import PrometheusSettings
 from metricscale.core.selectors import quote_go_string
-from tests.fakes.exporter import Exporter
-from tests.fakes.prometheus import PrometheusServer
-from tests.fakes.prometheus_fixtures import PrometheusFactory
+from testbed.fakes.exporter import Exporter
+from testbed.fakes.prometheus import PrometheusServer
+from testbed.fakes.prometheus_fixtures import PrometheusFactory
 
 pytestmark = pytest.mark.prometheus
 

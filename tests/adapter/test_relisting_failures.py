@@ -31,9 +31,9 @@ from adapter.prometheus.relisting import (
 from adapter.rules.config import AdapterConfig, parse_config
 from adapter.rules.resources import builtin_catalog
 from adapter.settings import PrometheusSettings
-from tests.fakes.exporter import Exporter
-from tests.fakes.prometheus import PrometheusServer
-from tests.fakes.prometheus_fixtures import PrometheusFactory
+from testbed.fakes.exporter import Exporter
+from testbed.fakes.prometheus import PrometheusServer
+from testbed.fakes.prometheus_fixtures import PrometheusFactory
 
 pytestmark = [pytest.mark.prometheus, pytest.mark.shipped_interpreter]
 

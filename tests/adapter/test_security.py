@@ -51,7 +51,7 @@ from adapter.security.tls import ReloadingServerContext
 from adapter.settings import AuthFlags, parse_settings
 from metricscale import pki
 from metricscale.kube.http import KubeHTTP, open_kube_http
-from tests.fakes.kube_api import (
+from testbed.fakes.kube_api import (
     DropConnection,
     FakeKubeAPI,
     Latency,

@@ -25,7 +25,7 @@ from adapter.security.selfcerts import (
 from adapter.security.tls import ReloadingServerContext
 from metricscale import pki
 from metricscale.kube.http import connect
-from tests.fakes.kube_api import FakeKubeAPI, RequestAttributes
+from testbed.fakes.kube_api import FakeKubeAPI, RequestAttributes
 
 NAMESPACE = "metricscale"
 SERVICE = "metricscale-adapter"

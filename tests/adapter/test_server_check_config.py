@@ -10,8 +10,8 @@ import pytest
 
 from adapter.server import check_config
 from adapter.settings import parse_settings
-from tests.fakes.exporter import Exporter
-from tests.fakes.prometheus import PrometheusServer
+from testbed.fakes.exporter import Exporter
+from testbed.fakes.prometheus import PrometheusServer
 
 VALID = """
 rules:

@@ -34,8 +34,8 @@ from adapter.security.tls import build_server_context
 from adapter.settings import parse_settings
 from metricscale import pki
 from metricscale.serving import StatusAppRunner
-from tests.fakes.exporter import Exporter
-from tests.fakes.prometheus import PrometheusServer
+from testbed.fakes.exporter import Exporter
+from testbed.fakes.prometheus import PrometheusServer
 
 SERVICE_NAME = "metricscale-adapter"
 SERVICE_NAMESPACE = "metricscale"

@@ -23,6 +23,10 @@ from adapter.rules.resources import NAMESPACES, builtin_catalog
 from adapter.settings import PrometheusSettings
 from metricscale.core.selectors import Selector
 from metricscale.kube.errors import KubeUnavailable
+from testbed.fakes import kube_objects
+from testbed.fakes.exporter import Exporter
+from testbed.fakes.kube_api import FakeKubeAPI
+from testbed.fakes.prometheus_fixtures import PrometheusFactory
 from tests.adapter.test_backends import (
     CUSTOM,
     POD_RULE,
@@ -31,10 +35,6 @@ from tests.adapter.test_backends import (
     value_of,
 )
 from tests.adapter.test_server_harness import RunningAdapter, running_adapter, wait_for_series
-from tests.fakes import kube_objects
-from tests.fakes.exporter import Exporter
-from tests.fakes.kube_api import FakeKubeAPI
-from tests.fakes.prometheus_fixtures import PrometheusFactory
 
 SEEDED = {"default", "kube-system", "kube-public", "kube-node-lease"}  # FakeKubeAPI's own
 

@@ -21,8 +21,8 @@ from celpy.adapter import json_to_cel
 
 from cli import certs
 from cli.certs import CertsOptions, ensure_certificates
-from tests.fakes.kube_cel import compile_rule, schema_rule_problems
-from tests.fakes.tools import require_tool
+from testbed.fakes.kube_cel import compile_rule, schema_rule_problems
+from testbed.fakes.tools import require_tool
 
 REPO = Path(__file__).resolve().parents[2]
 MANIFESTS = REPO / "manifests"

@@ -21,8 +21,8 @@ from autoscaler.decision.persistence import HISTORY_ANNOTATION
 from autoscaler.decision.settings import Settings
 from autoscaler.kube.metrics_api import MetricsError
 from autoscaler.model.history import parse_history
+from testbed.fakes.kube_objects import Container, pod
 from tests.autoscaler.controller_support import MemoryCaches, MemoryKube, MemoryMetrics
-from tests.fakes.kube_objects import Container, pod
 
 T0 = datetime(2026, 11, 21, 10, 0, 0, tzinfo=UTC)
 NS = "shop"

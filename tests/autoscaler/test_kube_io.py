@@ -15,7 +15,7 @@ from autoscaler.kube.operations import KubeClient, ObjectReference, ScaleTargetR
 from metricscale.kube import errors
 from metricscale.kube.http import open_kube_http
 from metricscale.kube.retry import RetryPolicy
-from tests.fakes.kube_api import DropConnection, FakeKubeAPI, ServerError, TooManyRequests
+from testbed.fakes.kube_api import DropConnection, FakeKubeAPI, ServerError, TooManyRequests
 
 NOW = datetime(2024, 5, 1, 12, 0, 21, tzinfo=UTC)
 MICRO = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z$")

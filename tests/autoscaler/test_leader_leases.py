@@ -14,7 +14,7 @@ from autoscaler.decision.leadership import LeaseSpec
 from autoscaler.kube.operations import KubeClient
 from metricscale.kube import errors
 from metricscale.kube.http import open_kube_http
-from tests.fakes.kube_api import FakeKubeAPI
+from testbed.fakes.kube_api import FakeKubeAPI
 
 T0 = datetime(2024, 5, 1, 12, 0, 0, tzinfo=UTC)
 MICRO = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z$")

@@ -20,7 +20,7 @@ from autoscaler.decision.settings import (
 )
 from autoscaler.kube.operations import KubeClient
 from metricscale.kube.http import open_kube_http
-from tests.fakes.kube_api import FakeKubeAPI
+from testbed.fakes.kube_api import FakeKubeAPI
 
 T0 = datetime(2024, 5, 1, 12, 0, 0, tzinfo=UTC)
 CONFIG = LeaderElectionConfig(resource_namespace="ops")

@@ -16,7 +16,7 @@ from autoscaler.kube.metrics_api import MetricsClient, MetricsError
 from autoscaler.kube.operations import KubeClient
 from metricscale import pki
 from metricscale.kube.http import open_kube_http
-from tests.fakes.kube_api import FakeKubeAPI
+from testbed.fakes.kube_api import FakeKubeAPI
 
 SERVICE = ("ops", "metrics-backend")
 

@@ -11,8 +11,8 @@ import pytest
 
 from autoscaler.decision.settings import Settings
 from autoscaler.server import Options, serve_autoscaler
+from testbed.fakes.kube_api import FakeKubeAPI
 from tests.e2e.test_autoscaler_support import election, install_crd
-from tests.fakes.kube_api import FakeKubeAPI
 from tests.raw_http import raw_exchange, unparseable_requests
 
 

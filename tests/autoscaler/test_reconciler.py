@@ -24,6 +24,7 @@ from autoscaler.model.metrics import MetricFetchError, MetricValueList
 from metricscale.kube.discovery import ResourceMapping
 from metricscale.kube.errors import KindNotFound, TooManyRequests
 from metricscale.kube.http import KubeHTTP
+from testbed.fakes.kube_objects import Container, pod
 from tests.autoscaler.controller_support import (
     DEPLOYMENTS,
     MemoryCaches,
@@ -31,7 +32,6 @@ from tests.autoscaler.controller_support import (
     MemoryMetrics,
     conflict,
 )
-from tests.fakes.kube_objects import Container, pod
 
 T0 = datetime(2026, 11, 21, 10, 0, 0, tzinfo=UTC)
 NS = "shop"

@@ -12,8 +12,8 @@ from typing import Any
 from autoscaler.controller.reconciler import Reconciler
 from autoscaler.controller.watching import AutoscalerKey, project_pod
 from autoscaler.decision.settings import Settings
+from testbed.fakes.kube_objects import Container, pod
 from tests.autoscaler.controller_support import MemoryCaches, MemoryKube, MemoryMetrics
-from tests.fakes.kube_objects import Container, pod
 
 T0 = datetime(2026, 11, 21, 10, 0, 0, tzinfo=UTC)
 NS = "shop"

@@ -23,8 +23,8 @@ from autoscaler.controller.watching import (
 )
 from autoscaler.model.pods import Pod
 from metricscale.kube.informer import InformerEvent, PathSource
+from testbed.fakes.kube_api import FakeKubeAPI, Latency
 from tests.autoscaler.controller_support import eventually
-from tests.fakes.kube_api import FakeKubeAPI, Latency
 
 KEYS = ["app", "tier", "track"]
 VALUES = ["a", "b", "c"]

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from testbed.controlplane import ControlPlane, Kubelet
+from testbed.fakes.prometheus import PrometheusServer
 from testbed.install import Installation
-from tests.fakes.prometheus import PrometheusServer
 
 
 @pytest.fixture(scope="session")

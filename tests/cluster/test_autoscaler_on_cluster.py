@@ -14,9 +14,9 @@ from typing import Any
 
 from testbed.binaries import CHECKOUT
 from testbed.controlplane import ControlPlane, Kubelet
+from testbed.fakes.exporter import Exporter
 from testbed.install import NAMESPACE, Installation
 from testbed.load import Load
-from tests.fakes.exporter import Exporter
 
 
 async def until(check: Callable[[], bool], *, what: str, within: float = 180) -> None:

@@ -30,12 +30,12 @@ from cli.doctor import DoctorOptions, command_line, doctor_text
 from metricscale import pki
 from testbed.binaries import CHECKOUT
 from testbed.controlplane import ControlPlane, Kubelet
+from testbed.fakes.exporter import Exporter
+from testbed.fakes.prometheus import PrometheusServer
 from testbed.install import APISERVICES, NAMESPACE, Installation
 from testbed.load import Load
 from testbed.processes import Child, wait_until
 from testbed.pytest_plugin import require_peers
-from tests.fakes.exporter import Exporter
-from tests.fakes.prometheus import PrometheusServer
 
 NS = "doctor"
 

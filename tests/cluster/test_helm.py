@@ -25,10 +25,10 @@ import yaml
 
 from testbed.binaries import CHECKOUT, find_peer
 from testbed.controlplane import ControlPlane, KubeError
+from testbed.fakes.prometheus import PrometheusServer
 from testbed.install import APISERVICES, NAMESPACE, Installation
 from testbed.processes import wait_until
 from testbed.pytest_plugin import require_peers
-from tests.fakes.prometheus import PrometheusServer
 
 CHART = CHECKOUT / "charts" / "metricscale"
 RELEASE = "metricscale"

@@ -10,9 +10,9 @@ from collections.abc import Callable
 from typing import Any
 
 from testbed.controlplane import ControlPlane, Kubelet
+from testbed.fakes.exporter import Exporter
 from testbed.install import Installation
 from testbed.load import Load
-from tests.fakes.exporter import Exporter
 
 
 async def until(check: Callable[[], bool], *, what: str, within: float = 120) -> None:

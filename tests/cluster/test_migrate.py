@@ -26,13 +26,13 @@ import yaml
 
 from testbed.binaries import CHECKOUT
 from testbed.controlplane import CONTROLLERS, ControlPlane, Kubelet
+from testbed.fakes.exporter import Exporter
+from testbed.fakes.prometheus import PrometheusServer
 from testbed.install import Installation
 from testbed.load import Load
 from testbed.processes import wait_until
 from testbed.pytest_plugin import require_peers
 from tests.cluster.test_upstream_hpa_twins import Replicas, deployment, until
-from tests.fakes.exporter import Exporter
-from tests.fakes.prometheus import PrometheusServer
 
 WINDOW = 40  # the HPA's scale-down window, seconds
 SYNC = 5.0  # both controllers' sync period here

@@ -15,11 +15,11 @@ import pytest
 
 from testbed.binaries import CHECKOUT
 from testbed.controlplane import CONTROLLERS, ControlPlane
+from testbed.fakes.exporter import Exporter
+from testbed.fakes.prometheus import PrometheusServer
 from testbed.install import Installation
 from testbed.load import Load
 from testbed.pytest_plugin import require_peers
-from tests.fakes.exporter import Exporter
-from tests.fakes.prometheus import PrometheusServer
 
 WITHOUT_HPA = tuple(c for c in CONTROLLERS if c != "horizontal-pod-autoscaler-controller")
 

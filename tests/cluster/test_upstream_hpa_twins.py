@@ -20,9 +20,9 @@ from typing import Any
 import pytest
 
 from testbed.controlplane import ControlPlane, Kubelet
+from testbed.fakes.exporter import Exporter
 from testbed.install import Installation
 from testbed.load import Load, close_stream
-from tests.fakes.exporter import Exporter
 
 SYNC_SECONDS = 5.0
 # What separates the twins' reactions besides their sync phases: a scrape (1 s) and the

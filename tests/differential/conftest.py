@@ -15,6 +15,8 @@ from pathlib import Path
 import pytest
 
 from testbed.controlplane import ControlPlane, Kubelet
+from testbed.fakes.exporter import Exporter
+from testbed.fakes.prometheus import PrometheusServer, count_of
 from testbed.processes import wait_until
 from testbed.pytest_plugin import require_peers
 from tests.differential.comparison import Context, Difference, Outcome, Request, ask, reconcile
@@ -33,8 +35,6 @@ from tests.differential.world import (
     export_series,
     pair_configs,
 )
-from tests.fakes.exporter import Exporter
-from tests.fakes.prometheus import PrometheusServer, count_of
 
 # What both adapters may list and watch beyond their manifests' own resources: what the rules
 # of the three configurations map labels to (both manifests say to add these).

@@ -29,12 +29,12 @@ from metricscale.core.durations import parse_duration
 from metricscale.core.quantity import parse_quantity
 from testbed.aggregated import AggregatedServer, Reply, apiservice_given_back
 from testbed.controlplane import ControlPlane, KubeError, Kubelet
+from testbed.fakes.prometheus import PrometheusServer
 from testbed.kubelet import ANNOTATION_PREFIX
 from testbed.metrics_server import MetricsServer
 from testbed.metricscale_adapter import MetricscaleAdapter
 from testbed.processes import wait_until
 from tests.differential.metrics_server_differences import Expectations, KubectlRun
-from tests.fakes.prometheus import PrometheusServer
 
 __all__ = ["RANGE", "RESOLUTION", "SideBySide", "Usage", "pod_manifest", "side_by_side"]
 

@@ -25,8 +25,8 @@ from typing import Any
 
 from adapter.rules.defaults import CONFIG_GEN_DEFAULTS_YAML, DEFAULT_CONFIG_YAML
 from testbed.controlplane import ControlPlane, KubeError
+from testbed.fakes.exporter import Exporter
 from testbed.processes import wait_until
-from tests.fakes.exporter import Exporter
 
 __all__ = ["CLUSTER_SCOPED_RESOURCES", "CRD_GROUP", "World", "build_world", "pair_configs"]
 

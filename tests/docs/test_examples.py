@@ -24,6 +24,8 @@ import yaml
 
 from autoscaler.model.validation import validate_spec
 from testbed.binaries import find_peer
+from testbed.fakes.kube_cel import rule_errors
+from testbed.fakes.tools import in_ci, require_tool
 from tests.docs.blocks import (
     KINDS,
     MARKED_LANGUAGES,
@@ -35,8 +37,6 @@ from tests.docs.blocks import (
     output_matches,
     script_of,
 )
-from tests.fakes.kube_cel import rule_errors
-from tests.fakes.tools import in_ci, require_tool
 
 BLOCKS = all_blocks()
 KUBERNETES_VERSION = "1.32"

@@ -18,16 +18,16 @@ import pytest
 from aiohttp import web
 
 from metricscale import pki
-from tests.fakes.kube_aggregator import (
+from testbed.fakes.kube_aggregator import (
     canonical_header_key,
     escape_header_key,
     forwarded_uri,
     go_encode_query,
     go_escape_path,
 )
-from tests.fakes.kube_api import FakeKubeAPI
-from tests.fakes.kube_http import KubeHTTPClient
-from tests.fakes.tools import require_tool
+from testbed.fakes.kube_api import FakeKubeAPI
+from testbed.fakes.kube_http import KubeHTTPClient
+from testbed.fakes.tools import require_tool
 
 GROUP = "custom.metrics.k8s.io"
 SERVICE = ("custom-metrics", "metrics-adapter")

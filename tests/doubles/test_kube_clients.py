@@ -13,8 +13,8 @@ import pytest
 from kubernetes_asyncio import client, config, watch
 from kubernetes_asyncio.client.exceptions import ApiException
 
-from tests.fakes.kube_api import FakeKubeAPI
-from tests.fakes.tools import require_tool
+from testbed.fakes.kube_api import FakeKubeAPI
+from testbed.fakes.tools import require_tool
 
 
 async def test_core_v1_lists_pods_with_a_selector(fake_kube: FakeKubeAPI,

@@ -23,8 +23,8 @@ from typing import Any
 
 import yaml
 
-from tests.fakes.kube_api import FakeKubeAPI
-from tests.fakes.kube_http import KubeHTTPClient
+from testbed.fakes.kube_api import FakeKubeAPI
+from testbed.fakes.kube_http import KubeHTTPClient
 
 REPO = Path(__file__).resolve().parents[2]
 AUTOSCALERS = "/apis/metricscale.dev/v1alpha1/namespaces/demo/autoscalers"

@@ -11,7 +11,7 @@ import aiohttp
 import pytest
 
 from metricscale import pki
-from tests.fakes.kube_api import (
+from testbed.fakes.kube_api import (
     DropConnection,
     FakeKubeAPI,
     Latency,
@@ -19,7 +19,7 @@ from tests.fakes.kube_api import (
     StallWatch,
     TooManyRequests,
 )
-from tests.fakes.kube_http import KubeHTTPClient
+from testbed.fakes.kube_http import KubeHTTPClient
 
 AUTH_CONFIGMAP = "/api/v1/namespaces/kube-system/configmaps/extension-apiserver-authentication"
 

@@ -16,9 +16,9 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.fakes.kube_api import FakeKubeAPI
-from tests.fakes.kube_http import KubeHTTPClient
-from tests.fakes.tools import require_tool
+from testbed.fakes.kube_api import FakeKubeAPI
+from testbed.fakes.kube_http import KubeHTTPClient
+from testbed.fakes.tools import require_tool
 
 REPO = Path(__file__).resolve().parents[2]
 DEPLOYMENTS = "/apis/apps/v1/namespaces/demo/deployments"

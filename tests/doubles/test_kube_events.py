@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from tests.fakes.kube_http import KubeHTTPClient
+from testbed.fakes.kube_http import KubeHTTPClient
 
 EVENTS_V1 = "/apis/events.k8s.io/v1/namespaces/demo/events"
 CORE_EVENTS = "/api/v1/namespaces/demo/events"

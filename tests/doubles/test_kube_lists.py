@@ -11,8 +11,8 @@ from __future__ import annotations
 import base64
 import json
 
-from tests.fakes.kube_api import FakeKubeAPI
-from tests.fakes.kube_http import KubeHTTPClient
+from testbed.fakes.kube_api import FakeKubeAPI
+from testbed.fakes.kube_http import KubeHTTPClient
 
 CONFIGMAPS = "/api/v1/namespaces/demo/configmaps"
 

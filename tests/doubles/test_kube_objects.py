@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import re
 
-from tests.fakes.kube_api import FakeKubeAPI
-from tests.fakes.kube_http import KubeHTTPClient
+from testbed.fakes.kube_api import FakeKubeAPI
+from testbed.fakes.kube_http import KubeHTTPClient
 
 PODS = "/api/v1/namespaces/demo/pods"
 DEPLOYMENTS = "/apis/apps/v1/namespaces/demo/deployments"

@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from tests.fakes.kube_api import FakeKubeAPI
-from tests.fakes.kube_http import KubeHTTPClient
+from testbed.fakes.kube_api import FakeKubeAPI
+from testbed.fakes.kube_http import KubeHTTPClient
 
 DEPLOYMENT = "/apis/apps/v1/namespaces/demo/deployments/web"
 HPA = "/apis/autoscaling/v2/namespaces/demo/horizontalpodautoscalers/web"

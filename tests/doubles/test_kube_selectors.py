@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.fakes.kube_selectors import (
+from testbed.fakes.kube_selectors import (
     SelectorError,
     format_label_selector,
     label_selector_from_object,

@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-from tests.fakes.kube_api import FakeKubeAPI
-from tests.fakes.kube_http import KubeHTTPClient
+from testbed.fakes.kube_api import FakeKubeAPI
+from testbed.fakes.kube_http import KubeHTTPClient
 
 PODS = "/api/v1/namespaces/demo/pods"
 

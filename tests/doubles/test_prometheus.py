@@ -7,8 +7,8 @@ from decimal import Decimal
 
 import pytest
 
-from tests.fakes.exporter import Exporter
-from tests.fakes.prometheus import (
+from testbed.fakes.exporter import Exporter
+from testbed.fakes.prometheus import (
     PrometheusQueryError,
     PrometheusServer,
     PrometheusStartError,
@@ -21,7 +21,7 @@ from tests.fakes.prometheus import (
     selector,
     synthetic_families,
 )
-from tests.fakes.prometheus_fixtures import PrometheusFactory
+from testbed.fakes.prometheus_fixtures import PrometheusFactory
 
 pytestmark = pytest.mark.prometheus
 

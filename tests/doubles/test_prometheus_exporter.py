@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.fakes.cadvisor import CPU, CAdvisor
-from tests.fakes.exporter import Exporter
-from tests.fakes.prometheus import (
+from testbed.fakes.cadvisor import CPU, CAdvisor
+from testbed.fakes.exporter import Exporter
+from testbed.fakes.prometheus import (
     MetricFamily,
     SeriesSamples,
     recent_timestamps,

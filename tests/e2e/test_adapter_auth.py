@@ -17,6 +17,8 @@ import pytest
 import pytest_asyncio
 
 from metricscale.core.quantity import format_quantity, parse_quantity
+from testbed.fakes.kube_api import FakeKubeAPI, ServerError
+from testbed.fakes.prometheus import ExporterPool, PrometheusServer
 from tests.e2e.test_adapter_auth_support import (
     AGGREGATED_ACCEPT,
     CUSTOM,
@@ -30,8 +32,6 @@ from tests.e2e.test_adapter_auth_support import (
     auth_environment,
     reviews_for,
 )
-from tests.fakes.kube_api import FakeKubeAPI, ServerError
-from tests.fakes.prometheus import ExporterPool, PrometheusServer
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 

@@ -17,6 +17,7 @@ from urllib.parse import quote
 import pytest
 import pytest_asyncio
 
+from testbed.fakes.prometheus import ExporterPool, PrometheusServer
 from tests.e2e.test_adapter_auth_support import (
     CUSTOM,
     EXTERNAL,
@@ -29,7 +30,6 @@ from tests.e2e.test_adapter_auth_support import (
     reviews_for,
     secrets_in,
 )
-from tests.fakes.prometheus import ExporterPool, PrometheusServer
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 

@@ -23,6 +23,9 @@ from pathlib import Path
 import pytest
 import pytest_asyncio
 
+from testbed.fakes.kube_api import FakeKubeAPI
+from testbed.fakes.prometheus import ExporterPool, PrometheusServer
+from testbed.fakes.tools import require_tool
 from tests.e2e.test_adapter_auth_support import (
     AuthPKI,
     HandshakeFailed,
@@ -39,9 +42,6 @@ from tests.e2e.test_adapter_auth_support import (
     wait_for_exported_series,
     write_file,
 )
-from tests.fakes.kube_api import FakeKubeAPI
-from tests.fakes.prometheus import ExporterPool, PrometheusServer
-from tests.fakes.tools import require_tool
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 

@@ -22,6 +22,8 @@ from cryptography import x509
 
 from metricscale import pki
 from metricscale.kube.retry import Backoff
+from testbed.fakes.kube_api import FakeKubeAPI, ServerError
+from testbed.fakes.prometheus import PrometheusServer
 from tests.e2e.test_adapter_auth_support import (
     CUSTOM,
     YEAR,
@@ -39,8 +41,6 @@ from tests.e2e.test_adapter_auth_support import (
     secured_adapter,
     trust_extra_proxy_ca,
 )
-from tests.fakes.kube_api import FakeKubeAPI, ServerError
-from tests.fakes.prometheus import PrometheusServer
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 

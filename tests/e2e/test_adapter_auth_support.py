@@ -30,9 +30,9 @@ from adapter.security.delegation import AdapterSecurity, build_security
 from adapter.security.tls import ReloadingServerContext
 from adapter.settings import parse_settings
 from metricscale import pki
-from tests.fakes.exporter import Exporter
-from tests.fakes.kube_api import FakeKubeAPI
-from tests.fakes.prometheus import ExporterPool, PrometheusServer, count_of
+from testbed.fakes.exporter import Exporter
+from testbed.fakes.kube_api import FakeKubeAPI
+from testbed.fakes.prometheus import ExporterPool, PrometheusServer, count_of
 
 SERVICE_NAMESPACE = "metricscale"
 SERVICE_NAME = "metricscale-adapter"

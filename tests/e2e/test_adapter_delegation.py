@@ -2,7 +2,7 @@
 
 The fake cluster's aggregator proxies `external.metrics.k8s.io` to our adapter (registered as
 it is in production); our rules serve `queueLength`, and every other external metric goes to
-the KEDA double (tests/fakes/keda_metrics.py) with `--delegate-external-to`. HPA-style requests
+the KEDA double (testbed/fakes/keda_metrics.py) with `--delegate-external-to`. HPA-style requests
 go through the aggregator for both sides' metrics; the double records what it received.
 """
 
@@ -15,6 +15,8 @@ from typing import Any
 import pytest
 import pytest_asyncio
 
+from testbed.fakes.keda_metrics import KedaMetricsServer, identity_of
+from testbed.fakes.prometheus import ExporterPool, PrometheusServer
 from tests.e2e.test_adapter_auth_support import (
     AGGREGATED_ACCEPT,
     EXTERNAL,
@@ -24,8 +26,6 @@ from tests.e2e.test_adapter_auth_support import (
     auth_environment,
     make_pki,
 )
-from tests.fakes.keda_metrics import KedaMetricsServer, identity_of
-from tests.fakes.prometheus import ExporterPool, PrometheusServer
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 

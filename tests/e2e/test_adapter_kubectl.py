@@ -13,6 +13,10 @@ import pytest
 import pytest_asyncio
 import yaml
 
+from testbed.fakes import kube_objects
+from testbed.fakes.kube_api import FakeKubeAPI
+from testbed.fakes.prometheus import ExporterPool, PrometheusServer
+from testbed.fakes.tools import require_tool
 from tests.adapter.test_server_harness import (
     SERVICE_NAME,
     SERVICE_NAMESPACE,
@@ -20,10 +24,6 @@ from tests.adapter.test_server_harness import (
     running_adapter,
     wait_for_series,
 )
-from tests.fakes import kube_objects
-from tests.fakes.kube_api import FakeKubeAPI
-from tests.fakes.prometheus import ExporterPool, PrometheusServer
-from tests.fakes.tools import require_tool
 
 pytestmark = [pytest.mark.prometheus, pytest.mark.kubectl,
               pytest.mark.asyncio(loop_scope="module")]

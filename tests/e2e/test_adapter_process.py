@@ -15,8 +15,8 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-from tests.fakes.kube_api import FakeKubeAPI
-from tests.fakes.prometheus import PrometheusServer
+from testbed.fakes.kube_api import FakeKubeAPI
+from testbed.fakes.prometheus import PrometheusServer
 
 pytestmark = [pytest.mark.prometheus]
 

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
+from testbed.fakes.kube_api import FakeKubeAPI
+from testbed.fakes.tools import require_tool
 from tests.e2e.test_autoscaler_support import install_crd
-from tests.fakes.kube_api import FakeKubeAPI
-from tests.fakes.tools import require_tool
 
 
 async def run(*args: str) -> tuple[int, str, str]:

@@ -14,6 +14,9 @@ from typing import Any
 import pytest
 
 from autoscaler.model.times import parse_time
+from testbed.fakes.exporter import Exporter
+from testbed.fakes.kube_api import FakeKubeAPI
+from testbed.fakes.prometheus import PrometheusServer
 from tests.e2e.test_autoscaler_support import (
     GROUP,
     NS,
@@ -33,9 +36,6 @@ from tests.e2e.test_autoscaler_support import (
     status_of,
     until,
 )
-from tests.fakes.exporter import Exporter
-from tests.fakes.kube_api import FakeKubeAPI
-from tests.fakes.prometheus import PrometheusServer
 
 pytestmark = pytest.mark.prometheus
 

@@ -18,6 +18,8 @@ import aiohttp
 
 from autoscaler.decision.persistence import HISTORY_ANNOTATION
 from autoscaler.model.times import parse_time
+from testbed.fakes.kube_api import FakeKubeAPI, Latency, ServerError, TooManyRequests
+from testbed.fakes.kube_store import StoreEvent
 from tests.e2e.test_autoscaler_support import (
     GROUP,
     NS,
@@ -38,8 +40,6 @@ from tests.e2e.test_autoscaler_support import (
     status_of,
     until,
 )
-from tests.fakes.kube_api import FakeKubeAPI, Latency, ServerError, TooManyRequests
-from tests.fakes.kube_store import StoreEvent
 
 
 async def test_cpu_load_rises_and_the_deployment_grows_by_upstreams_steps(

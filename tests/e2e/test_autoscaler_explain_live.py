@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from cli.main import main
+from testbed.fakes.kube_api import FakeKubeAPI
 from tests.e2e.test_autoscaler_support import (
     GROUP,
     NS,
@@ -26,7 +27,6 @@ from tests.e2e.test_autoscaler_support import (
     status_of,
     until,
 )
-from tests.fakes.kube_api import FakeKubeAPI
 
 
 def current_average(fake: FakeKubeAPI) -> str | None:

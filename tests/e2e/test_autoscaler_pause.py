@@ -13,6 +13,10 @@ from typing import Any
 import pytest
 
 from metricscale.core.quantity import parse_quantity
+from testbed.fakes.exporter import Exporter
+from testbed.fakes.kube_api import FakeKubeAPI
+from testbed.fakes.kube_http import KubeHTTPClient
+from testbed.fakes.prometheus import PrometheusServer
 from tests.e2e.test_autoscaler_support import (
     GROUP,
     NS,
@@ -34,10 +38,6 @@ from tests.e2e.test_autoscaler_support import (
     status_of,
     until,
 )
-from tests.fakes.exporter import Exporter
-from tests.fakes.kube_api import FakeKubeAPI
-from tests.fakes.kube_http import KubeHTTPClient
-from tests.fakes.prometheus import PrometheusServer
 
 pytestmark = pytest.mark.prometheus
 

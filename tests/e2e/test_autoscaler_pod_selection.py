@@ -14,6 +14,10 @@ from typing import Any
 
 import pytest
 
+from testbed.fakes.exporter import Exporter
+from testbed.fakes.kube_api import FakeKubeAPI
+from testbed.fakes.kube_http import KubeHTTPClient
+from testbed.fakes.prometheus import PrometheusServer
 from tests.e2e.test_autoscaler_support import (
     GROUP,
     NS,
@@ -31,10 +35,6 @@ from tests.e2e.test_autoscaler_support import (
     status_of,
     until,
 )
-from tests.fakes.exporter import Exporter
-from tests.fakes.kube_api import FakeKubeAPI
-from tests.fakes.kube_http import KubeHTTPClient
-from tests.fakes.prometheus import PrometheusServer
 
 pytestmark = pytest.mark.prometheus
 

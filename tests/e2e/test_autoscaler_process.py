@@ -13,6 +13,7 @@ from pathlib import Path
 
 import aiohttp
 
+from testbed.fakes.kube_api import FakeKubeAPI
 from tests.e2e.test_autoscaler_support import (
     GROUP,
     NS,
@@ -24,7 +25,6 @@ from tests.e2e.test_autoscaler_support import (
     pods_metric,
     until,
 )
-from tests.fakes.kube_api import FakeKubeAPI
 
 
 def free_port() -> int:

@@ -18,6 +18,9 @@ import pytest
 
 from autoscaler.model.history import parse_history
 from autoscaler.model.times import parse_time
+from testbed.fakes.exporter import Exporter
+from testbed.fakes.kube_api import FakeKubeAPI
+from testbed.fakes.prometheus import PrometheusServer
 from tests.e2e.test_adapter_auth_support import (
     ShiftedClock,
     make_pki,
@@ -44,9 +47,6 @@ from tests.e2e.test_autoscaler_support import (
     status_of,
     until,
 )
-from tests.fakes.exporter import Exporter
-from tests.fakes.kube_api import FakeKubeAPI
-from tests.fakes.prometheus import PrometheusServer
 
 pytestmark = pytest.mark.prometheus
 

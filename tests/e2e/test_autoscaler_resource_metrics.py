@@ -16,6 +16,10 @@ from typing import Any
 import pytest
 
 from adapter.rules.defaults import DEFAULT_CONFIG_YAML
+from testbed.fakes.cadvisor import CAdvisor
+from testbed.fakes.exporter import Exporter
+from testbed.fakes.kube_api import FakeKubeAPI
+from testbed.fakes.prometheus import PrometheusServer
 from tests.e2e.test_adapter_auth_support import (
     GROUP_VERSIONS,
     SERVICE_NAME,
@@ -42,10 +46,6 @@ from tests.e2e.test_autoscaler_support import (
     replicas_of,
     until,
 )
-from tests.fakes.cadvisor import CAdvisor
-from tests.fakes.exporter import Exporter
-from tests.fakes.kube_api import FakeKubeAPI
-from tests.fakes.prometheus import PrometheusServer
 
 pytestmark = pytest.mark.prometheus
 

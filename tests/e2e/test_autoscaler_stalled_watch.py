@@ -14,6 +14,7 @@ import aiohttp
 from autoscaler.decision.settings import Settings
 from autoscaler.server import Options, serve_autoscaler
 from metricscale.kube.retry import Backoff
+from testbed.fakes.kube_api import FakeKubeAPI, StallWatch
 from tests.e2e.test_autoscaler_support import (
     GROUP,
     NS,
@@ -28,7 +29,6 @@ from tests.e2e.test_autoscaler_support import (
     replicas_of,
     until,
 )
-from tests.fakes.kube_api import FakeKubeAPI, StallWatch
 
 STALL = 2.0        # the informers' stall timeout (production: bookmark interval + 15 s)
 LIST_READ = 2.0    # how long a stalled LIST is waited for

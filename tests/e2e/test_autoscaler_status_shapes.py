@@ -17,6 +17,7 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
+from testbed.fakes.kube_api import FakeKubeAPI, ServerError
 from tests.e2e.test_autoscaler_support import (
     GROUP,
     NS,
@@ -34,7 +35,6 @@ from tests.e2e.test_autoscaler_support import (
     status_of,
     until,
 )
-from tests.fakes.kube_api import FakeKubeAPI, ServerError
 
 SLOW_UP = {"scaleUp": {"stabilizationWindowSeconds": 0, "selectPolicy": "Max",
                        "policies": [{"type": "Pods", "value": 1, "periodSeconds": 60}]}}

@@ -29,16 +29,16 @@ from autoscaler.decision.settings import Settings
 from autoscaler.server import AutoscalerServer, Options, serve_autoscaler
 from metricscale import pki
 from metricscale.core.selectors import parse_selector
+from testbed.fakes.cadvisor import CAdvisor
+from testbed.fakes.exporter import Exporter
+from testbed.fakes.kube_api import FakeKubeAPI
+from testbed.fakes.kube_store import StoreEvent
 from tests.e2e.test_adapter_auth_support import (
     ShiftedClock,
     make_pki,
     register_apiservices,
     secured_adapter,
 )
-from tests.fakes.cadvisor import CAdvisor
-from tests.fakes.exporter import Exporter
-from tests.fakes.kube_api import FakeKubeAPI
-from tests.fakes.kube_store import StoreEvent
 
 REPO = Path(__file__).resolve().parents[2]
 NS = "shop"

@@ -12,6 +12,9 @@ from pathlib import Path
 
 import pytest
 
+from testbed.fakes.exporter import Exporter
+from testbed.fakes.kube_api import FakeKubeAPI
+from testbed.fakes.prometheus import PrometheusServer
 from tests.e2e.test_autoscaler_support import (
     GROUP,
     PLURAL,
@@ -28,9 +31,6 @@ from tests.e2e.test_autoscaler_support import (
     scale_reads,
     until,
 )
-from tests.fakes.exporter import Exporter
-from tests.fakes.kube_api import FakeKubeAPI
-from tests.fakes.prometheus import PrometheusServer
 
 pytestmark = pytest.mark.prometheus
 

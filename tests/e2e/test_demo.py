@@ -25,7 +25,7 @@ from pathlib import Path
 import pytest
 
 from cli.demo import story_counts
-from tests.fakes.tools import find_tool, require_tool
+from testbed.fakes.tools import find_tool, require_tool
 
 pytestmark = [pytest.mark.prometheus, pytest.mark.kubectl]
 
@@ -278,7 +278,7 @@ def test_without_the_binaries_it_says_so_up_front_and_runs_on_the_fake(tmp_path:
     require_tool("prometheus", env_var="PROMETHEUS")
     checkout = tmp_path / "checkout"
     for part in ("cli", "metricscale", "adapter", "autoscaler", "testbed", "manifests",
-                 "tests/fakes"):
+                 "testbed/fakes"):
         shutil.copytree(REPO / part, checkout / part,
                         ignore=shutil.ignore_patterns("__pycache__"))
     (checkout / "tests" / "__init__.py").touch()

@@ -15,9 +15,9 @@ import yaml
 
 from cli.main import main
 from cli.replay_sim import Observation, simulate, summarize
-from tests.fakes.prometheus import MetricFamily, PrometheusServer, SeriesSamples
-from tests.fakes.prometheus_fixtures import PrometheusFactory
-from tests.fakes.tools import in_ci
+from testbed.fakes.prometheus import MetricFamily, PrometheusServer, SeriesSamples
+from testbed.fakes.prometheus_fixtures import PrometheusFactory
+from testbed.fakes.tools import in_ci
 
 pytestmark = pytest.mark.prometheus
 

@@ -20,16 +20,16 @@ import pytest
 import pytest_asyncio
 
 from adapter.rules.defaults import DEFAULT_CONFIG_YAML
+from testbed.fakes.cadvisor import CAdvisor
+from testbed.fakes.kube_api import FakeKubeAPI
+from testbed.fakes.prometheus import ExporterPool, PrometheusServer
+from testbed.fakes.tools import require_tool
 from tests.adapter.test_server_harness import (
     SERVICE_NAME,
     SERVICE_NAMESPACE,
     RunningAdapter,
     running_adapter,
 )
-from tests.fakes.cadvisor import CAdvisor
-from tests.fakes.kube_api import FakeKubeAPI
-from tests.fakes.prometheus import ExporterPool, PrometheusServer
-from tests.fakes.tools import require_tool
 
 pytestmark = [pytest.mark.prometheus, pytest.mark.kubectl,
               pytest.mark.asyncio(loop_scope="module")]

@@ -18,11 +18,11 @@ import aiohttp
 import pytest
 
 from adapter.rules.defaults import DEFAULT_CONFIG_YAML
-from tests.fakes.exporter import Exporter
-from tests.fakes.kube_api import FakeKubeAPI
-from tests.fakes.prometheus import PrometheusServer
-from tests.fakes.prometheus_fixtures import PrometheusFactory
-from tests.fakes.tools import require_tool
+from testbed.fakes.exporter import Exporter
+from testbed.fakes.kube_api import FakeKubeAPI
+from testbed.fakes.prometheus import PrometheusServer
+from testbed.fakes.prometheus_fixtures import PrometheusFactory
+from testbed.fakes.tools import require_tool
 
 pytestmark = [pytest.mark.image]
 

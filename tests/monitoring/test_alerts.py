@@ -20,9 +20,9 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.fakes.exporter import infer_type
-from tests.fakes.prometheus import MetricFamily, PrometheusServer, SeriesSamples
-from tests.fakes.tools import require_tool
+from testbed.fakes.exporter import infer_type
+from testbed.fakes.prometheus import MetricFamily, PrometheusServer, SeriesSamples
+from testbed.fakes.tools import require_tool
 from tests.monitoring.support import (
     REPO,
     alert_expressions,

@@ -28,7 +28,7 @@ from adapter.rules.registry import MetricRegistry, SeriesShape, build_registry
 from adapter.rules.resources import GroupResource, ResourceCatalog, ResourceMapper
 from adapter.rules.templating import parse_template
 from metricscale.core.selectors import Operator, Requirement, Selector, parse_selector
-from tests.fakes.tools import require_tool
+from testbed.fakes.tools import require_tool
 
 NOW = datetime(2024, 5, 1, 12, 0, tzinfo=UTC)
 

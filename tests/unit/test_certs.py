@@ -24,7 +24,7 @@ from cli.certs import (
     serving_names,
 )
 from metricscale import pki
-from tests.fakes.tools import require_tool
+from testbed.fakes.tools import require_tool
 
 REPO = Path(__file__).resolve().parents[2]
 NOW = datetime(2026, 3, 1, tzinfo=UTC)

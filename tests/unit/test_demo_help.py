@@ -69,13 +69,13 @@ def test_outside_a_checkout_the_demo_names_where_it_is_installed(tmp_path: Path)
         demo.require_checkout(tmp_path)
     message = str(refused.value)
     assert f"{tmp_path} (where this metricscale is installed) is not one" in message
-    assert "tests/fakes" in message and "testbed/" in message
+    assert "testbed/fakes" in message and "testbed/" in message
     assert "run `make demo` in it" in message
 
 
 def test_the_checkout_is_where_the_fakes_and_the_test_bed_are() -> None:
     checkout = demo.require_checkout()
-    assert (checkout / "tests" / "fakes" / "kube_api.py").is_file()
+    assert (checkout / "testbed" / "fakes" / "kube_api.py").is_file()
     assert (checkout / "testbed" / "controlplane.py").is_file()
 
 

@@ -15,7 +15,7 @@ from metricscale.kube.informer import (
     project_raw,
 )
 from metricscale.kube.retry import Backoff
-from tests.fakes.kube_api import FakeKubeAPI, TooManyRequests
+from testbed.fakes.kube_api import FakeKubeAPI, TooManyRequests
 
 FAST: dict[str, Any] = {"backoff": Backoff(initial=0.01, cap=0.02), "jitter": lambda: 0.0}
 

@@ -13,7 +13,7 @@ import pytest
 from yarl import URL
 
 from metricscale.kube.http import KubeHTTP, open_kube_http
-from tests.fakes.kube_api import ADMIN_USER, FakeKubeAPI
+from testbed.fakes.kube_api import ADMIN_USER, FakeKubeAPI
 
 # --- over real sockets -----------------------------------------------------------------------
 

@@ -17,7 +17,7 @@ import yaml
 
 from cli import certs
 from cli.certs import CertsOptions, ensure_certificates
-from tests.fakes.tools import require_tool
+from testbed.fakes.tools import require_tool
 
 REPO = Path(__file__).resolve().parents[2]
 MANIFESTS = REPO / "manifests"
