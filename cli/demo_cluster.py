@@ -86,7 +86,7 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-SECTIONS = 11
+SECTIONS = 12
 TOLERANCE = Decimal("0.1")  # upstream's default; both controllers keep it
 UPSTREAM = "-upstream"  # the suffix of the twin that upstream's HPA scales
 # The web twins' load in requests/s (each pod's gauge http_requests_per_second is its share):
@@ -614,6 +614,7 @@ class Story:
                   f"{self.kubeconfig} -o text")
             print(self.explain(), end="")
             self.alive()
+            self.section_doctor()
 
             self.banner(f"metricscale replay: {DEMO_APP}'s act again, from Prometheus' history",
                         f"The Autoscaler {DEMO_NAMESPACE}/{DEMO_APP} replayed over the range it "
@@ -627,6 +628,40 @@ class Story:
                 self.keep()
 
     # ---- the sections ---------------------------------------------------------------------
+
+    def section_doctor(self) -> None:
+        from cli.doctor import DoctorOptions, command_line, doctor_text
+
+        planted = "http_request_per_second"  # the demo's metric, misspelt
+        self.banner("metricscale doctor",
+                    "The whole installation checked, one line per finding, after planting one "
+                    f"problem: an Autoscaler asking for {planted}, a metric no rule serves. "
+                    "doctor names it, with the nearest metric the rules do serve.")
+        # kubectl create, not a server-side apply: an applier owning spec.replicas would be a
+        # second finding about the same object.
+        self.admin("create", "deployment", "typo", "-n", DEMO_NAMESPACE,
+                   "--image=registry.invalid/typo:1", "--replicas=1")
+        self.cluster.apply({
+            "apiVersion": "metricscale.dev/v1alpha1", "kind": "Autoscaler",
+            "metadata": {"name": "typo", "namespace": DEMO_NAMESPACE},
+            "spec": {"scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment",
+                                        "name": "typo"},
+                     "minReplicas": 1, "maxReplicas": 3,
+                     "metrics": [{"type": "Pods", "pods": {
+                         "metric": {"name": planted},
+                         "target": {"type": "AverageValue", "averageValue": "5"}}}]}})
+        options = DoctorOptions(prometheus_url=self.prometheus.url,
+                                config_file=str(self.installation.rules_file))
+        print(f"$ {command_line(options, kubeconfig=str(self.kubeconfig))}")
+        status, report = doctor_text(options, kubeconfig=str(self.kubeconfig))
+        print(report, end="")
+        if status != 1 or not any(line.startswith("FAIL") and planted in line
+                                  for line in report.splitlines()):
+            raise DemoError("metricscale doctor did not report the planted problem")
+        # The planted problem goes again: what --keep leaves is the story's.
+        self.admin("delete", "autoscaler.metricscale.dev/typo", "deployment/typo", "-n",
+                   DEMO_NAMESPACE, "--wait=false")
+        print("        (the planted Autoscaler and its Deployment deleted again)")
 
     def section_control_plane(self, stack: contextlib.ExitStack) -> None:
         self.banner("A real control plane",

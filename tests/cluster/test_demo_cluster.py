@@ -83,7 +83,11 @@ def check_story(output: str) -> None:
     explained = section(output, 10)
     assert "Decision: keep 2 replicas" in explained, explained
     assert "settings: from the controller" in explained, explained
-    replay = section(output, 11)
+    doctor = section(output, 11)
+    assert "$ metricscale doctor " in doctor, doctor[:3000]
+    assert re.search(r"^FAIL .*http_request_per_second", doctor, re.MULTILINE), doctor
+    assert "http_requests_per_second" in doctor  # the nearest metric the rules serve
+    replay = section(output, 12)
     assert "$ metricscale replay " in replay and "--step 1s" in replay, replay[:3000]
     verdict = re.search(r"Replay vs live controller: (AGREE|DIFFER)", replay)
     assert verdict is not None, replay[-3000:]
