@@ -2,14 +2,13 @@
 
 Flag names follow prometheus-adapter and the generic Kubernetes API server, so a Deployment
 written for prometheus-adapter keeps working after the image is swapped; the differences are
-listed in the README ("Running it").
+listed in the README ("Running it"). The flags of the Prometheus connection, shared with
+`metricscale replay`, are in `adapter.settings.prometheus` (and importable from here).
 """
 
 from __future__ import annotations
 
 import argparse
-import math
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from decimal import Decimal
@@ -17,8 +16,19 @@ from typing import Literal
 
 from yarl import URL
 
-from adapter.rules.config import BackendConfig
-from adapter.rules.tenants import tenant_headers
+from adapter.settings.prometheus import (
+    ACCEPT_ENCODINGS,
+    AcceptEncoding,
+    Method,
+    PrometheusConfigError,
+    PrometheusSettings,
+    add_prometheus_arguments,
+    backend_prometheus_settings,
+    control_character,
+    parse_header,
+    prometheus_headers,
+    prometheus_settings_from_args,
+)
 from metricscale.core import durations
 from metricscale.core.errors import ConfigError
 from metricscale.kube.config import add_kubeconfig_arguments, resolve_kubeconfig
@@ -65,108 +75,6 @@ DEFAULT_PROMETHEUS_TIMEOUT = "10s"
 DEFAULT_ALWAYS_ALLOW_PATHS = ("/healthz", "/readyz", "/livez")
 DEFAULT_DELEGATE_TIMEOUT = "10s"
 DEFAULT_DELEGATE_TIMEOUT_SECONDS = 10.0
-
-
-Method = Literal["POST", "GET"]
-# What Prometheus may compress its answers with. identity (the default): over loopback or a
-# cluster network gzip costs Prometheus and the adapter more CPU than it saves in transfer (a
-# 100-sample answer is ~10 kB); gzip is for a backend behind a slow or metered link.
-AcceptEncoding = Literal["identity", "gzip"]
-ACCEPT_ENCODINGS: tuple[AcceptEncoding, ...] = ("identity", "gzip")
-_HEADER_NAME = re.compile(r"^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$")
-
-
-class PrometheusConfigError(ConfigError):
-    """Settings that cannot work (conflicting auth, a header without a name, a bad URL...)."""
-
-
-def control_character(text: str) -> str | None:
-    """`U+000A at position 21` for the first ASCII control character in `text` (which yarl
-    would silently drop from a URL), else None."""
-    for position, character in enumerate(text):
-        if character < " " or character == "\x7f":
-            return f"U+{ord(character):04X} at position {position}"
-    return None
-
-
-def parse_header(text: str) -> tuple[str, str]:
-    """`Name=value`, split on the first `=` (`Name=` for an empty value).
-
-    Upstream takes a missing `=` as an empty value; here it is refused: `--prometheus-header
-    X-Scope-OrgID` sent an empty tenant, which a typo should not do silently.
-    """
-    name, equals, value = text.partition("=")
-    name = name.strip()
-    if not equals:
-        # The text itself only when it is a plain name: a mistyped "Authorization: Bearer
-        # ..." must not end up in the error (and the log).
-        shown = f" {name!r}" if name and _HEADER_NAME.match(name) else ""
-        raise PrometheusConfigError(f"--prometheus-header{shown}: expected NAME=VALUE (no '=' "
-                                    "found; write NAME= for an empty value)")
-    if not name or not _HEADER_NAME.match(name):
-        raise PrometheusConfigError(f"--prometheus-header {name!r}: not a header name")
-    if "\r" in value or "\n" in value:
-        raise PrometheusConfigError(f"--prometheus-header {name}: the value has a line break")
-    return name, value
-
-
-@dataclass(frozen=True)
-class PrometheusSettings:
-    """Everything the client needs; built from flags by the adapter's settings module."""
-
-    url: str
-    headers: tuple[tuple[str, str], ...] = ()
-    bearer_token_file: str | None = None
-    basic_auth_username: str | None = None
-    basic_auth_password_file: str | None = None
-    client_cert_file: str | None = None
-    client_key_file: str | None = None
-    ca_file: str | None = None
-    insecure_skip_verify: bool = False
-    timeout: float = 30.0
-    method: Method = "POST"
-    coalesce_window: float = 1.0
-    max_connections: int = 100
-    cache_ttl: float = 0.0
-    accept_encoding: AcceptEncoding = "identity"
-
-    def __post_init__(self) -> None:
-        control = control_character(self.url)
-        if control is not None:
-            raise PrometheusConfigError(
-                f"--prometheus-url contains a control character ({control})")
-        try:
-            url = URL(self.url)
-        except ValueError as error:
-            # yarl's reason ("Invalid IPv6 URL"), not the URL: it may carry a password.
-            raise PrometheusConfigError(
-                f"--prometheus-url is not a valid URL: {error}") from None
-        if url.scheme not in ("http", "https") or not url.host:
-            raise PrometheusConfigError("--prometheus-url must be an http:// or https:// URL")
-        if self.method not in ("POST", "GET"):
-            raise PrometheusConfigError("--prometheus-verb must be GET or POST")
-        if self.accept_encoding not in ACCEPT_ENCODINGS:
-            raise PrometheusConfigError("--prometheus-accept-encoding must be identity or gzip")
-        if not (self.timeout > 0 and math.isfinite(self.timeout)):
-            raise PrometheusConfigError("--prometheus-timeout must be a positive duration")
-        if not (self.coalesce_window >= 0 and math.isfinite(self.coalesce_window)):
-            raise PrometheusConfigError("the coalesce window must be a non-negative duration")
-        if not (self.cache_ttl >= 0 and math.isfinite(self.cache_ttl)):
-            raise PrometheusConfigError("--prometheus-cache-ttl must not be negative")
-        if self.bearer_token_file and (self.basic_auth_username or self.basic_auth_password_file):
-            raise PrometheusConfigError("use either a bearer token file or basic auth, not both")
-        if bool(self.basic_auth_username) != bool(self.basic_auth_password_file):
-            raise PrometheusConfigError("basic auth needs both a username and a password file")
-        if self.basic_auth_username and ":" in self.basic_auth_username:
-            raise PrometheusConfigError("a basic auth username cannot contain ':'")
-        if bool(self.client_cert_file) != bool(self.client_key_file):
-            raise PrometheusConfigError("a client certificate needs both the certificate and key")
-        authorizes = self.bearer_token_file or self.basic_auth_username
-        for name, value in self.headers:
-            parse_header(f"{name}={value}")
-            if authorizes and name.lower() == "authorization":
-                raise PrometheusConfigError(
-                    "an Authorization header conflicts with the bearer token or basic auth")
 
 
 class AdapterSettingsError(ConfigError):
@@ -274,7 +182,18 @@ def _listed(value: str | tuple[str, ...]) -> tuple[str, ...]:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """Declare every flag of `metricscale adapter` on `parser`."""
+    """Declare every flag of `metricscale adapter` on `parser`, group by group."""
+    _add_serving_arguments(parser)
+    _add_certificate_arguments(parser)
+    _add_kubernetes_and_rules_arguments(parser)
+    _add_prometheus_flags(parser)
+    _add_auth_arguments(parser)
+    _add_delegation_arguments(parser)
+    add_logging_arguments(parser.add_argument_group("logging"))
+
+
+def _add_serving_arguments(parser: argparse.ArgumentParser) -> None:
+    """Where and with which certificate the HTTPS server listens."""
     serving = parser.add_argument_group("serving")
     serving.add_argument("--secure-port", type=int, default=DEFAULT_SECURE_PORT,
                          help="HTTPS port (default %(default)s)")
@@ -286,6 +205,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     serving.add_argument("--cert-dir", default=DEFAULT_CERT_DIR,
                          help="where a self-signed pair is kept when no --tls-cert-file is given "
                               "(default %(default)s)")
+
+
+def _add_certificate_arguments(parser: argparse.ArgumentParser) -> None:
+    """The self-managed certificates (no --tls-cert-file, in a cluster)."""
     certs = parser.add_argument_group(
         "self-managed certificates",
         "without --tls-cert-file, inside a cluster, the adapter keeps its own CA and serving "
@@ -310,6 +233,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                        help="APIServices whose caBundle is set if they exist (default "
                             "%(default)s)")
 
+
+def _add_kubernetes_and_rules_arguments(parser: argparse.ArgumentParser) -> None:
+    """The cluster to read objects from, and the rule file with its discovery."""
     kube = parser.add_argument_group("kubernetes")
     add_kubeconfig_arguments(kube, purpose="for listing objects and discovery")
     kube.add_argument("--lister-kubeconfig",
@@ -328,6 +254,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                        help="validate FILE and exit (0 valid, 1 not); with --prometheus-url, also "
                             "print each rule's discovered metrics and a sample query")
 
+
+def _add_prometheus_flags(parser: argparse.ArgumentParser) -> None:
+    """The `default` backend: the shared connection flags and the adapter's own."""
     prom = parser.add_argument_group("prometheus")
     add_prometheus_arguments(prom, default_timeout=DEFAULT_PROMETHEUS_TIMEOUT,
                              token_reread=True)
@@ -344,6 +273,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                       help="reuse a query's answer for this long (default 0: off; e.g. 5s when "
                            "several HPAs read one metric within a scrape interval)")
 
+
+def _add_auth_arguments(parser: argparse.ArgumentParser) -> None:
+    """The generic apiserver's authentication and authorization flags."""
     auth = parser.add_argument_group("authentication and authorization")
     auth.add_argument("--client-ca-file",
                       help="CA of plain client certificates (default: from the ConfigMap "
@@ -383,6 +315,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     auth.add_argument("--insecure-disable-auth", action="store_true",
                       help="local development only: no authentication, no authorization")
 
+
+def _add_delegation_arguments(parser: argparse.ArgumentParser) -> None:
+    """Where requests for metrics our rules do not serve go."""
     delegate = parser.add_argument_group(
         "delegation",
         "requests for metrics our rules do not serve go to another metrics adapter (e.g. "
@@ -406,66 +341,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     delegate.add_argument("--delegate-timeout", default=DEFAULT_DELEGATE_TIMEOUT,
                           help="timeout of each delegated request (default %(default)s; "
                                "discovery waits at most 2s)")
-
-    add_logging_arguments(parser.add_argument_group("logging"))
-
-
-def add_prometheus_arguments(group: argparse.ArgumentParser | argparse._ArgumentGroup, *,
-                             default_timeout: str, url_required: bool = False,
-                             token_reread: bool = False) -> None:
-    """The flags that connect to a Prometheus-compatible backend: the adapter's, which
-    `metricscale replay` takes for the same backend (read them with
-    `prometheus_settings_from_args`). `token_reread`: the token file is re-read when it
-    changes (a long-running program)."""
-    group.add_argument("--prometheus-url", required=url_required,
-                       help="base URL of Prometheus, Thanos, Mimir or VictoriaMetrics (its path "
-                            "is kept as a prefix)")
-    group.add_argument("--prometheus-header", action="append", default=[], metavar="NAME=VALUE",
-                       help="header sent with every request (repeatable), e.g. "
-                            "X-Scope-OrgID=team")
-    group.add_argument("--prometheus-token-file",
-                       help="bearer token file" + (", re-read when it changes"
-                                                   if token_reread else ""))
-    group.add_argument("--prometheus-username", help="basic auth user")
-    group.add_argument("--prometheus-password-file", help="basic auth password file")
-    group.add_argument("--prometheus-client-tls-cert-file", help="client certificate (PEM)")
-    group.add_argument("--prometheus-client-tls-key-file", help="client certificate key (PEM)")
-    group.add_argument("--prometheus-ca-file",
-                       help="CA bundle that signed Prometheus' certificate")
-    group.add_argument("--prometheus-insecure-skip-tls-verify", action="store_true",
-                       help="do not verify Prometheus' certificate (testing only)")
-    group.add_argument("--prometheus-timeout", default=default_timeout,
-                       help="timeout of each query (default %(default)s)")
-
-
-def prometheus_headers(args: argparse.Namespace) -> tuple[tuple[str, str], ...]:
-    """The `--prometheus-header` values; PrometheusConfigError names the one to fix."""
-    return tuple(parse_header(item) for item in args.prometheus_header)
-
-
-def prometheus_settings_from_args(args: argparse.Namespace, *,
-                                  headers: tuple[tuple[str, str], ...], timeout: float,
-                                  method: Method = "POST", cache_ttl: float = 0.0,
-                                  accept_encoding: AcceptEncoding = "identity"
-                                  ) -> PrometheusSettings:
-    """PrometheusSettings from the flags of `add_prometheus_arguments` (the `headers` and
-    `timeout` already read, each command wording its own errors); raises
-    PrometheusConfigError for settings that cannot work together."""
-    return PrometheusSettings(
-        url=args.prometheus_url,
-        headers=headers,
-        bearer_token_file=args.prometheus_token_file,
-        basic_auth_username=args.prometheus_username,
-        basic_auth_password_file=args.prometheus_password_file,
-        client_cert_file=args.prometheus_client_tls_cert_file,
-        client_key_file=args.prometheus_client_tls_key_file,
-        ca_file=args.prometheus_ca_file,
-        insecure_skip_verify=bool(args.prometheus_insecure_skip_tls_verify),
-        timeout=timeout,
-        method=method,
-        cache_ttl=cache_ttl,
-        accept_encoding=accept_encoding,
-    )
 
 
 def _duration_flag(name: str, text: str, *, zero_allowed: bool = False) -> Decimal:
@@ -614,34 +489,3 @@ def parse_settings(argv: Sequence[str]) -> AdapterSettings:
     parser = argparse.ArgumentParser(prog="metricscale adapter")
     add_arguments(parser)
     return settings_from_args(parser.parse_args(list(argv)))
-
-
-def backend_prometheus_settings(backend: BackendConfig, *, flags: PrometheusSettings,
-                                tenant: str | None = None) -> PrometheusSettings:
-    """The client settings of a `backends:` entry (of one of its tenants, if it has them).
-
-    What the entry does not set comes from the `--prometheus-*` flags (`timeout`, `verb`,
-    `acceptEncoding`) or is
-    not the file's to set (coalescing, connection limit, cache); credentials are never inherited
-    from the flags, which belong to the `default` backend.
-    """
-    method: Method = "GET" if (backend.verb or flags.method).upper() == "GET" else "POST"
-    encoding: AcceptEncoding = ("gzip" if (backend.accept_encoding or flags.accept_encoding)
-                                == "gzip" else "identity")
-    return PrometheusSettings(
-        url=backend.url,
-        headers=tenant_headers(backend, tenant),
-        bearer_token_file=backend.bearer_token_file,
-        basic_auth_username=backend.basic_auth_username,
-        basic_auth_password_file=backend.basic_auth_password_file,
-        client_cert_file=backend.client_cert_file,
-        client_key_file=backend.client_key_file,
-        ca_file=backend.ca_file,
-        insecure_skip_verify=backend.insecure_skip_verify,
-        timeout=backend.timeout_seconds if backend.timeout_seconds is not None else flags.timeout,
-        method=method,
-        coalesce_window=flags.coalesce_window,
-        max_connections=flags.max_connections,
-        cache_ttl=flags.cache_ttl,
-        accept_encoding=encoding,
-    )
