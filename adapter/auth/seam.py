@@ -10,14 +10,20 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol
 
-from adapter.auth.decisions import (
-    ANONYMOUS,
+from adapter.auth.attributes import (
+    RequestAttributes,
+)
+from adapter.auth.authentication import (
     Authenticated,
     AuthenticationFailure,
     AuthMethod,
+)
+from adapter.auth.authorization import (
     AuthorizationDecision,
     Decision,
-    RequestAttributes,
+)
+from adapter.auth.users import (
+    ANONYMOUS,
     UserInfo,
 )
 

@@ -67,18 +67,18 @@ from adapter.api.wire import (
     status_body,
     unauthorized,
 )
-from adapter.auth.decisions import (
-    AUTHENTICATION_FAILED_CAUSE,
-    AUTHORIZATION_FAILED_CAUSE,
-    AuthenticationFailure,
-    Decision,
+from adapter.auth.attributes import (
     RequestAttributesError,
     RequestPathError,
-    UserInfo,
     check_request_attributes,
     decode_request_path,
-    forbidden_status,
     request_attributes,
+)
+from adapter.auth.authentication import (
+    AuthenticationFailure,
+)
+from adapter.auth.authorization import (
+    Decision,
 )
 from adapter.auth.seam import (
     ALLOW_ALL_AUTHENTICATOR,
@@ -88,6 +88,14 @@ from adapter.auth.seam import (
     Authenticator,
     Authorizer,
     IncomingRequest,
+)
+from adapter.auth.status import (
+    AUTHENTICATION_FAILED_CAUSE,
+    AUTHORIZATION_FAILED_CAUSE,
+    forbidden_status,
+)
+from adapter.auth.users import (
+    UserInfo,
 )
 from adapter.http.delegate import DelegateClient, DelegateUnavailable
 from adapter.http.handlers import Answer, ApiError

@@ -1,11 +1,12 @@
 """Delegated authentication and authorization with I/O: TokenReview, SubjectAccessReview, CAs.
 
-The decisions are :mod:`adapter.auth.decisions`'s; this module feeds them. It implements the
-`Authenticator` and `Authorizer` seam of :mod:`adapter.auth.seam` (front proxy and client
-certificate from the TLS peer, bearer tokens through TokenReviews, SubjectAccessReviews, both
-cached and coalesced), keeps the current `AuthenticationConfig` from the flags and the
-`kube-system/extension-apiserver-authentication` ConfigMap, and pushes its CA bundles into the
-`ReloadingServerContext` so a rotated front-proxy CA applies to new connections at once.
+The decisions are those of the :mod:`adapter.auth` modules; this module feeds them. It
+implements the `Authenticator` and `Authorizer` seam of :mod:`adapter.auth.seam` (front proxy
+and client certificate from the TLS peer, bearer tokens through TokenReviews,
+SubjectAccessReviews, both cached and coalesced), keeps the current `AuthenticationConfig` from
+the flags and the `kube-system/extension-apiserver-authentication` ConfigMap, and pushes its CA
+bundles into the `ReloadingServerContext` so a rotated front-proxy CA applies to new
+connections at once.
 
 Tokens are never logged, nor kept as cache keys: only a short digest prefix is ever shown.
 """
@@ -27,45 +28,52 @@ import aiohttp
 from aiohttp import web
 from aiohttp.http_exceptions import HttpProcessingError
 
-from adapter.auth.decisions import (
-    DEFAULT_EXTRA_HEADERS_PREFIXES,
-    DEFAULT_GROUP_HEADERS,
-    DEFAULT_PRIVILEGED_GROUPS,
-    DEFAULT_USERNAME_HEADERS,
-    REVIEW_RETRY_DELAYS_SECONDS,
-    AlwaysAllowPaths,
-    AuthConfigError,
+from adapter.auth.attributes import (
+    RequestAttributes,
+)
+from adapter.auth.authentication import (
     Authenticated,
-    AuthenticationConfig,
     AuthenticationFailure,
     AuthenticatorResult,
-    AuthorizationDecision,
-    Decision,
-    RequestAttributes,
-    ReviewResponseError,
-    ReviewStatus,
-    TTLCache,
     Unauthenticated,
-    UserInfo,
     authenticate_certificate,
-    authentication_from_flags,
-    authorize_without_review,
-    decide_from_review,
     extract_bearer_token,
     finish_authentication,
-    merge_authentication_config,
-    needs_cluster_lookup,
-    parse_always_allow_paths,
-    parse_extension_apiserver_authentication,
-    read_subject_access_review,
     read_token_review,
+    token_cache_key,
+    token_review_body,
+)
+from adapter.auth.authorization import (
+    DEFAULT_PRIVILEGED_GROUPS,
+    AlwaysAllowPaths,
+    AuthorizationDecision,
+    Decision,
+    ReviewStatus,
+    authorize_without_review,
+    decide_from_review,
+    parse_always_allow_paths,
+    read_subject_access_review,
     review_cache_key,
     review_ttl,
     should_cache_review,
-    should_retry_review,
     subject_access_review_body,
-    token_cache_key,
-    token_review_body,
+)
+from adapter.auth.configuration import (
+    DEFAULT_EXTRA_HEADERS_PREFIXES,
+    DEFAULT_GROUP_HEADERS,
+    DEFAULT_USERNAME_HEADERS,
+    AuthConfigError,
+    AuthenticationConfig,
+    authentication_from_flags,
+    merge_authentication_config,
+    needs_cluster_lookup,
+    parse_extension_apiserver_authentication,
+)
+from adapter.auth.reviews import (
+    REVIEW_RETRY_DELAYS_SECONDS,
+    ReviewResponseError,
+    TTLCache,
+    should_retry_review,
 )
 from adapter.auth.seam import (
     ALLOW_ALL_AUTHENTICATOR,
@@ -74,6 +82,9 @@ from adapter.auth.seam import (
     Authenticator,
     Authorizer,
     IncomingRequest,
+)
+from adapter.auth.users import (
+    UserInfo,
 )
 from adapter.kube.objects import (
     AUTHENTICATION_CONFIGMAP,

@@ -21,12 +21,14 @@ from cryptography import x509
 from cryptography.exceptions import InvalidSignature
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-from adapter.auth.decisions import (
+from adapter.auth.authentication import (
     NO_CA,
-    AuthenticationConfig,
     ChainCheck,
     ChainVerdict,
     PeerCertificate,
+)
+from adapter.auth.configuration import (
+    AuthenticationConfig,
 )
 from metricscale import pki
 from metricscale.core.errors import ConfigError

@@ -16,14 +16,16 @@ from aiohttp.http_exceptions import LineTooLong
 from aiohttp.web import Application
 from cryptography.hazmat.primitives.serialization import Encoding
 
-from adapter.auth.decisions import (
-    ANONYMOUS,
+from adapter.auth.attributes import (
+    RequestAttributes,
+)
+from adapter.auth.authentication import (
     Authenticated,
     AuthenticationFailure,
     AuthMethod,
+)
+from adapter.auth.authorization import (
     Decision,
-    RequestAttributes,
-    UserInfo,
     parse_always_allow_paths,
 )
 from adapter.auth.seam import (
@@ -31,6 +33,10 @@ from adapter.auth.seam import (
     ALLOW_ALL_AUTHORIZER,
     AuthCheckUnavailable,
     IncomingRequest,
+)
+from adapter.auth.users import (
+    ANONYMOUS,
+    UserInfo,
 )
 from adapter.http.app import HEALTH_KEY, HealthChecks
 from adapter.security.delegation import (

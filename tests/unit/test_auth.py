@@ -8,59 +8,71 @@ from typing import Any
 import pytest
 
 from adapter.api.wire import internal_error, unauthorized
-from adapter.auth.decisions import (
-    ANONYMOUS,
+from adapter.auth.attributes import (
+    RequestAttributes,
+    RequestAttributesError,
+    RequestPathError,
+    decode_request_path,
+    request_attributes,
+)
+from adapter.auth.authentication import (
     NO_CA,
-    AuthConfigError,
     Authenticated,
-    AuthenticationConfig,
     AuthenticationFailure,
     AuthMethod,
     ChainCheck,
     ChainVerdict,
-    Decision,
     PeerCertificate,
-    RequestAttributes,
-    RequestAttributesError,
-    RequestHeaderConfig,
-    RequestPathError,
-    ReviewResponseError,
-    ReviewStatus,
-    TTLCache,
     Unauthenticated,
-    UserInfo,
     all_header_values,
     authenticate_certificate,
     authenticate_client_certificate,
     authenticate_front_proxy,
-    authentication_from_flags,
-    authorize_without_review,
-    decide_from_review,
-    decode_request_path,
     extra_from_headers,
     extract_bearer_token,
     finish_authentication,
     first_header_value,
-    forbidden_message,
-    forbidden_status,
-    merge_authentication_config,
-    needs_cluster_lookup,
-    parse_always_allow_paths,
-    parse_extension_apiserver_authentication,
-    read_subject_access_review,
     read_token_review,
-    request_attributes,
-    review_cache_key,
-    review_ttl,
-    should_cache_review,
-    should_retry_review,
     strip_identity_headers,
-    subject_access_review_body,
-    subject_access_review_spec,
     token_cache_key,
     token_review_body,
     unescape_extra_key,
     with_authenticated_group,
+)
+from adapter.auth.authorization import (
+    Decision,
+    ReviewStatus,
+    authorize_without_review,
+    decide_from_review,
+    parse_always_allow_paths,
+    read_subject_access_review,
+    review_cache_key,
+    review_ttl,
+    should_cache_review,
+    subject_access_review_body,
+    subject_access_review_spec,
+)
+from adapter.auth.configuration import (
+    AuthConfigError,
+    AuthenticationConfig,
+    RequestHeaderConfig,
+    authentication_from_flags,
+    merge_authentication_config,
+    needs_cluster_lookup,
+    parse_extension_apiserver_authentication,
+)
+from adapter.auth.reviews import (
+    ReviewResponseError,
+    TTLCache,
+    should_retry_review,
+)
+from adapter.auth.status import (
+    forbidden_message,
+    forbidden_status,
+)
+from adapter.auth.users import (
+    ANONYMOUS,
+    UserInfo,
 )
 from metricscale.core.selectors import quote_go_string
 

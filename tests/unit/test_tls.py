@@ -18,18 +18,22 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.hazmat.primitives.serialization import Encoding
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-from adapter.auth.decisions import (
-    ANONYMOUS,
+from adapter.auth.authentication import (
     Authenticated,
-    AuthenticationConfig,
     AuthenticationFailure,
     AuthMethod,
     ChainVerdict,
     PeerCertificate,
-    RequestHeaderConfig,
-    UserInfo,
     authenticate_certificate,
     finish_authentication,
+)
+from adapter.auth.configuration import (
+    AuthenticationConfig,
+    RequestHeaderConfig,
+)
+from adapter.auth.users import (
+    ANONYMOUS,
+    UserInfo,
 )
 from adapter.security.tls import (
     ReloadingServerContext,
