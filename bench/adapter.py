@@ -561,24 +561,26 @@ def _process_cpu_seconds(pid: int) -> float:
 
 async def _server_cpu(calls: dict[str, tuple[Callable[[], Awaitable[None]], int]], *,
                       requests: int, shared: dict[str, int],
-                      blocks: int = 3) -> dict[str, dict[str, float]]:
-    """Each server process's own CPU per request (ms), in alternating blocks of `requests`
-    sequential requests, `blocks` blocks each (median): what each server spends, without the
-    client's and Prometheus' share of the wall time. The processes of `shared` (Prometheus,
+                      blocks: int = 20) -> dict[str, dict[str, float]]:
+    """Each server process's own CPU per request (ms): `requests` sequential requests to each,
+    in `blocks` short blocks that alternate between the servers (a change of the machine's
+    load falls on all of them alike), the CPU of all blocks added up (/proc counts in 10 ms
+    ticks: a block alone is too short to read). The processes of `shared` (Prometheus,
     kube-apiserver) are read over each block too: what each server makes them spend (their
     background work included)."""
-    spent: dict[str, dict[str, list[float]]] = {
-        name: {what: [] for what in ("server", *shared)} for name in calls}
+    spent: dict[str, dict[str, float]] = {
+        name: {what: 0.0 for what in ("server", *shared)} for name in calls}
+    per_block = max(1, requests // blocks)
     for _ in range(blocks):
         for name, (call, pid) in calls.items():
             pids = {"server": pid, **shared}
             before = {what: _process_cpu_seconds(each) for what, each in pids.items()}
-            for _ in range(requests):
+            for _ in range(per_block):
                 await call()
             for what, each in pids.items():
-                spent[name][what].append(
-                    (_process_cpu_seconds(each) - before[what]) * 1000 / requests)
-    return {name: {what: statistics.median(values) for what, values in by_process.items()}
+                spent[name][what] += _process_cpu_seconds(each) - before[what]
+    total = per_block * blocks
+    return {name: {what: seconds * 1000 / total for what, seconds in by_process.items()}
             for name, by_process in spent.items()}
 
 
@@ -719,7 +721,7 @@ async def _measure_latency(cluster: ControlPlane, *, ours: OurAdapter,
         if PEER in others:
             pids[PEER] = others[PEER].pid
         server_cpu = await _server_cpu({name: (calls[name], pid) for name, pid in pids.items()},
-                                       requests=requests, shared=shared_pids)
+                                       requests=2 * requests, shared=shared_pids)
         rps: dict[str, list[float]] = {name: [] for name in (*targets, "direct",
                                                              "floor_forward")}
         for _ in range(3):
@@ -1142,7 +1144,7 @@ async def resource_part(*, pods: int, top_pods: int, top_namespaces: int, reques
                             **{name: other.pid for name, (other, _) in others.items()}}
                     server_cpu = await _server_cpu(
                         {name: (calls[name], pid) for name, pid in pids.items()},
-                        requests=max(1, requests // 4), shared={})
+                        requests=requests, shared={}, blocks=10)
                     all_times: dict[str, list[float]] = {name: [] for name in bases}
                     for _ in range(top_runs):
                         for name, at in bases.items():
