@@ -19,7 +19,7 @@ cluster lives in testbed/fakes; `make demo` runs it from one.
 
 With the real control plane's programs at hand (`make peers`, or a folder named by
 METRICSCALE_PEERS or KUBEBUILDER_ASSETS: testbed/binaries.py), the story runs on a real control
-plane instead, beside upstream's own HPA controller (cli/demo_cluster.py); `--fake` keeps it on
+plane instead, beside upstream's own HPA controller (testbed/demo_cluster.py); `--fake` keeps it on
 the fake cluster. Without them the demo says so up front, with what building them takes, and
 runs on the fake: it never builds them itself.
 
@@ -172,7 +172,7 @@ def fast_help() -> str:
             f"{REAL_FAST_SECONDS} s instead of {REAL_NORMAL_SECONDS} s")
 
 
-# What the real control plane's story takes (cli/demo_cluster.py) from start to end, as
+# What the real control plane's story takes (testbed/demo_cluster.py) from start to end, as
 # measured on a shared 2-core machine (66 s and 121 s; 100 s and 139 s beside two busy loops).
 REAL_FAST_SECONDS, REAL_NORMAL_SECONDS = 70, 120
 # `make peers` from an empty Go cache, as measured on a 2-core machine (tests/peers, issue 23).
@@ -225,7 +225,7 @@ def run(args: argparse.Namespace) -> int:
         workdir.mkdir(parents=True, exist_ok=True)
         missing, looked_in = ([], []) if args.fake else _real_cluster_missing()
         if not args.fake and not missing:
-            from cli.demo_cluster import run_on_control_plane
+            from testbed.demo_cluster import run_on_control_plane
 
             run_on_control_plane(workdir=workdir, kubectl=args.kubectl, timing=timing,
                                  keep=args.keep)

@@ -251,7 +251,7 @@ class Walked:
 
 def walked_counts() -> list[Walked]:
     """Every count the twins pass through on the real control plane, with the load then."""
-    from cli import demo_cluster
+    from testbed import demo_cluster
 
     passed: list[Walked] = []
     for name, profile in demo_cluster.PROFILES.items():
@@ -292,7 +292,7 @@ def test_each_count_the_twins_stop_at_holds_with_room(state: Walked) -> None:
 
 
 def test_the_real_story_walks_up_and_back_down_one_pod_at_a_time() -> None:
-    from cli import demo_cluster
+    from testbed import demo_cluster
 
     cpu_target = demo.CPU_REQUEST * demo.CPU_TARGET_PERCENT / 100
     assert [(p.start, p.per_pod) for p in demo_cluster.PROFILES.values()] == [
@@ -307,7 +307,7 @@ def test_the_real_story_walks_up_and_back_down_one_pod_at_a_time() -> None:
 
 
 def test_the_twins_have_the_same_spec_but_for_their_targets() -> None:
-    from cli import demo_cluster
+    from testbed import demo_cluster
 
     for name, metrics in (("web", demo_cluster.web_metrics()),
                           ("php-apache", demo_cluster.cpu_metrics())):
@@ -329,7 +329,7 @@ def test_the_twins_have_the_same_spec_but_for_their_targets() -> None:
 
 
 def test_the_side_by_side_line_agrees_only_on_the_same_sizes() -> None:
-    from cli import demo_cluster
+    from testbed import demo_cluster
 
     upstream = [(0.0, 3), (10.0, 4), (11.0, 5), (20.0, 4)]
     ours = [(0.0, 3), (10.4, 4), (11.8, 5), (19.9, 4)]
@@ -348,7 +348,7 @@ def test_the_side_by_side_line_agrees_only_on_the_same_sizes() -> None:
 
 
 def test_a_row_says_whether_the_twins_agree_at_that_moment() -> None:
-    from cli import demo_cluster
+    from testbed import demo_cluster
 
     row = demo_cluster.format_row(seconds=12.34, load="40/s", upstream=4, ours=5)
     assert row == "    12.3s    40/s               4     5  differ"
