@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from cli.demo_cluster import SECTIONS, UPSTREAM, story_walks
 from testbed.binaries import CONTROL_PLANE, find_peer
+from testbed.demo_cluster import SECTIONS, UPSTREAM, story_walks
 from testbed.pytest_plugin import require_peers
 from tests.e2e.test_demo import Lines, demo_process, group_alive, leftovers
 
