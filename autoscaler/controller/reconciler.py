@@ -110,6 +110,7 @@ class ReconcileResult:
     failed: bool = False
     retry_after: float | None = None
     sync_period: float | None = None  # spec.behavior.syncPeriodSeconds (KEP-6003), if set
+    requeue_after: float | None = None  # sooner than the sync period, without a failure
 
 
 class MetricsAPI(Protocol):

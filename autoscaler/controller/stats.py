@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-__all__ = ["ControllerMetrics"]
+__all__ = ["ControllerMetrics", "ShadowMetrics"]
 
 
 class ControllerMetrics:
@@ -61,4 +61,26 @@ class ControllerMetrics:
             "metricscale_autoscaler_autoscalers", "Autoscalers in the cache.", registry=registry)
         self.leader = Gauge(
             "metricscale_autoscaler_leader", "1 while this replica holds the lease.",
+            registry=registry)
+
+
+class ShadowMetrics:
+    """Shadow mode's series, per HPA, with kube-state-metrics' label names (`namespace`,
+    `horizontalpodautoscaler`) so they join its kube_horizontalpodautoscaler_* series."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.replicas = Gauge(
+            "metricscale_shadow_replicas",
+            "The replicas metricscale would have set at its latest decision for the HPA (shadow "
+            "mode); compare kube_horizontalpodautoscaler_status_desired_replicas.",
+            ["namespace", "horizontalpodautoscaler"], registry=registry)
+        self.decisions = Counter(
+            "metricscale_shadow_decisions",
+            "Shadow decisions by result: agree or differ with the HPA's decision from the same "
+            "replicas; warmup (made before the shadow's history can be the HPA's) and unjudged "
+            "(nothing to compare with) are not part of the agreement rate.",
+            ["namespace", "horizontalpodautoscaler", "result"], registry=registry)
+        self.publish_failures = Counter(
+            "metricscale_shadow_publish_failures",
+            "Failed writes of the ConfigMap that explain --live --shadow reads.",
             registry=registry)

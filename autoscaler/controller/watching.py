@@ -348,23 +348,29 @@ class Watching:
 
     def __init__(self, sources: Callable[[str], ListWatchSource], *, native_hpa: bool = False,
                  namespace: str | None = None,
-                 informer_options: InformerOptions | None = None) -> None:
+                 informer_options: InformerOptions | None = None,
+                 autoscalers: bool = True, hpa_selector: str | None = None) -> None:
+        """`autoscalers=False` leaves Autoscalers unwatched (shadow mode reads HPAs only);
+        `hpa_selector`, a label selector, limits the HPAs to those it selects."""
         options = informer_options or InformerOptions()
         self.pods = PodIndex()
         self.selectors = SelectorCache()
         self.registry = SelectorRegistry(self.pods, self.selectors)
-        group, version, plural = AUTOSCALER_RESOURCE
-        self.autoscalers: Informer[AutoscalerEntry] = Informer(
-            sources(collection_path(group=group, version=version, plural=plural,
-                                    namespace=namespace)),
-            project=project_autoscaler, name="autoscalers", **options)
+        self._autoscalers: Informer[AutoscalerEntry] | None = None
+        if autoscalers:
+            group, version, plural = AUTOSCALER_RESOURCE
+            self._autoscalers = Informer(
+                sources(collection_path(group=group, version=version, plural=plural,
+                                        namespace=namespace)),
+                project=project_autoscaler, name="autoscalers", **options)
         self.hpas: Informer[AutoscalerEntry] | None = None
         if native_hpa:
             group, version, plural = HPA_RESOURCE
             self.hpas = Informer(
                 sources(collection_path(group=group, version=version, plural=plural,
                                         namespace=namespace)),
-                project=_project_hpa, name="horizontalpodautoscalers", **options)
+                project=_project_hpa, name="horizontalpodautoscalers",
+                label_selector=hpa_selector or None, **options)
         self.pod_informer: Informer[Pod] = Informer(
             sources(collection_path(group="", version="v1", plural="pods", namespace=namespace)),
             project=project_pod, name="pods", **options)
@@ -376,18 +382,21 @@ class Watching:
             project=project_replica_set, name="replicasets", **options)
 
     @property
+    def autoscalers(self) -> Informer[AutoscalerEntry]:
+        """The Autoscalers' cache (LookupError when they are not watched: shadow mode)."""
+        if self._autoscalers is None:
+            raise LookupError("Autoscalers are not watched here")
+        return self._autoscalers
+
+    @property
     def informers(self) -> list[Informer[Any]]:
-        found: list[Informer[Any]] = [self.autoscalers, self.pod_informer,
-                                      self.replica_set_informer]
-        if self.hpas is not None:
-            found.insert(1, self.hpas)
-        return found
+        return [*self.autoscaler_informers(), self.pod_informer, self.replica_set_informer]
 
     def autoscaler_informers(self) -> list[Informer[AutoscalerEntry]]:
-        return [self.autoscalers] + ([self.hpas] if self.hpas is not None else [])
+        return [informer for informer in (self._autoscalers, self.hpas) if informer is not None]
 
     def get(self, key: AutoscalerKey) -> AutoscalerEntry | None:
-        informer = self.hpas if key.kind == HPA_KIND else self.autoscalers
+        informer = self.hpas if key.kind == HPA_KIND else self._autoscalers
         if informer is None:
             return None
         return informer.get(key.namespace, key.name)

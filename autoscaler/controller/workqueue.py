@@ -264,7 +264,7 @@ class Controller:
             period = result.sync_period
         if result is not None and not result.failed:
             self._failures.pop(key, None)
-            delay = period
+            delay = period if result.requeue_after is None else result.requeue_after
         else:
             failures = self._failures.get(key, 0) + 1
             self._failures[key] = failures

@@ -658,6 +658,51 @@ class KubeClient:
             context=ErrorContext("coordination.k8s.io", "leases", name))
         return parse_lease(_object(data, "Lease"))
 
+    # -- config maps (shadow mode publishes what explain reads in one) --
+
+    def _configmap_path(self, namespace: str, name: str | None = None) -> str:
+        path = f"/api/v1/namespaces/{namespace}/configmaps"
+        return f"{path}/{name}" if name is not None else path
+
+    async def read_configmap(self, *, namespace: str, name: str) -> Mapping[str, Any] | None:
+        """The ConfigMap, or None when it does not exist."""
+        try:
+            data = await self._request(
+                "GET", self._configmap_path(namespace, name), operation="read_configmap",
+                resource="configmaps", context=ErrorContext("", "configmaps", name))
+        except NotFound:
+            return None
+        return _object(data, "ConfigMap")
+
+    async def create_configmap(self, *, namespace: str, name: str, data: Mapping[str, str],
+                               labels: Mapping[str, str] | None = None) -> Mapping[str, Any]:
+        """Create the ConfigMap; AlreadyExists when someone was first."""
+        metadata: dict[str, Any] = {"name": name, "namespace": namespace}
+        if labels:
+            metadata["labels"] = dict(labels)
+        body = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": metadata,
+                "data": dict(data)}
+        created = await self._request(
+            "POST", self._configmap_path(namespace), operation="create_configmap",
+            resource="configmaps", body=body, context=ErrorContext("", "configmaps", name))
+        return _object(created, "ConfigMap")
+
+    async def replace_configmap(self, configmap: Mapping[str, Any], *,
+                                data: Mapping[str, str]) -> Mapping[str, Any]:
+        """PUT the ConfigMap back with new data and the resourceVersion it was read with
+        (Conflict on 409); its metadata is kept."""
+        body = copy.deepcopy(dict(configmap))
+        body.setdefault("apiVersion", "v1")
+        body.setdefault("kind", "ConfigMap")
+        body["data"] = dict(data)
+        body.pop("binaryData", None)
+        metadata = _mapping(body.get("metadata"))
+        namespace, name = str(metadata.get("namespace") or ""), str(metadata.get("name") or "")
+        replaced = await self._request(
+            "PUT", self._configmap_path(namespace, name), operation="replace_configmap",
+            resource="configmaps", body=body, context=ErrorContext("", "configmaps", name))
+        return _object(replaced, "ConfigMap")
+
 
 def _object(data: object, kind: str) -> Mapping[str, Any]:
     if not isinstance(data, Mapping):
