@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import dataclasses
 import gc
 import logging
 import os
@@ -36,17 +37,20 @@ from autoscaler.controller.leader import (
     publish_settings,
 )
 from autoscaler.controller.reconciler import Reconciler
-from autoscaler.controller.stats import ControllerMetrics
+from autoscaler.controller.shadow import ShadowPublisher, ShadowReconciler
+from autoscaler.controller.stats import ControllerMetrics, ShadowMetrics
 from autoscaler.controller.watching import Watching
 from autoscaler.controller.workqueue import CURRENT_OBJECT, Controller
 from autoscaler.decision import settings as settings_flags
 from autoscaler.decision.settings import Settings
+from autoscaler.decision.shadow import SHADOW_NAME
 from autoscaler.kube.metrics_api import MetricsClient
 from autoscaler.kube.operations import USER_AGENT, KubeClient
 from autoscaler.model.names import dns_label_problem
 from autoscaler.model.objects import Autoscaler
 from metricscale.core.durations import format_duration
 from metricscale.core.errors import ConfigError
+from metricscale.core.selectors import SelectorError, parse_selector
 from metricscale.kube.config import (
     Configuration,
     add_kubeconfig_arguments,
@@ -108,6 +112,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--enable-native-hpa", action="store_true",
                        help="also act on autoscaling/v2 HorizontalPodAutoscalers; only when "
                             "kube-controller-manager's HPA controller is switched off")
+    group.add_argument("--shadow", action="store_true",
+                       help="shadow mode: decide every native HPA as metricscale would, beside "
+                            "kube-controller-manager's HPA controller, and write nothing to it "
+                            "or its target (agreement on /metrics, an Event per difference); "
+                            f"acts on no Autoscaler; its Lease defaults to {SHADOW_NAME}")
+    group.add_argument("--shadow-selector", default="", metavar="SELECTOR",
+                       help="with --shadow: only the HPAs this label selector picks, e.g. "
+                            "team=shop (default: all)")
     group.add_argument("--namespace", default="", metavar="NAMESPACE",
                        help="watch only this namespace, a DNS-1123 label (default: all)")
     add_kubeconfig_arguments(group)
@@ -127,6 +139,8 @@ class Options:
     concurrent_syncs: int = 5
     dry_run: bool = False
     native_hpa: bool = False
+    shadow: bool = False
+    shadow_selector: str = ""
     namespace: str = ""
     metrics_bind_address: str = ":8080"
     identity: str = ""
@@ -158,12 +172,28 @@ def options_from_arguments(args: argparse.Namespace) -> Options:
     except ValueError as error:
         raise ConfigError(f"--metrics-bind-address {args.metrics_bind_address!r}: {error}") \
             from None
+    shadow, selector = bool(args.shadow), args.shadow_selector.strip()
+    if shadow and args.enable_native_hpa:
+        raise ConfigError("--shadow and --enable-native-hpa exclude each other: shadow mode "
+                          "writes nothing to the HPAs, native mode acts on them")
+    if selector and not shadow:
+        raise ConfigError("--shadow-selector: only with --shadow")
+    if selector:
+        try:
+            parse_selector(selector)
+        except SelectorError as error:
+            raise ConfigError(f"--shadow-selector {selector!r}: {error}") from None
+    if shadow and election.resource_name == LeaderElectionConfig().resource_name:
+        # Never the controller's own Lease: a shadow that took it would stop the Autoscalers.
+        election = dataclasses.replace(election, resource_name=SHADOW_NAME)
     return Options(
         settings=settings_flags.settings_from_arguments(args),
         leader_election=election,
         concurrent_syncs=args.concurrent_syncs,
         dry_run=args.dry_run,
         native_hpa=args.enable_native_hpa,
+        shadow=shadow,
+        shadow_selector=selector,
         namespace=args.namespace,
         metrics_bind_address=args.metrics_bind_address,
         identity=default_identity(),
@@ -221,13 +251,14 @@ class AutoscalerServer:
 
     kube: KubeClient
     watching: Watching
-    reconciler: Reconciler
+    reconciler: Reconciler | ShadowReconciler
     controller: Controller
     guard: LeaderGuard
     registry: CollectorRegistry
     health: Health
     port: int | None  # of /metrics, /healthz and /readyz; None: --metrics-bind-address 0
     shutdown: Callable[[], Awaitable[None]] = field(repr=False)
+    publisher: ShadowPublisher | None = None  # shadow mode's ConfigMap writer
 
     async def stop(self) -> None:
         """Stop this replica now (the workers, the lease, the caches), as leaving the `async
@@ -263,11 +294,15 @@ async def serve_autoscaler(configuration: Configuration, options: Options, *,
                 http, registry=registry,
                 reporting_instance=options.reporting_instance or socket.gethostname())
             watching = Watching(lambda path: PathSource(http, path),
-                                native_hpa=options.native_hpa,
+                                native_hpa=options.native_hpa or options.shadow,
                                 namespace=options.namespace or None,
-                                informer_options=options.informer_options)
-            registry.register(AutoscalerSeries(lambda: _cached_autoscalers(watching)))
+                                informer_options=options.informer_options,
+                                autoscalers=not options.shadow,
+                                hpa_selector=options.shadow_selector or None)
+            if not options.shadow:  # a shadow's HPAs are kube-controller-manager's to show
+                registry.register(AutoscalerSeries(lambda: _cached_autoscalers(watching)))
             registry.register(InformerCollector(lambda: watching.informers))
+            publisher: ShadowPublisher | None = None
 
             def leadership_changed(leader: bool) -> None:
                 stats.leader.set(1 if leader else 0)
@@ -275,6 +310,8 @@ async def serve_autoscaler(configuration: Configuration, options: Options, *,
                     # What this replica remembers may be stale: read every history back and
                     # sync all (the elector runs, and so calls this, once `controller` exists).
                     controller.reset(watching.keys())
+                    if publisher is not None:
+                        publisher.reset()
 
             elector = _elector(kube, options, clock=clock, settings=options.settings,
                                on_change=leadership_changed)
@@ -282,10 +319,23 @@ async def serve_autoscaler(configuration: Configuration, options: Options, *,
                 clock=clock)
             if elector is None:
                 stats.leader.set(1)
-            reconciler, controller = _controller(kube, watching, guard, options=options,
-                                                 stats=stats, clock=clock)
+            reconciler: Reconciler | ShadowReconciler
+            if options.shadow:
+                shadow_stats = ShadowMetrics(registry)
+                reconciler, controller = _shadow_controller(
+                    kube, watching, guard, options=options, stats=stats,
+                    shadow_stats=shadow_stats, clock=clock)
+                publisher = ShadowPublisher(
+                    kube, reconciler,
+                    namespace=options.lease_namespace or default_lease_namespace(),
+                    name=options.leader_election.resource_name, leader=guard,
+                    stats=shadow_stats)
+            else:
+                reconciler, controller = _controller(kube, watching, guard, options=options,
+                                                     stats=stats, clock=clock)
             main = _MainTask(watching=watching, controller=controller, kube=kube,
-                             options=options, stats=stats, elector=elector)
+                             options=options, stats=stats, elector=elector,
+                             publisher=publisher, guard=guard, clock=clock)
             async with _endpoints(options.metrics_bind_address, registry=registry,
                                   watching=watching, health=health) as port:
                 watching.start(on_failure=health.failed)
@@ -295,7 +345,7 @@ async def serve_autoscaler(configuration: Configuration, options: Options, *,
                     yield AutoscalerServer(kube=kube, watching=watching, reconciler=reconciler,
                                            controller=controller, guard=guard,
                                            registry=registry, health=health, port=port,
-                                           shutdown=shutdown)
+                                           shutdown=shutdown, publisher=publisher)
                 finally:
                     await shutdown()
     finally:
@@ -329,6 +379,28 @@ def _controller(kube: KubeClient, watching: Watching, guard: LeaderGuard, *, opt
     return reconciler, controller
 
 
+def _shadow_controller(kube: KubeClient, watching: Watching, guard: LeaderGuard, *,
+                       options: Options, stats: ControllerMetrics, shadow_stats: ShadowMetrics,
+                       clock: Callable[[], datetime]) -> tuple[ShadowReconciler, Controller]:
+    """Shadow mode's reconciler and the work queue's controller, fed by the HPA cache: the
+    reconciler sees each status of an HPA before the queue does."""
+    metrics = MetricsClient(kube, version_ttl=options.settings.sync_period.total_seconds())
+    shadow = ShadowReconciler(kube=kube, metrics=metrics, watching=watching,
+                              settings=options.settings, leader=guard, stats=shadow_stats,
+                              clock=clock)
+    controller = Controller(
+        shadow, sync_period=options.settings.sync_period,
+        workers=options.concurrent_syncs, metrics=stats,
+        reconcile_timeout=options.reconcile_timeout,
+        may_work=guard.wait_until_leader,
+        exists=lambda key: watching.get(key) is not None,
+        wall_clock=clock)
+    watching.subscribe(shadow.observe)
+    watching.subscribe(controller.on_event)
+    shadow.wake = controller.queue.add
+    return shadow, controller
+
+
 def _elector(kube: KubeClient, options: Options, *, clock: Callable[[], datetime],
              settings: Settings, on_change: Callable[[bool], None]) -> LeaderElector | None:
     """The leader elector, with leader election on (--leader-elect)."""
@@ -352,6 +424,9 @@ class _MainTask:
     options: Options
     stats: ControllerMetrics
     elector: LeaderElector | None  # None: no leader election
+    publisher: ShadowPublisher | None = None
+    guard: LeaderGuard | None = None
+    clock: Callable[[], datetime] = _utc_now
     frozen: bool = False
 
     async def run(self) -> None:
@@ -374,6 +449,11 @@ class _MainTask:
                 group.create_task(self._publish_settings(), name="publish settings")
             group.create_task(self.controller.run(), name="controller")
             group.create_task(self._gauges(), name="gauges")
+            if self.publisher is not None:
+                group.create_task(self.publisher.run(
+                    period=self.options.settings.sync_period, clock=self.clock,
+                    wait_until_leader=self.guard.wait_until_leader
+                    if self.guard is not None else None), name="shadow publisher")
 
     async def _publish_settings(self) -> None:
         """Without leader election, publish the decision settings on the Lease anyway, once,
@@ -509,7 +589,8 @@ async def _main(args: argparse.Namespace) -> int:
             logger.info("metricscale autoscaler started (identity %s, %d workers, sync "
                         "period %s%s)", options.identity, options.concurrent_syncs,
                         format_duration(options.settings.sync_period),
-                        ", dry run" if options.dry_run else "")
+                        ", shadow mode: writes nothing to HPAs or their targets"
+                        if options.shadow else ", dry run" if options.dry_run else "")
             stopping = asyncio.create_task(stop.wait())
             await asyncio.wait([stopping, asyncio.create_task(server.stopped.wait())],
                                return_when=asyncio.FIRST_COMPLETED)
