@@ -55,6 +55,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                            "history the controller persisted, and explain it")
     live.add_argument("--hpa", action="store_true",
                       help="--live names a native autoscaling/v2 HorizontalPodAutoscaler")
+    live.add_argument("--shadow", action="store_true",
+                      help="explain what shadow mode (metricscale autoscaler --shadow) decides "
+                           "for this HPA: with the history and settings the shadow publishes "
+                           "(its ConfigMap and Lease, see --lease-name) and its latest verdict; "
+                           "implies --hpa")
     add_kubeconfig_arguments(live, purpose="for --live")
     live.add_argument("--save-snapshot", metavar="FILE",
                       help="also write the captured snapshot to FILE, to replay it later")
@@ -62,7 +67,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                       help="namespace of the controller's Lease, where the leader publishes its "
                            "settings (default: this pod's namespace, else metricscale)")
     live.add_argument("--lease-name", metavar="NAME",
-                      help="name of that Lease (default: metricscale-autoscaler)")
+                      help="name of that Lease (default: metricscale-autoscaler; with --shadow "
+                           "metricscale-shadow, also the name of the shadow's ConfigMap)")
     # Given flags override the settings the controller published (--live only).
     settings_flags.add_arguments(parser, with_defaults=False)
 
@@ -118,16 +124,21 @@ def run(args: argparse.Namespace) -> int:
         raise SnapshotError("now", "times this close to year 1 or 9999 cannot be computed "
                                    "with") from None
     source = getattr(args, "settings_source", None)
+    shadow = getattr(args, "shadow_published", None)
     if args.output == "text":
         output = render_text(snapshot, decision)
         if source == "defaults":
             output += NO_SETTINGS_NOTE + "\n"
         elif source is not None:
             output += f"settings: from the {source}\n"
+        if shadow is not None:
+            output += "".join(f"{line}\n" for line in shadow.lines)
     else:
         rendered = render_decision(decision)
         if source is not None:
             rendered = {**rendered, "settingsSource": source}
+        if shadow is not None:
+            rendered = {**rendered, "shadow": shadow.rendered}
         output = json.dumps(rendered, indent=2) + "\n"
     try:
         sys.stdout.write(output)

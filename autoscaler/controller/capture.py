@@ -14,6 +14,7 @@ import asyncio
 import contextlib
 import json
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
@@ -31,6 +32,7 @@ from autoscaler.decision.settings import (
     render_settings,
     resolve_settings,
 )
+from autoscaler.decision.shadow import SHADOW_NAME, describe_entry, entry_key, parse_entry
 from autoscaler.decision.snapshot import SNAPSHOT_API_VERSION, SNAPSHOT_KIND, SnapshotError
 from autoscaler.kube.metrics_api import MetricsClient, MetricsError
 from autoscaler.kube.operations import (
@@ -41,7 +43,7 @@ from autoscaler.kube.operations import (
     open_kube_client,
 )
 from autoscaler.model.fields import ModelError
-from autoscaler.model.history import render_history
+from autoscaler.model.history import History, render_history
 from autoscaler.model.names import dns_label_problem, dns_subdomain_problem
 from autoscaler.model.objects import HPA_KIND, parse_autoscaler
 from autoscaler.model.pods import Scale
@@ -51,7 +53,8 @@ from metricscale.kube.config import open_configuration, resolve_kubeconfig
 from metricscale.kube.discovery import ResourceMapping
 from metricscale.kube.errors import ErrorContext, KubeError
 
-__all__ = ["CaptureAPI", "capture_document", "capture_snapshot", "object_path"]
+__all__ = ["CaptureAPI", "ShadowPublished", "capture_document", "capture_snapshot",
+           "object_path", "read_shadow"]
 
 
 class CaptureAPI(Protocol):
@@ -166,6 +169,47 @@ async def _snapshot_metric(metrics: MetricsAPI, *, metric: MetricSpec, namespace
         return {"items": []} if err.empty else {"error": err.detail}
 
 
+@dataclass(frozen=True)
+class ShadowPublished:
+    """What shadow mode published for one HPA, as explain shows it: lines for the text output,
+    the `shadow` object of the JSON output, and the history to decide with (None: a first
+    sync, as the shadow itself starts)."""
+
+    lines: tuple[str, ...]
+    rendered: Mapping[str, Any]
+    history: History | None = None
+
+
+async def read_shadow(kube: CaptureAPI, *, lease_namespace: str, lease_name: str,
+                      namespace: str, name: str) -> ShadowPublished:
+    """The entry of HPA namespace/name in the shadow's ConfigMap (named as its Lease); what
+    cannot be read is said, and explained as a first sync."""
+    where = f"ConfigMap {lease_namespace}/{lease_name}"
+    source: dict[str, Any] = {"configMap": f"{lease_namespace}/{lease_name}"}
+    try:
+        raw = await kube.get_json(f"/api/v1/namespaces/{lease_namespace}/configmaps/"
+                                  f"{lease_name}", operation="explain", resource="configmaps")
+    except KubeError as err:
+        note = f"shadow: {where} cannot be read ({err}); explained as a first sync"
+        return ShadowPublished(lines=(note,), rendered={**source, "error": str(err)})
+    data = raw.get("data") if isinstance(raw, Mapping) else None
+    key = entry_key(namespace, name)
+    text = data.get(key) if isinstance(data, Mapping) else None
+    if not isinstance(text, str):
+        note = (f"shadow: {where} has no entry for {namespace}/{name} (not shadowed, not "
+                "published yet: once per sync period, or left out); explained as a first sync")
+        return ShadowPublished(lines=(note,), rendered={**source, "entry": None})
+    try:
+        entry = parse_entry(text, f"{where}.data[{key}]")
+    except ModelError as err:
+        note = f"shadow: {err}; explained as a first sync"
+        return ShadowPublished(lines=(note,), rendered={**source, "error": str(err)})
+    lines = (f"shadow: the history and the latest verdict of {where}",
+             describe_entry(entry.decision))
+    rendered = {**source, "decision": dict(entry.decision) if entry.decision else None}
+    return ShadowPublished(lines=lines, rendered=rendered, history=entry.history)
+
+
 def _split(target: str) -> tuple[str, str]:
     namespace, slash, name = target.partition("/")
     if not slash or not namespace or not name:
@@ -195,9 +239,19 @@ def _check_lease_flags(args: argparse.Namespace) -> None:
                                           f"subdomain: {problem}")
 
 
+def _lease_of(args: argparse.Namespace) -> tuple[str, str]:
+    """The namespace and name of the controller's Lease (the shadow's with --shadow)."""
+    namespace = (getattr(args, "lease_namespace", None)
+                 or default_lease_namespace(fallback="metricscale"))
+    default = SHADOW_NAME if getattr(args, "shadow", False) \
+        else LeaderElectionConfig().resource_name
+    return namespace, getattr(args, "lease_name", None) or default
+
+
 async def _capture(args: argparse.Namespace) -> dict[str, Any]:
     namespace, name = _split(args.live)
     _check_lease_flags(args)
+    shadow = bool(getattr(args, "shadow", False))
     # A KubeConfigError passes through: it is the user's configuration, not the snapshot, that
     # is wrong, and `explain` reports it as the other commands do.
     async with contextlib.AsyncExitStack() as stack:
@@ -208,10 +262,22 @@ async def _capture(args: argparse.Namespace) -> dict[str, Any]:
             configuration, registry=CollectorRegistry(),
             reporting_instance="metricscale-explain"))
         settings = await _controller_settings(kube, args)
-        return await capture_snapshot(
+        now = datetime.now(UTC)
+        snapshot = await capture_snapshot(
             kube, MetricsClient(kube), namespace=namespace, name=name,
-            hpa=bool(getattr(args, "hpa", False)), now=datetime.now(UTC),
-            settings=settings)
+            hpa=shadow or bool(getattr(args, "hpa", False)), now=now, settings=settings)
+        if shadow:
+            # The shadow's history, not what the HPA may carry from an earlier native mode.
+            lease_namespace, lease_name = _lease_of(args)
+            published = await read_shadow(kube, lease_namespace=lease_namespace,
+                                          lease_name=lease_name, namespace=namespace,
+                                          name=name)
+            snapshot.pop("history", None)
+            if published.history is not None:
+                snapshot["history"] = render_history(restore_history(published.history,
+                                                                     now=now))
+            args.shadow_published = published
+        return snapshot
 
 
 async def _controller_settings(kube: Any, args: argparse.Namespace) -> Settings:
@@ -221,9 +287,7 @@ async def _controller_settings(kube: Any, args: argparse.Namespace) -> Settings:
         given = given_settings(args)
     except SettingsError as err:
         raise SnapshotError("settings", str(err)) from None
-    lease_namespace = (getattr(args, "lease_namespace", None)
-                       or default_lease_namespace(fallback="metricscale"))
-    lease_name = getattr(args, "lease_name", None) or LeaderElectionConfig().resource_name
+    lease_namespace, lease_name = _lease_of(args)
     try:
         lease = await kube.read_lease(namespace=lease_namespace, name=lease_name)
     except KubeError:
