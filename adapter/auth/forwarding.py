@@ -8,9 +8,7 @@ and authorizes the original caller exactly as it would behind kube-apiserver.
 
 from __future__ import annotations
 
-from adapter.auth.users import (
-    UserInfo,
-)
+from adapter.auth.users import UserInfo
 
 __all__ = [
     "canonical_header_key",

@@ -10,9 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol
 
-from adapter.auth.attributes import (
-    RequestAttributes,
-)
+from adapter.auth.attributes import RequestAttributes
 from adapter.auth.authentication import (
     Authenticated,
     AuthenticationFailure,

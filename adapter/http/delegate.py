@@ -23,9 +23,7 @@ from yarl import URL
 from adapter.api.delegated import DelegateListError, read_resource_list
 from adapter.api.groups import CUSTOM_METRICS_GROUP, EXTERNAL_METRICS_GROUP
 from adapter.auth.forwarding import identity_headers
-from adapter.auth.users import (
-    UserInfo,
-)
+from adapter.auth.users import UserInfo
 from adapter.settings import DelegationSettings
 from metricscale import __version__
 from metricscale.core.errors import ConfigError

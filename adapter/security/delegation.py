@@ -15,22 +15,18 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 import random
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
-import aiohttp
 from aiohttp import web
 from aiohttp.http_exceptions import HttpProcessingError
 
-from adapter.auth.attributes import (
-    RequestAttributes,
-)
+from adapter.auth.attributes import RequestAttributes
 from adapter.auth.authentication import (
     Authenticated,
     AuthenticationFailure,
@@ -59,21 +55,11 @@ from adapter.auth.authorization import (
     subject_access_review_body,
 )
 from adapter.auth.configuration import (
-    DEFAULT_EXTRA_HEADERS_PREFIXES,
-    DEFAULT_GROUP_HEADERS,
-    DEFAULT_USERNAME_HEADERS,
     AuthConfigError,
-    AuthenticationConfig,
-    authentication_from_flags,
-    merge_authentication_config,
-    needs_cluster_lookup,
-    parse_extension_apiserver_authentication,
 )
 from adapter.auth.reviews import (
-    REVIEW_RETRY_DELAYS_SECONDS,
     ReviewResponseError,
     TTLCache,
-    should_retry_review,
 )
 from adapter.auth.seam import (
     ALLOW_ALL_AUTHENTICATOR,
@@ -83,31 +69,29 @@ from adapter.auth.seam import (
     Authorizer,
     IncomingRequest,
 )
-from adapter.auth.users import (
-    UserInfo,
-)
+from adapter.auth.users import UserInfo
 from adapter.kube.objects import (
     AUTHENTICATION_CONFIGMAP,
     AUTHENTICATION_NAMESPACE,
     USER_AGENT,
     authentication_config_informer,
 )
+from adapter.security.reviews import (
+    SUBJECT_ACCESS_REVIEWS_PATH,
+    TOKEN_REVIEWS_PATH,
+    ReviewClient,
+    ReviewFailed,
+    Sleep,
+    token_label,
+)
 from adapter.security.tls import (
     ReloadingServerContext,
-    TLSConfigError,
-    TrustBundle,
-    client_ca_pems,
     inspect_peer_certificate,
-    load_trust_bundle,
 )
-from adapter.settings import AdapterSettings, AuthFlags
-from metricscale.core.errors import ConfigError
-from metricscale.files import FileError, read_bytes
-from metricscale.kube.errors import KubeError
+from adapter.security.trust import AuthenticationSource, SecurityConfigError
+from adapter.settings import AdapterSettings
 from metricscale.kube.http import KubeHTTP, connect
 from metricscale.kube.informer import InformerFailed, InformerOptions
-from metricscale.kube.requests import KubeRequests
-from metricscale.kube.retry import honour_retry_after
 from metricscale.tasks import SingleFlight, start_guarded_task
 
 __all__ = [
@@ -126,259 +110,15 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-TOKEN_REVIEWS_PATH = "/apis/authentication.k8s.io/v1/tokenreviews"
-SUBJECT_ACCESS_REVIEWS_PATH = "/apis/authorization.k8s.io/v1/subjectaccessreviews"
-# The webhook clients' per-call timeout and backoff jitter (wait.Backoff{Jitter: 0.2}).
-REVIEW_TIMEOUT_SECONDS = 10.0
-_REVIEW_JITTER = 0.2
-# A Retry-After longer than this is not waited for: the caller is waiting on the answer.
-_MAX_RETRY_AFTER_SECONDS = 5.0
 # How long start-up waits for the ConfigMap before serving (not ready) without it.
 DEFAULT_CONFIGMAP_SYNC_SECONDS = 10.0
 # How often --client-ca-file / --requestheader-client-ca-file are checked for new content.
 CA_FILE_RELOAD_SECONDS = 10.0
-_TOKEN_DIGEST_SHOWN = 12
 
 AUTH_CONFIG_CHECK = "authentication-config"
 INSECURE_CHECK = "insecure-disable-auth"
 
 Clock = Callable[[], float]
-Sleep = Callable[[float], Awaitable[None]]
-
-
-class SecurityConfigError(ConfigError):
-    """Authentication flags or files that cannot be used; the message names what to fix."""
-
-
-class ReviewFailed(Exception):
-    """A TokenReview or SubjectAccessReview could not be made (after retries, if retryable)."""
-
-    def __init__(self, message: str, *, status: int | None = None,
-                 retry_after: float | None = None) -> None:
-        super().__init__(message)
-        self.status = status
-        self.retry_after = retry_after
-
-
-def token_label(token: str) -> str:
-    """What may be logged about a token: a short prefix of its SHA-256 digest."""
-    return f"sha256:{token_cache_key(token)[:_TOKEN_DIGEST_SHOWN]}"
-
-
-# --------------------------------------------------------------------------------------------
-# Posting reviews
-
-
-class ReviewClient:
-    """POSTs review objects to kube-apiserver, retrying as the Go webhook clients do.
-
-    Connection errors, timeouts, 429 and 5xx are retried (500 ms, ×1.5, 5 attempts in all,
-    20 % jitter, 10 s per attempt); anything else fails at once. A Retry-After is waited (at
-    most 5 s) when it is longer than the step. Requests go out on the shared request path,
-    which never logs a body (a TokenReview answer holds the token). The session arrives when
-    the app starts (`api`); before that every review fails.
-    """
-
-    def __init__(self, *, sleep: Sleep = asyncio.sleep, jitter: Callable[[], float] = random.random,
-                 timeout: float = REVIEW_TIMEOUT_SECONDS) -> None:
-        self.api: KubeHTTP | None = None
-        self._sleep = sleep
-        self._jitter = jitter
-        self._timeout = timeout
-
-    async def create(self, path: str, body: Mapping[str, Any]) -> Mapping[str, Any]:
-        """The created object as kube-apiserver returned it; raises ReviewFailed."""
-        attempts = len(REVIEW_RETRY_DELAYS_SECONDS) + 1
-        for attempt in range(attempts):
-            try:
-                return await self._post_once(path, body)
-            except ReviewFailed as error:
-                if attempt == attempts - 1 or not should_retry_review(error.status):
-                    raise
-                delay = REVIEW_RETRY_DELAYS_SECONDS[attempt]
-                delay *= 1 + _REVIEW_JITTER * self._jitter()
-                delay = honour_retry_after(delay, error.retry_after,
-                                           ceiling=_MAX_RETRY_AFTER_SECONDS)
-                logger.debug("retrying %s in %.2fs: %s", path, delay, error)
-                await self._sleep(delay)
-        raise AssertionError("unreachable")  # pragma: no cover
-
-    async def _post_once(self, path: str, body: Mapping[str, Any]) -> Mapping[str, Any]:
-        api = self.api
-        if api is None:
-            raise ReviewFailed("the Kubernetes API client is not open yet")
-        try:
-            answer = await KubeRequests(api).send(
-                "POST", path, operation="review", resource=path.rsplit("/", 1)[-1], body=body,
-                client_timeout=aiohttp.ClientTimeout(total=self._timeout))
-        except KubeError as error:
-            if not error.status:  # no answer: the text names the URL, never the body
-                raise ReviewFailed(f"POST {path}: {error}") from None
-            raise ReviewFailed(f"POST {path}: the API server answered {error.status}",
-                               status=error.status, retry_after=error.retry_after) from None
-        status, payload = answer.status, answer.body
-        try:
-            parsed = json.loads(payload)
-        except ValueError:
-            raise ReviewFailed(f"POST {path}: the answer is not JSON", status=status) from None
-        if not isinstance(parsed, Mapping):
-            raise ReviewFailed(f"POST {path}: the answer is not an object", status=status)
-        return parsed
-
-
-# --------------------------------------------------------------------------------------------
-# The authentication configuration
-
-
-def _read_pem_file(flag: str, path: str | None) -> bytes | None:
-    if not path:
-        return None
-    try:
-        return read_bytes(path)
-    except FileError as error:
-        raise SecurityConfigError(f"{flag} {path}: {error.strerror or error.problem}") from None
-
-
-def _flags_config(flags: AuthFlags) -> AuthenticationConfig:
-    try:
-        return authentication_from_flags(
-            client_ca_pem=_read_pem_file("--client-ca-file", flags.client_ca_file),
-            requestheader_client_ca_pem=_read_pem_file(
-                "--requestheader-client-ca-file", flags.requestheader_client_ca_file),
-            requestheader_allowed_names=flags.requestheader_allowed_names,
-            requestheader_username_headers=(flags.requestheader_username_headers
-                                            or DEFAULT_USERNAME_HEADERS),
-            requestheader_uid_headers=flags.requestheader_uid_headers or (),
-            requestheader_group_headers=(flags.requestheader_group_headers
-                                         or DEFAULT_GROUP_HEADERS),
-            requestheader_extra_headers_prefix=(flags.requestheader_extra_headers_prefix
-                                                or DEFAULT_EXTRA_HEADERS_PREFIXES),
-        )
-    except AuthConfigError as error:
-        raise SecurityConfigError(str(error)) from None
-
-
-@dataclass(frozen=True)
-class _Trust:
-    """A configuration with its CA bundles parsed once (not per request)."""
-
-    config: AuthenticationConfig
-    request_header_ca: TrustBundle | None
-    client_ca: TrustBundle | None
-
-
-def _trust(config: AuthenticationConfig) -> _Trust:
-    return _Trust(
-        config=config,
-        request_header_ca=load_trust_bundle(
-            config.request_header.ca_pem if config.request_header else None),
-        client_ca=load_trust_bundle(config.client_ca_pem))
-
-
-class AuthenticationSource:
-    """The authentication configuration in force: flags, merged over the ConfigMap's values.
-
-    Flags override the ConfigMap part by part (client CA; front-proxy block). Each change is
-    parsed fully before it is used: a ConfigMap or CA file that does not parse keeps the
-    previous configuration (logged). On every change the TLS context is given the new CA
-    bundles, so new connections are verified against them without a restart.
-    """
-
-    def __init__(self, *, flags: AuthFlags, tls: ReloadingServerContext | None) -> None:
-        self._flags = flags
-        self._tls = tls
-        self._flag_config = _flags_config(flags)
-        self.needs_lookup = needs_cluster_lookup(
-            self._flag_config, skip_lookup=flags.authentication_skip_lookup)
-        self._cluster: AuthenticationConfig | None = None
-        self._lookup_synced: Callable[[], bool] = lambda: False
-        self.generation = 0
-        try:
-            self._trust = self._install(merge_authentication_config(self._flag_config, None))
-        except TLSConfigError as error:
-            raise SecurityConfigError(str(error)) from None
-
-    @property
-    def config(self) -> AuthenticationConfig:
-        return self._trust.config
-
-    @property
-    def request_header_ca(self) -> TrustBundle | None:
-        return self._trust.request_header_ca
-
-    @property
-    def client_ca(self) -> TrustBundle | None:
-        return self._trust.client_ca
-
-    @property
-    def loaded(self) -> bool:
-        """Ready to authenticate as configured: no lookup needed, or the ConfigMap was read."""
-        return not self.needs_lookup or self._lookup_synced()
-
-    def follow_lookup(self, synced: Callable[[], bool]) -> None:
-        """Where `loaded` learns whether the ConfigMap has been read (found or not)."""
-        self._lookup_synced = synced
-
-    def _install(self, config: AuthenticationConfig) -> _Trust:
-        trust = _trust(config)  # raises TLSConfigError before anything changes
-        if self._tls is not None:
-            self._tls.set_client_cas(client_ca_pems(config))
-        self.generation += 1
-        return trust
-
-    def _apply(self, config: AuthenticationConfig, *, what: str) -> None:
-        if config == self._trust.config:
-            return
-        try:
-            self._trust = self._install(config)
-        except TLSConfigError as error:
-            logger.error("keeping the previous authentication configuration: %s: %s",
-                         what, error)
-            return
-        header = config.request_header
-        allowed = "-"
-        if header is not None:
-            allowed = ",".join(header.allowed_names) or "any"
-        logger.info(
-            "authentication configuration from %s: request-header CA %s (allowed names %s), "
-            "client CA %s", what, "set" if header else "none", allowed,
-            "set" if config.client_ca_pem else "none")
-
-    def apply_configmap(self, data: Mapping[str, str] | None) -> None:
-        """The informer's callback: the ConfigMap's data, or None when it was deleted."""
-        name = f"{AUTHENTICATION_NAMESPACE}/{AUTHENTICATION_CONFIGMAP}"
-        if data is None:
-            # kube-apiserver rewrites it within a minute; dropping trust meanwhile would only
-            # turn the aggregator away.
-            logger.warning("%s was deleted; keeping the configuration read from it", name)
-            return
-        try:
-            cluster = parse_extension_apiserver_authentication(data)
-        except AuthConfigError as error:
-            logger.error("ignoring an unusable %s: %s", name, error)
-            return
-        self._cluster = cluster
-        self._apply(merge_authentication_config(self._flag_config, cluster), what=name)
-
-    @property
-    def has_ca_files(self) -> bool:
-        return bool(self._flags.client_ca_file or self._flags.requestheader_client_ca_file)
-
-    def reload_files(self) -> bool:
-        """Re-read --client-ca-file / --requestheader-client-ca-file; True if that changed them."""
-        if not self.has_ca_files:
-            return False
-        try:
-            flag_config = _flags_config(self._flags)
-        except SecurityConfigError as error:
-            logger.warning("keeping the previous CA files: %s", error)
-            return False
-        if flag_config == self._flag_config:
-            return False
-        self._flag_config = flag_config
-        before = self.generation
-        self._apply(merge_authentication_config(flag_config, self._cluster), what="CA files")
-        return self.generation != before
 
 
 # --------------------------------------------------------------------------------------------

@@ -27,9 +27,7 @@ from adapter.auth.authentication import (
     ChainVerdict,
     PeerCertificate,
 )
-from adapter.auth.configuration import (
-    AuthenticationConfig,
-)
+from adapter.auth.configuration import AuthenticationConfig
 from metricscale import pki
 from metricscale.core.errors import ConfigError
 from metricscale.files import FileError, read_bytes

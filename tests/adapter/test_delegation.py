@@ -25,13 +25,9 @@ from adapter.api.delegated import (
     merge_resource_lists,
     read_resource_list,
 )
-from adapter.auth.authentication import (
-    extra_from_headers,
-)
+from adapter.auth.authentication import extra_from_headers
 from adapter.auth.forwarding import identity_headers
-from adapter.auth.users import (
-    UserInfo,
-)
+from adapter.auth.users import UserInfo
 from adapter.http.delegate import DelegateClient, DelegateConfigError, DelegateUnavailable
 from adapter.settings import (
     AdapterSettingsError,

@@ -16,9 +16,7 @@ from aiohttp.http_exceptions import LineTooLong
 from aiohttp.web import Application
 from cryptography.hazmat.primitives.serialization import Encoding
 
-from adapter.auth.attributes import (
-    RequestAttributes,
-)
+from adapter.auth.attributes import RequestAttributes
 from adapter.auth.authentication import (
     Authenticated,
     AuthenticationFailure,
