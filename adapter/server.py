@@ -161,6 +161,57 @@ async def serve(settings: AdapterSettings, config: AdapterConfig, *,
         return await _serve(settings, config, started=started, exits=exits)
 
 
+class _CannotStart(Exception):
+    """A start-up failure, already logged: the process exits with 1."""
+
+
+async def _serving_tls(settings: AdapterSettings, exits: contextlib.AsyncExitStack,
+                       ) -> tuple[ReloadingServerContext, SelfManagedCertificates | None]:
+    """The serving TLS context, from files or from the self-managed certificates."""
+    try:
+        if not _self_managed(settings):
+            return _tls_context(settings), None
+        http = await exits.enter_async_context(
+            connect(kubeconfig=settings.kubeconfig, context=settings.context,
+                    user_agent=USER_AGENT))
+        certificates = SelfManagedCertificates(http, self_certs_config(settings))
+        await certificates.reconcile_once(now=datetime.now(UTC))
+        cert, key = certificates.files()
+        return ReloadingServerContext(cert_file=cert, key_file=key), certificates
+    except (KubeError, aiohttp.ClientError, TimeoutError) as error:
+        logger.error("cannot set up self-managed certificates: %s", error)
+        raise _CannotStart from None
+    except (TLSConfigError, OSError) as error:
+        logger.error("cannot serve TLS: %s", error)
+        raise _CannotStart from None
+
+
+async def _listen(runner: StatusAppRunner, settings: AdapterSettings,
+                  tls: ReloadingServerContext) -> None:
+    """Open the application (its cleanup contexts) and listen."""
+    try:
+        await runner.setup()
+    except (KubeConfigError, PrometheusConfigError, DelegateConfigError) as error:
+        logger.error("%s", error)
+        raise _CannotStart from None
+    serving = settings.serving
+    site = web.TCPSite(runner, serving.bind_address, serving.port,
+                       ssl_context=tls.listening_context, reuse_address=True)
+    try:
+        await site.start()
+    except OSError as error:
+        logger.error("cannot listen on %s:%d: %s", serving.bind_address, serving.port, error)
+        raise _CannotStart from None
+
+
+async def _cancelled(*tasks: asyncio.Task[None] | None) -> None:
+    for task in tasks:
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+
 async def _serve(settings: AdapterSettings, config: AdapterConfig, *,
                  started: asyncio.Event | None, exits: contextlib.AsyncExitStack) -> int:
     loop = asyncio.get_running_loop()
@@ -172,23 +223,9 @@ async def _serve(settings: AdapterSettings, config: AdapterConfig, *,
         failures.append(error)
         stop.set()
 
-    certificates: SelfManagedCertificates | None = None
     try:
-        if _self_managed(settings):
-            http = await exits.enter_async_context(
-                connect(kubeconfig=settings.kubeconfig, context=settings.context,
-                           user_agent=USER_AGENT))
-            certificates = SelfManagedCertificates(http, self_certs_config(settings))
-            await certificates.reconcile_once(now=datetime.now(UTC))
-            cert, key = certificates.files()
-            tls = ReloadingServerContext(cert_file=cert, key_file=key)
-        else:
-            tls = _tls_context(settings)
-    except (KubeError, aiohttp.ClientError, TimeoutError) as error:
-        logger.error("cannot set up self-managed certificates: %s", error)
-        return 1
-    except (TLSConfigError, OSError) as error:
-        logger.error("cannot serve TLS: %s", error)
+        tls, certificates = await _serving_tls(settings, exits)
+    except _CannotStart:
         return 1
     try:
         security = build_security(settings, tls=tls)
@@ -209,18 +246,8 @@ async def _serve(settings: AdapterSettings, config: AdapterConfig, *,
         loop.add_signal_handler(signum, stop.set)
     try:
         try:
-            await runner.setup()
-        except (KubeConfigError, PrometheusConfigError, DelegateConfigError) as error:
-            logger.error("%s", error)
-            return 1
-        serving = settings.serving
-        site = web.TCPSite(runner, serving.bind_address, serving.port,
-                           ssl_context=tls.listening_context, reuse_address=True)
-        try:
-            await site.start()
-        except OSError as error:
-            logger.error("cannot listen on %s:%d: %s", serving.bind_address, serving.port,
-                         error)
+            await _listen(runner, settings, tls)
+        except _CannotStart:
             return 1
         reloader = app.get(RELOADER_KEY)
         if reloader is not None:
@@ -236,17 +263,13 @@ async def _serve(settings: AdapterSettings, config: AdapterConfig, *,
             _keep_certificates(certificates), name="self-managed certificates",
             on_failure=on_fatal)
         logger.info("serving custom.metrics.k8s.io and external.metrics.k8s.io on https://%s:%d",
-                    serving.bind_address, serving.port)
+                    settings.serving.bind_address, settings.serving.port)
         if started is not None:
             started.set()
         await stop.wait()
         logger.info("shutting down")
         mark_shutting_down(app)
-        for task in (reload_task, keep_task):
-            if task is not None:
-                task.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await task
+        await _cancelled(reload_task, keep_task)
     finally:
         for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
             loop.remove_signal_handler(signum)

@@ -17,8 +17,9 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Protocol, TypeVar
+from typing import NamedTuple, Protocol, TypeVar
 
 from adapter.api.routes import ResourceMetricsRoute
 from adapter.api.usage import (
@@ -119,112 +120,112 @@ class ResourceMetricsService:
     # -- pods ----------------------------------------------------------------------------
 
     async def _pods(self, route: ResourceMetricsRoute) -> Answer:
+        pods = await self._requested_pods(route)
+        by_namespace: dict[str, list[PodMeta]] = {}
+        for pod in pods:
+            by_namespace.setdefault(pod.namespace, []).append(pod)
+        # A namespace whose tenant its backend does not serve is left out, and not queried.
+        served, unserved = self._served_namespaces(by_namespace)
+        if route.name is not None and unserved.pods:
+            logger.info("pod %s/%s has no metrics: %s", route.namespace, route.name,
+                        unserved.why)
+            raise ApiError(usage_not_found("pods", namespace=route.namespace, name=route.name),
+                           warnings=(unserved.why,))
+        limit = asyncio.Semaphore(_CONCURRENT_NAMESPACES)
+        at = self._clock()
+        now = datetime.fromtimestamp(at, tz=UTC)
+        times = AnswerTimes(now)
+        # Namespaces in order, each's pods by name: the items are in metrics-server's order.
+        results = await asyncio.gather(*(
+            self._namespace_usage(route, refs, clients=served[ns], limit=limit, at=at,
+                                  times=times)
+            for ns, refs in by_namespace.items() if ns in served))
+        missing = [ref for result in results for ref in result.missing]
+        why = _missing_reason(sum(r.no_cpu for r in results), sum(r.no_memory for r in results),
+                              query="containerQuery")
+        if route.name is not None:
+            usages = [u for result in results for u in result.found if isinstance(u, PodUsage)]
+            if not usages:
+                logger.info("pod %s/%s has no metrics: %s", route.namespace, route.name, why)
+                raise ApiError(usage_not_found("pods", namespace=route.namespace,
+                                               name=route.name), warnings=(why,))
+            return Answer(render_pod_metrics(usages[0], window=self._window, now=now))
+        body = encode_pod_items([item for result in results for item in result.found
+                                 if isinstance(item, str)])
+        return Answer(body, warnings=_pod_list_warnings(pods=pods, unserved=unserved,
+                                                        missing=missing, why=why))
+
+    async def _requested_pods(self, route: ResourceMetricsRoute) -> list[PodMeta]:
+        """The running pod named, or the running pods selected, in namespace and name order."""
         if route.name is not None:
             assert route.namespace is not None
             pod = await self._cached(self._objects.running_pod(route.namespace, route.name))
             if pod is None:
                 raise ApiError(object_not_found("pods", route.name))
-            pods = [pod]
-        else:
-            candidates = await self._cached(self._objects.running_pods(route.namespace))
-            labels, fields = route.label_selector, route.field_selector
-            if not labels.is_empty() or not fields.is_empty():
-                candidates = [p for p in candidates if labels.matches(p.labels)
-                              and fields.matches(_pod_fields(p))]
-            pods = sorted(candidates, key=_pod_order)
-        by_namespace: dict[str, list[PodMeta]] = {}
-        for pod in pods:
-            by_namespace.setdefault(pod.namespace, []).append(pod)
-        # A namespace whose tenant its backend does not serve is left out, and not queried.
+            return [pod]
+        candidates = await self._cached(self._objects.running_pods(route.namespace))
+        labels, fields = route.label_selector, route.field_selector
+        if not labels.is_empty() or not fields.is_empty():
+            candidates = [p for p in candidates if labels.matches(p.labels)
+                          and fields.matches(_pod_fields(p))]
+        return sorted(candidates, key=_pod_order)
+
+    def _served_namespaces(self, by_namespace: dict[str, list[PodMeta]],
+                           ) -> tuple[dict[str, tuple[QueryBackend, QueryBackend]], _Unserved]:
+        """Each namespace's CPU and memory clients, and what is left out (no tenant served)."""
         served: dict[str, tuple[QueryBackend, QueryBackend]] = {}
-        unserved: list[PodMeta] = []
-        unserved_namespaces: list[str] = []
-        unserved_why = ""
+        unserved = _Unserved()
         for namespace, refs in by_namespace.items():
             cpu_client = self._client(self._rules.cpu, namespace=namespace)
             memory_client = self._client(self._rules.memory, namespace=namespace)
             if cpu_client is not None and memory_client is not None:
                 served[namespace] = (cpu_client, memory_client)
                 continue
-            unserved.extend(refs)
-            unserved_namespaces.append(namespace)
+            unserved.pods.extend(refs)
+            unserved.namespaces.append(namespace)
             rule, what = ((self._rules.cpu, "cpu") if cpu_client is None
                           else (self._rules.memory, "memory"))
-            unserved_why = unserved_why or _no_tenant_reason(rule, what=what,
+            unserved.why = unserved.why or _no_tenant_reason(rule, what=what,
                                                              namespace=namespace)
-        if route.name is not None and unserved:
-            logger.info("pod %s/%s has no metrics: %s", route.namespace, route.name,
-                        unserved_why)
-            raise ApiError(usage_not_found("pods", namespace=route.namespace, name=route.name),
-                           warnings=(unserved_why,))
-        limit = asyncio.Semaphore(_CONCURRENT_NAMESPACES)
-        at = self._clock()
-        now = datetime.fromtimestamp(at, tz=UTC)
-        times = AnswerTimes(now)
+        return served, unserved
 
-        async def namespace_usage(namespace: str, refs: list[PodMeta]
-                                  ) -> tuple[list[str] | list[PodUsage], Sequence[PodLike], int,
-                                             int]:
-            names = [ref.name for ref in refs]
-            cpu_client, memory_client = served[namespace]
-            async with limit:
-                cpu, memory = await asyncio.gather(
-                    self._query(build_pod_usage_query(rule=self._rules.cpu, labels=self._cpu,
-                                                      namespace=namespace, pods=names),
-                                at=at, what="resourceRules.cpu.containerQuery",
-                                backend=cpu_client),
-                    self._query(build_pod_usage_query(rule=self._rules.memory,
-                                                      labels=self._memory,
-                                                      namespace=namespace, pods=names),
-                                at=at, what="resourceRules.memory.containerQuery",
-                                backend=memory_client))
-            found: list[str] | list[PodUsage]
-            missing: Sequence[PodLike]
-            if route.name is None:  # a list: each pod's item encoded as it is assembled
-                found, missing = pod_usage_items(
-                    refs, cpu=cpu, memory=memory, pod_label=self._cpu.pod,
-                    container_label=self._cpu.container, window=self._window, times=times)
-            else:
-                found, missing = assemble_pod_usage(
-                    [PodRef(r.namespace, r.name, r.labels, r.labels_json) for r in refs],
-                    cpu=cpu, memory=memory, pod_label=self._cpu.pod,
-                    container_label=self._cpu.container)
-            if not missing:
-                return found, missing, 0, 0
-            cpu_pods = {labels.get(self._cpu.pod) for labels, _, _ in cpu}
-            memory_pods = {labels.get(self._memory.pod) for labels, _, _ in memory}
-            no_cpu = sum(1 for ref in missing if ref.name not in cpu_pods)
-            no_memory = sum(1 for ref in missing if ref.name not in memory_pods)
-            return found, missing, no_cpu, no_memory
-
-        # Namespaces in order, each's pods by name: the items are in metrics-server's order.
-        results = await asyncio.gather(*(namespace_usage(ns, refs)
-                                         for ns, refs in by_namespace.items() if ns in served))
-        missing = [ref for _, gone, _, _ in results for ref in gone]
-        why = _missing_reason(sum(r[2] for r in results), sum(r[3] for r in results),
-                              query="containerQuery")
-        if route.name is not None:
-            usages = [u for found, _, _, _ in results for u in found
-                      if isinstance(u, PodUsage)]
-            if not usages:
-                logger.info("pod %s/%s has no metrics: %s", route.namespace, route.name, why)
-                raise ApiError(usage_not_found("pods", namespace=route.namespace,
-                                               name=route.name), warnings=(why,))
-            return Answer(render_pod_metrics(usages[0], window=self._window, now=now))
-        body = encode_pod_items([item for found, _, _, _ in results for item in found
-                                 if isinstance(item, str)])
-        warnings = []
-        if unserved:
-            more = len(unserved_namespaces) - 1
-            warning = (f"{len(unserved)} of {len(pods)} running pods are left out: "
-                       f"{unserved_why}" + (f"; and {more} more namespaces" if more else ""))
-            logger.info("%s (first: %s/%s)", warning, unserved[0].namespace, unserved[0].name)
-            warnings.append(warning)
-        if missing:
-            warning = f"{len(missing)} of {len(pods)} running pods have no metrics: {why}"
-            logger.info("%s (first: %s/%s)", warning, missing[0].namespace, missing[0].name)
-            warnings.append(warning)
-        return Answer(body, warnings=tuple(warnings))
+    async def _namespace_usage(self, route: ResourceMetricsRoute, refs: list[PodMeta], *,
+                               clients: tuple[QueryBackend, QueryBackend],
+                               limit: asyncio.Semaphore, at: float,
+                               times: AnswerTimes) -> _NamespaceUsage:
+        """One namespace's pods: its CPU and memory queries at once, then the assembly."""
+        names = [ref.name for ref in refs]
+        namespace = refs[0].namespace
+        cpu_client, memory_client = clients
+        async with limit:
+            cpu, memory = await asyncio.gather(
+                self._query(build_pod_usage_query(rule=self._rules.cpu, labels=self._cpu,
+                                                  namespace=namespace, pods=names),
+                            at=at, what="resourceRules.cpu.containerQuery",
+                            backend=cpu_client),
+                self._query(build_pod_usage_query(rule=self._rules.memory,
+                                                  labels=self._memory,
+                                                  namespace=namespace, pods=names),
+                            at=at, what="resourceRules.memory.containerQuery",
+                            backend=memory_client))
+        found: list[str] | list[PodUsage]
+        missing: Sequence[PodLike]
+        if route.name is None:  # a list: each pod's item encoded as it is assembled
+            found, missing = pod_usage_items(
+                refs, cpu=cpu, memory=memory, pod_label=self._cpu.pod,
+                container_label=self._cpu.container, window=self._window, times=times)
+        else:
+            found, missing = assemble_pod_usage(
+                [PodRef(r.namespace, r.name, r.labels, r.labels_json) for r in refs],
+                cpu=cpu, memory=memory, pod_label=self._cpu.pod,
+                container_label=self._cpu.container)
+        if not missing:
+            return _NamespaceUsage(found, missing, 0, 0)
+        cpu_pods = {labels.get(self._cpu.pod) for labels, _, _ in cpu}
+        memory_pods = {labels.get(self._memory.pod) for labels, _, _ in memory}
+        no_cpu = sum(1 for ref in missing if ref.name not in cpu_pods)
+        no_memory = sum(1 for ref in missing if ref.name not in memory_pods)
+        return _NamespaceUsage(found, missing, no_cpu, no_memory)
 
     # -- nodes ---------------------------------------------------------------------------
 
@@ -323,6 +324,40 @@ class ResourceMetricsService:
             raise ApiError(internal_error(f"unable to fetch metrics: the {what} returned a "
                                           "scalar"))
         return result.samples  # each a (labels, timestamp, value) Sample already
+
+
+@dataclass
+class _Unserved:
+    """The pods of namespaces whose tenant a backend does not serve, and why (the first)."""
+
+    pods: list[PodMeta] = field(default_factory=list)
+    namespaces: list[str] = field(default_factory=list)
+    why: str = ""
+
+
+class _NamespaceUsage(NamedTuple):
+    found: list[str] | list[PodUsage]  # encoded list items, or a single pod's usage
+    missing: Sequence[PodLike]
+    no_cpu: int
+    no_memory: int
+
+
+def _pod_list_warnings(*, pods: Sequence[PodMeta], unserved: _Unserved,
+                       missing: Sequence[PodLike], why: str) -> tuple[str, ...]:
+    """The `Warning`s of a pod list: pods left out as unserved, then pods without samples."""
+    warnings = []
+    if unserved.pods:
+        more = len(unserved.namespaces) - 1
+        warning = (f"{len(unserved.pods)} of {len(pods)} running pods are left out: "
+                   f"{unserved.why}" + (f"; and {more} more namespaces" if more else ""))
+        logger.info("%s (first: %s/%s)", warning, unserved.pods[0].namespace,
+                    unserved.pods[0].name)
+        warnings.append(warning)
+    if missing:
+        warning = f"{len(missing)} of {len(pods)} running pods have no metrics: {why}"
+        logger.info("%s (first: %s/%s)", warning, missing[0].namespace, missing[0].name)
+        warnings.append(warning)
+    return tuple(warnings)
 
 
 def _no_tenant_reason(rule: ResourceRule, *, what: str, namespace: str | None) -> str:
