@@ -21,6 +21,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from prometheus_client import CollectorRegistry
 
+from adapter.prometheus.answers import _general_result, _typed_result
 from adapter.prometheus.client import (
     PrometheusClient,
     PrometheusQueryError,
@@ -29,9 +30,7 @@ from adapter.prometheus.client import (
     UnexpectedResultType,
     Vector,
     VectorSample,
-    _general_result,
     _SeriesReader,
-    _typed_result,
     encode_form,
     format_time,
     parse_query_response,
