@@ -18,7 +18,6 @@ import logging
 import os
 import signal
 import ssl
-from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -358,17 +357,6 @@ def _start_config(path: str) -> AdapterConfig:
         raise AdapterSettingsError(f"--config {path}: {shown}") from None
 
 
-def event_loop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:
-    """uvloop's event loop when it is installed (a dependency on CPython/Linux), else None:
-    asyncio's own. libuv's loop and its TLS transport spend less CPU per request than asyncio's
-    (bench/adapter.py measures both); the adapter works the same on either."""
-    try:
-        import uvloop
-    except ImportError:
-        return None
-    return uvloop.new_event_loop
-
-
 def run(args: argparse.Namespace) -> int:
     """`metricscale adapter ...`: serve, or check a configuration file.
 
@@ -386,8 +374,5 @@ def run(args: argparse.Namespace) -> int:
         logger.warning("%s: %s", settings.config_file, warning)
     if settings.auth.insecure_disable_auth:
         logger.warning("--insecure-disable-auth: every caller may read every metric")
-    loop_factory = event_loop_factory()
-    logger.debug("event loop: %s", "uvloop" if loop_factory else "asyncio")
-    with asyncio.Runner(loop_factory=loop_factory) as runner:
-        return runner.run(serve(settings, config))
+    return asyncio.run(serve(settings, config))
 
