@@ -58,6 +58,7 @@ from decimal import Decimal
 from typing import Any, Literal
 
 import aiohttp
+import msgspec
 from multidict import CIMultiDict
 from prometheus_client import CollectorRegistry, Counter, Histogram
 from yarl import URL
@@ -480,10 +481,17 @@ def _transport_error(exc: BaseException) -> PrometheusUnavailable:
                                  detail=f"{type(exc).__name__}: {exc}")
 
 
+_SERIES_BATCH = msgspec.json.Decoder(list[dict[str, str]])
+
+
 class _SeriesReader:
     """Incremental reader of `{"status":"success","data":[{...},...]...}`: one label set at a time.
 
-    The objects are decoded with the C JSON decoder (`raw_decode`); only the envelope is
+    The complete objects of each chunk are decoded at once by msgspec as a list of string maps
+    (most of a discovery pass's own CPU was one `raw_decode` and one check per series); where
+    that fails (an object cut by the chunk's end that holds a `}` in a string, the envelope's
+    end, a value that is not a string), they are decoded one at a time with the C JSON decoder
+    (`raw_decode`), which reads the same maps and says what is wrong. Only the envelope is
     handled here. An answer of any other shape is read whole and parsed normally.
     """
 
@@ -516,6 +524,18 @@ class _SeriesReader:
     def _items(self) -> list[dict[str, str]]:
         out: list[dict[str, str]] = []
         text, pos, n = self._text, 0, len(self._text)
+        while pos < n and text[pos] in " \t\r\n,":
+            pos += 1
+        # Every object up to the last `}`: if that `}` was inside a string, or past the list's
+        # end, the text is not a JSON list and the loop below takes over from `pos`.
+        cut = text.rfind("}") + 1
+        if pos < cut and text[pos] == "{":
+            try:
+                out = _SERIES_BATCH.decode("[" + text[pos:cut] + "]")
+            except (msgspec.DecodeError, msgspec.ValidationError):
+                pass
+            else:
+                pos = cut
         while True:
             while pos < n and text[pos] in " \t\r\n,":
                 pos += 1

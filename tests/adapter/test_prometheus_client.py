@@ -242,6 +242,13 @@ def test_series_reader_reads_other_envelopes_whole() -> None:
     assert reader.finish() == SERIES
 
 
+def test_series_reader_refuses_a_label_value_that_is_not_a_string() -> None:
+    reader = _SeriesReader()
+    with pytest.raises(PrometheusQueryError) as caught:
+        reader.feed(b'{"status":"success","data":[{"a":"b"},{"a":1},{"c":"d"}]}')
+    assert caught.value.reason == "bad_response"
+
+
 def test_series_reader_refuses_a_truncated_answer() -> None:
     reader = _SeriesReader()
     reader.feed(b'{"status":"success","data":[{"a":"b"},')
