@@ -57,6 +57,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import functools
 import json
 import os
 import re
@@ -895,7 +896,8 @@ def _first_listing(server: _Timed, *, names: int, timeout: float = 600) -> dict[
 
 
 def discovery_part(cluster: ControlPlane | None, *, metrics: int, series_per_metric: int,
-                   workdir: Path, rounds: int, peer: bool) -> dict[str, Any]:
+                   workdir: Path, rounds: int, peer: bool,
+                   variants: tuple[Variant, ...] = ()) -> dict[str, Any]:
     from testbed.fakes.prometheus import PrometheusServer, recent_timestamps, synthetic_families
 
     server = PrometheusServer(parent_dir=str(workdir))
@@ -924,6 +926,13 @@ def discovery_part(cluster: ControlPlane | None, *, metrics: int, series_per_met
                 cluster, workdir=where, config_text=CONFIG_GEN_DEFAULTS_YAML,
                 prometheus_url=server.url, namespace="bench-discovery", relist_interval="10m",
                 extra=("--metrics-max-age=20m",), wait=False)}
+        for variant in variants:
+            starters[variant.name] = functools.partial(
+                lambda where, chosen: _start_ours(
+                    cluster, workdir=where, config_text=CONFIG_GEN_DEFAULTS_YAML,
+                    prometheus_url=server.url, namespace="bench-discovery-" + chosen.namespace,
+                    relist_interval="10m", extra=("--metrics-max-age=20m",), wait=False,
+                    variant=chosen), chosen=variant)
         if peer:
             starters[PEER] = lambda where: _start_peer(
                 cluster, workdir=where, config_text=CONFIG_GEN_DEFAULTS_YAML,
@@ -1203,6 +1212,10 @@ def _table(latency: dict[str, Any] | None, discovery: dict[str, Any] | None) -> 
         have |= set(latency["latency"])
     if discovery is not None:
         have |= set(discovery.get("servers", {})) | {OURS}
+        if latency is None:
+            variants = [(name, name) for name in discovery.get("servers", {})
+                        if name not in (OURS, PEER)]
+            columns[1:1] = variants
     columns = [(key, title) for key, title in columns if key in have]
     rows: list[tuple[str, dict[str, str]]] = []
     if latency is not None:
@@ -1302,11 +1315,12 @@ def _report(latency: dict[str, Any] | None, discovery: dict[str, Any] | None,
                 f"{_ratio(ours_d['seconds'], peer_d['seconds'])} of prometheus-adapter's time "
                 f"(goal <= 1x), {_ratio(ours_d['peak_rss_mb'], peer_d['peak_rss_mb'])} of its "
                 "peak RSS (goal <= 1x)",
-                "  runs (s, peak MB): ours " + ", ".join(
-                    f"{run['seconds']:.1f}/{run['peak_rss_mb']:.0f}" for run in ours_d["runs"])
-                + "; prometheus-adapter " + ", ".join(
-                    f"{run['seconds']:.1f}/{run['peak_rss_mb']:.0f}" for run in peer_d["runs"]),
             ]
+        if servers:
+            lines.append("  runs (s, peak MB): " + "; ".join(
+                f"{'ours' if name == OURS else name} " + ", ".join(
+                    f"{run['seconds']:.1f}/{run['peak_rss_mb']:.0f}" for run in found["runs"])
+                for name, found in servers.items()))
         lines += [
             f"  ours, one pass alone in a child process: {discovery['seconds']:.2f} s (goal "
             f"< 10 s), peak RSS {discovery['peak_rss_mb']:.0f} MB (goal < 300 MB; "
@@ -1383,7 +1397,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--variant", type=Variant.parse, action="append", default=[],
                         metavar='"NAME DIR [FLAG ...]"',
                         help="also ours from the source tree DIR with extra flags, in the same "
-                             "turns (latency and resource parts; repeatable): a lever alone")
+                             "turns (every part; repeatable): a lever alone")
     parser.add_argument("--skip-latency", action="store_true")
     parser.add_argument("--skip-discovery", action="store_true")
     parser.add_argument("--skip-resource", action="store_true")
@@ -1435,7 +1449,7 @@ def main(argv: list[str] | None = None) -> int:
                 discovery = discovery_part(cluster, metrics=args.metrics,
                                            series_per_metric=args.series_per_metric,
                                            workdir=workdir, rounds=args.discovery_rounds,
-                                           peer=peer)
+                                           peer=peer, variants=tuple(args.variant))
         finally:
             if cluster is not None:
                 cluster.stop()
