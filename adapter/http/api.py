@@ -3,6 +3,7 @@ the configuration in use, or forwarded to the delegate adapter; `/api/...` is ne
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from typing import Any
 
@@ -21,7 +22,8 @@ from adapter.api.routes import (
     RouteRejection,
     parse_route,
 )
-from adapter.api.wire import method_not_allowed, route_not_found, status_body
+from adapter.api.tables import IncludeObjectError, metrics_table, parse_include_object
+from adapter.api.wire import bad_request, method_not_allowed, route_not_found, status_body
 from adapter.http.delegate import DelegateUnavailable
 from adapter.http.discovery import group_answer, group_list_answer, resource_list_answer
 from adapter.http.handlers import Answer, ApiError
@@ -33,7 +35,7 @@ from adapter.http.keys import (
     USER_KEY,
 )
 from adapter.http.middleware import Handler
-from adapter.http.responses import json_response, require_json, warning_header
+from adapter.http.responses import json_response, require_json, table_version, warning_header
 from adapter.http.snapshots import ConfigSnapshot
 
 __all__ = ["api_handler", "api_not_found"]
@@ -152,11 +154,29 @@ async def _metric_answer(request: web.Request, snapshot: ConfigSnapshot,
 async def _resource_metrics_answer(request: web.Request, snapshot: ConfigSnapshot,
                                    route: ResourceMetricsRoute,
                                    accept: str | None) -> web.StreamResponse:
-    require_json(accept)
+    """PodMetrics/NodeMetrics as JSON, or as metrics-server's Table when `Accept` asks for
+    one (`kubectl get podmetrics`)."""
+    table = table_version(accept)
+    if table is None:
+        require_json(accept)
     request[ROUTE_LABEL_KEY] = "resource_metrics"
     usage = snapshot.usage
     assert usage is not None  # the group is served only with resourceRules
-    return _answered(await usage.answer(route))
+    answer = await usage.answer(route)
+    if table is None:
+        return _answered(answer)
+    try:
+        include_object = parse_include_object(request.rel_url.query.get("includeObject"))
+    except IncludeObjectError as error:
+        raise ApiError(bad_request(str(error))) from None
+    body = answer.body if isinstance(answer.body, Mapping) else _decoded(answer.body)
+    return json_response(metrics_table(body, version=table, include_object=include_object),
+                         headers=warning_header(answer.warnings))
+
+
+def _decoded(body: bytes) -> Mapping[str, Any]:
+    decoded: Mapping[str, Any] = json.loads(body)
+    return decoded
 
 
 def _delegated_group(request: web.Request, snapshot: ConfigSnapshot,

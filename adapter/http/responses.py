@@ -1,5 +1,5 @@
 """What answers look like on the wire: JSON, `Status` and plain-text bodies, `Warning` headers,
-and the reading of `Accept` (plain JSON, aggregated discovery)."""
+and the reading of `Accept` (plain JSON, aggregated discovery, a Table)."""
 
 from __future__ import annotations
 
@@ -22,6 +22,7 @@ __all__ = [
     "negotiate_json",
     "require_json",
     "status_response",
+    "table_version",
     "text_response",
     "warning_header",
 ]
@@ -29,6 +30,9 @@ __all__ = [
 JSON_CONTENT_TYPE = "application/json"
 TEXT_CONTENT_TYPE = "text/plain; charset=utf-8"
 NOSNIFF: Mapping[str, str] = MappingProxyType({"X-Content-Type-Options": "nosniff"})
+# The Table versions of meta.k8s.io a client may ask for (`kubectl get` asks for v1, then
+# v1beta1, then plain JSON).
+_TABLE_VERSIONS = frozenset({"v1", "v1beta1"})
 
 
 def json_response(body: Mapping[str, Any] | bytes, *, status: int = 200,
@@ -109,6 +113,20 @@ def aggregated_discovery_version(accept: str | None) -> str | None:
         if (media == "application/json" and params.get("g") == "apidiscovery.k8s.io"
                 and params.get("as") == "APIGroupDiscoveryList"
                 and params.get("v") in AGGREGATED_DISCOVERY_CONTENT_TYPES):
+            return params["v"]
+        if _plain_json_fits(media, params):
+            return None
+    return None
+
+
+def table_version(accept: str | None) -> str | None:
+    """`v1`/`v1beta1` if `Accept` asks for a meta.k8s.io Table before plain JSON, else None
+    (kubectl get: `application/json;as=Table;v=v1;g=meta.k8s.io,…,application/json`)."""
+    if not accept:
+        return None
+    for media, params in _media_ranges(accept):
+        if (media == "application/json" and params.get("as") == "Table"
+                and params.get("g") == "meta.k8s.io" and params.get("v") in _TABLE_VERSIONS):
             return params["v"]
         if _plain_json_fits(media, params):
             return None

@@ -209,6 +209,75 @@ async def test_nodes_and_a_single_node(world: World) -> None:
     assert [i["metadata"]["name"] for i in labelled["items"]] == ["n2"]
 
 
+# kubectl get's Accept: a meta.k8s.io Table (v1, then v1beta1), else plain JSON.
+KUBECTL_GET_ACCEPT = ("application/json;as=Table;v=v1;g=meta.k8s.io,"
+                      "application/json;as=Table;v=v1beta1;g=meta.k8s.io,application/json")
+
+
+async def test_kubectl_get_gets_metrics_servers_table_of_the_same_objects(world: World) -> None:
+    plain = await world.adapter.get(f"{BASE}/namespaces/shop/pods")
+    reply = await world.adapter.get(f"{BASE}/namespaces/shop/pods", accept=KUBECTL_GET_ACCEPT)
+    assert reply.status == 200, reply
+    assert reply.content_type == "application/json"
+    table = reply.json()
+    assert (table["kind"], table["apiVersion"], table["metadata"]) == (
+        "Table", "meta.k8s.io/v1", {})
+    assert table["columnDefinitions"] == [
+        {"name": "Name", "type": "string", "format": "name",
+         "description": "Name of the resource", "priority": 0},
+        {"name": "cpu", "type": "string", "format": "quantity", "description": "",
+         "priority": 0},
+        {"name": "memory", "type": "string", "format": "quantity", "description": "",
+         "priority": 0},
+        {"name": "Window", "type": "string", "format": "duration", "description": "",
+         "priority": 0}]
+    # A pod's containers summed (web-0: 250m + 12m, 1Mi + 0), as metrics-server sums them.
+    assert [row["cells"] for row in table["rows"]] == [
+        ["db-0", "500m", "1000000", "1m0s"], ["web-0", "262m", "1Mi", "1m0s"],
+        ["web-1", "1500m", "2Mi", "1m0s"]]
+    web0 = plain.json()["items"][1]
+    assert table["rows"][1]["object"] == {
+        "kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1",
+        "metadata": {**web0["metadata"], "creationTimestamp": table["rows"][1]["object"][
+            "metadata"]["creationTimestamp"]}}
+    assert reply.headers["Warning"] == plain.headers["Warning"]
+
+
+async def test_a_table_of_one_node_of_v1beta1_with_whole_objects_or_none(world: World) -> None:
+    one = await world.adapter.get(f"{BASE}/nodes/n2?includeObject=Object",
+                                  accept="application/json;as=Table;v=v1beta1;g=meta.k8s.io")
+    assert one.status == 200, one
+    table = one.json()
+    assert table["apiVersion"] == "meta.k8s.io/v1beta1"
+    (row,) = table["rows"]
+    assert row["cells"] == ["n2", "500m", "1Gi", "1m0s"]
+    assert (row["object"]["kind"], row["object"]["apiVersion"], row["object"]["usage"]) == (
+        "NodeMetrics", "metrics.k8s.io/v1beta1", {"cpu": "500m", "memory": "1Gi"})
+    bare = (await world.adapter.get(f"{BASE}/nodes?includeObject=None",
+                                    accept=KUBECTL_GET_ACCEPT)).json()
+    assert [(r["cells"][0], r["object"]) for r in bare["rows"]] == [("n1", None), ("n2", None)]
+    empty = (await world.adapter.get(f"{BASE}/namespaces/nobody/pods",
+                                     accept=KUBECTL_GET_ACCEPT)).json()
+    assert (empty["columnDefinitions"], empty["rows"]) == (None, None)
+
+
+async def test_a_table_answer_keeps_the_errors_of_json_and_refuses_a_bad_include_object(
+        world: World) -> None:
+    bogus = await world.adapter.get(f"{BASE}/namespaces/shop/pods?includeObject=bogus",
+                                    accept=KUBECTL_GET_ACCEPT)
+    assert bogus.status == 400
+    assert bogus.json()["message"] == (
+        "Unable to convert to Table as requested: includeObject: Invalid value: \"bogus\": "
+        "must be 'Metadata', 'Object', 'None', or empty")
+    ghost = await world.adapter.get(f"{BASE}/namespaces/shop/pods/ghost?includeObject=bogus",
+                                    accept=KUBECTL_GET_ACCEPT)
+    assert (ghost.status, ghost.json()["message"]) == (404, 'pods "ghost" not found')
+    # Custom metrics have no Table: only plain JSON, as before.
+    custom = await world.adapter.get("/apis/custom.metrics.k8s.io/v1beta1",
+                                     accept="application/json;as=Table;v=v1;g=meta.k8s.io")
+    assert custom.status == 406
+
+
 async def test_selector_mistakes_are_400(world: World) -> None:
     reply = await world.adapter.get(f"{BASE}/pods?fieldSelector=spec.hostname%3Dx")
     assert reply.status == 400 and reply.json()["reason"] == "BadRequest"

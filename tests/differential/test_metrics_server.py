@@ -38,6 +38,7 @@ from tests.differential.metrics_server_differences import (
     unlisted,
 )
 from tests.differential.metrics_server_world import (
+    RANGE,
     SETTLE_SECONDS,
     SideBySide,
     Usage,
@@ -393,27 +394,78 @@ def test_field_selectors_beyond_the_name_and_namespace_work_only_here(
     assert_listed(found)
 
 
-def test_kubectl_get_podmetrics_prints_a_table_only_from_metrics_server(
-        side: SideBySide, namespace: str) -> None:
+# kubectl get's Accept for a server-side Table.
+TABLE_ACCEPT = ("application/json;as=Table;v=v1;g=meta.k8s.io,"
+                "application/json;as=Table;v=v1beta1;g=meta.k8s.io,application/json")
+
+
+def compare_table_cells(ms: Sequence[str], ours: Sequence[str], *, where: str,
+                        containers: int) -> list[Difference]:
+    """One row of `kubectl get podmetrics|nodemetrics` (NAME CPU MEMORY WINDOW) from each."""
+    if (ms[0], ms[2]) != (ours[0], ours[2]):
+        return [Difference("unexplained: table name or memory", where, " ".join(ms),
+                           " ".join(ours))]
+    found = []
+    if ms[1] != ours[1]:
+        # Ours: each container's whole millicores cut down, summed (cpu-precision); within a
+        # millicore each, plus float noise (the raw objects' rule, per container).
+        apart = abs(parse_quantity(ms[1]) - parse_quantity(ours[1]))
+        row = ("cpu-precision" if apart < Decimal(containers) / 1000 + Decimal("0.000001")
+               else "unexplained: table cpu")
+        found.append(Difference(row, f"{where} CPU", ms[1], ours[1]))
+    if ms[3] != ours[3]:
+        row = "window" if ours[3] == RANGE else "unexplained: table window"
+        found.append(Difference(row, f"{where} WINDOW", ms[3], ours[3]))
+    return found
+
+
+def test_kubectl_get_podmetrics_prints_the_same_table(side: SideBySide, namespace: str) -> None:
     create_steady(side, namespace)
+    side.wait_nodes_agree()  # the nodes' new pods' CPU in both servers' rates
     (pods_ms, pods_ours), (nodes_ms, nodes_ours) = side.kubectl_many(
         ("get", "podmetrics", "-n", namespace), ("get", "nodemetrics", "node-a"))
-    for ms, ours in ((pods_ms, pods_ours), (nodes_ms, nodes_ours)):
+    found: list[Difference] = []
+    for (ms, ours), what in (((pods_ms, pods_ours), "podmetrics"),
+                             ((nodes_ms, nodes_ours), "nodemetrics")):
         assert ms.code == ours.code == 0, (ms.stderr, ours.stderr)
-        assert ms.stdout.split()[:4] == ["NAME", "CPU", "MEMORY", "WINDOW"], ms.stdout
-    found = []
-    if pods_ours.stdout.split()[:4] != pods_ms.stdout.split()[:4]:
-        found.append(Difference("table", "kubectl get podmetrics", pods_ms.stdout.strip(),
-                                pods_ours.stdout.strip()))
+        ms_lines = [line.split() for line in ms.stdout.splitlines()]
+        our_lines = [line.split() for line in ours.stdout.splitlines()]
+        assert ms_lines[0] == our_lines[0] == ["NAME", "CPU", "MEMORY", "WINDOW"], ours.stdout
+        assert [row[0] for row in ms_lines[1:]] == [row[0] for row in our_lines[1:]]
+        for ms_row, our_row in zip(ms_lines[1:], our_lines[1:], strict=True):
+            found += compare_table_cells(
+                ms_row, our_row, where=f"kubectl get {what} {ms_row[0]}",
+                containers=side.containers.get(ms_row[0], 1) if what == "podmetrics" else 1)
     assert_listed(found)
-    assert pods_ours.stdout.split()[:2] == ["NAME", "AGE"]
+    assert rows(found) <= {"cpu-precision", "window"}
+
+
+def test_the_table_answers_have_the_same_shape(side: SideBySide, namespace: str) -> None:
+    create_steady(side, namespace)
+    path = f"{METRICS}/namespaces/{namespace}/pods"
+    ms, ours = (server.request(path, accept=TABLE_ACCEPT)
+                for server in (side.metrics_server, side.adapter))
+    assert (ms.status, ms.content_type) == (ours.status, ours.content_type) == (
+        200, "application/json")
+    ms_table, our_table = ms.json(), ours.json()
+    assert [key for key in ms_table] == [key for key in our_table]
+    assert (ms_table["kind"], ms_table["apiVersion"], ms_table["metadata"]) == (
+        our_table["kind"], our_table["apiVersion"], our_table["metadata"])
+    assert ms_table["columnDefinitions"] == our_table["columnDefinitions"]
+    for ms_row, our_row in zip(ms_table["rows"], our_table["rows"], strict=True):
+        ms_object, our_object = ms_row["object"], our_row["object"]
+        assert (ms_object["kind"], ms_object["apiVersion"]) == (
+            our_object["kind"], our_object["apiVersion"]) == (
+            "PartialObjectMetadata", "meta.k8s.io/v1")
+        assert {k: v for k, v in ms_object["metadata"].items() if k != "creationTimestamp"} == \
+            {k: v for k, v in our_object["metadata"].items() if k != "creationTimestamp"}
 
 
 def test_the_document_lists_each_row_once_with_a_reason() -> None:
     text = DOC.read_text()
     listed = listed_rows(text)
     assert {"window", "timestamp", "cpu-precision", "cpu-rounding", "container-order",
-            "zero-usage", "young-pod", "warning-header", "field-selector", "table"} <= listed
+            "zero-usage", "young-pod", "warning-header", "field-selector"} <= listed
     # The rows of the two tables of differences (`Differences` and `Fixed`).
     lines = [line for line in text.splitlines() if re.match(r"^\| `[a-z0-9-]+` \|", line)]
     names = [line.split("`")[1] for line in lines]

@@ -13,6 +13,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from adapter.api.routes import ResourceMetricsRoute, RouteRejection, parse_route
+from adapter.api.tables import IncludeObjectError, metrics_table, parse_include_object
 from adapter.api.usage import (
     AnswerTimes,
     ContainerUsage,
@@ -32,6 +33,7 @@ from adapter.api.usage import (
     usage_milli,
     usage_not_found,
 )
+from adapter.http.responses import table_version
 from adapter.http.usage import usage_labels
 from adapter.rules.config import ConfigError, ResourceRules, parse_config
 from adapter.rules.defaults import default_config
@@ -339,3 +341,90 @@ def test_the_fused_list_path_writes_what_assembly_and_encoding_write(
                                       times=AnswerTimes(now))
     assert left_out == missing
     assert encode_pod_items(items) == encode_pod_metrics_list(usages, window="1m0s", now=now)
+
+
+# --------------------------------------------------------------------------------------------
+# kubectl get podmetrics|nodemetrics: the Table
+
+
+# What metrics-server v0.8.0 answered for one pod of two containers (tests/peers, asked with
+# kubectl get's Accept), and the PodMetricsList it serves for the same pod.
+MS_POD_LIST = {
+    "kind": "PodMetricsList", "apiVersion": "metrics.k8s.io/v1beta1", "metadata": {},
+    "items": [{"metadata": {"name": "web-0", "namespace": "exp",
+                            "creationTimestamp": "2026-11-27T15:34:35Z",
+                            "labels": {"app": "web"}},
+               "timestamp": "2026-11-27T15:34:35Z", "window": "14.932s",
+               "containers": [{"name": "side", "usage": {"cpu": "12500u",
+                                                         "memory": "100000000"}},
+                              {"name": "app", "usage": {"cpu": "250m", "memory": "64Mi"}}]}]}
+MS_POD_TABLE = (
+    '{"kind":"Table","apiVersion":"meta.k8s.io/v1","metadata":{},"columnDefinitions":['
+    '{"name":"Name","type":"string","format":"name","description":"Name of the resource",'
+    '"priority":0},{"name":"cpu","type":"string","format":"quantity","description":"",'
+    '"priority":0},{"name":"memory","type":"string","format":"quantity","description":"",'
+    '"priority":0},{"name":"Window","type":"string","format":"duration","description":"",'
+    '"priority":0}],"rows":[{"cells":["web-0","262500u","167108864","14.932s"],"object":{'
+    '"kind":"PartialObjectMetadata","apiVersion":"meta.k8s.io/v1","metadata":{"name":"web-0",'
+    '"namespace":"exp","creationTimestamp":"2026-11-27T15:34:35Z","labels":{"app":"web"}}}}]}')
+
+
+def test_the_table_of_metrics_servers_pods_is_metrics_servers_table_byte_for_byte() -> None:
+    table = metrics_table(MS_POD_LIST, version="v1")
+    assert json.dumps(table, separators=(",", ":")) == MS_POD_TABLE
+
+
+def test_a_table_row_object_is_metadata_the_whole_object_or_none() -> None:
+    whole = metrics_table(MS_POD_LIST, version="v1beta1", include_object="Object")
+    assert whole["apiVersion"] == "meta.k8s.io/v1beta1"
+    assert whole["rows"][0]["object"] == {"kind": "PodMetrics",
+                                          "apiVersion": "metrics.k8s.io/v1beta1",
+                                          **MS_POD_LIST["items"][0]}  # type: ignore[dict-item]
+    assert metrics_table(MS_POD_LIST, version="v1",
+                         include_object="None")["rows"][0]["object"] is None
+
+
+def test_a_node_table_shows_its_usage_and_an_empty_list_has_no_columns() -> None:
+    node = {"kind": "NodeMetrics", "apiVersion": "metrics.k8s.io/v1beta1",
+            "metadata": {"name": "node-a", "creationTimestamp": "2026-11-27T15:34:35Z"},
+            "timestamp": "2026-11-27T15:34:35Z", "window": "10s",
+            "usage": {"memory": "704389376", "cpu": "363m"}}
+    table = metrics_table(node, version="v1")
+    assert [c["name"] for c in table["columnDefinitions"]] == ["Name", "cpu", "memory",
+                                                                "Window"]
+    assert table["rows"][0]["cells"] == ["node-a", "363m", "704389376", "10s"]
+    empty = {"kind": "PodMetricsList", "apiVersion": "metrics.k8s.io/v1beta1",
+             "metadata": {}, "items": []}
+    assert metrics_table(empty, version="v1") == {
+        "kind": "Table", "apiVersion": "meta.k8s.io/v1", "metadata": {},
+        "columnDefinitions": None, "rows": None}
+
+
+@pytest.mark.parametrize(("value", "expected"), [
+    (None, "Metadata"), ("", "Metadata"), ("Metadata", "Metadata"), ("Object", "Object"),
+    ("None", "None")])
+def test_include_object_values(value: str | None, expected: str) -> None:
+    assert parse_include_object(value) == expected
+
+
+def test_an_unknown_include_object_is_refused_in_upstreams_words() -> None:
+    with pytest.raises(IncludeObjectError) as refused:
+        parse_include_object("object")
+    assert str(refused.value) == (
+        "Unable to convert to Table as requested: includeObject: Invalid value: \"object\": "
+        "must be 'Metadata', 'Object', 'None', or empty")
+
+
+@pytest.mark.parametrize(("accept", "version"), [
+    ("application/json;as=Table;v=v1;g=meta.k8s.io,"
+     "application/json;as=Table;v=v1beta1;g=meta.k8s.io,application/json", "v1"),
+    ("application/json;as=Table;v=v1beta1;g=meta.k8s.io", "v1beta1"),
+    ("application/json, application/json;as=Table;v=v1;g=meta.k8s.io", None),  # JSON first
+    ("application/json;as=Table;v=v2;g=meta.k8s.io,application/json", None),  # no such Table
+    ("application/json;as=Table;v=v1;g=meta.k8s.io;q=0,application/json", None),
+    ("application/vnd.kubernetes.protobuf, */*", None),
+    (None, None),
+])
+def test_a_table_is_served_when_accept_asks_for_one_before_plain_json(
+        accept: str | None, version: str | None) -> None:
+    assert table_version(accept) == version
