@@ -21,7 +21,7 @@ from testbed.fakes import kube_objects
 from testbed.fakes.exporter import Exporter
 from testbed.fakes.kube_api import FakeKubeAPI
 from testbed.fakes.prometheus import ExporterPool, PrometheusServer
-from tests.adapter.test_server_harness import (
+from tests.adapter.harness import (
     HPA_ACCEPT,
     RFC3339_SECONDS,
     RunningAdapter,

@@ -11,7 +11,7 @@ import pytest_asyncio
 from testbed.fakes import kube_objects
 from testbed.fakes.kube_api import FakeKubeAPI
 from testbed.fakes.prometheus import ExporterPool, PrometheusServer
-from tests.adapter.test_server_harness import RunningAdapter, running_adapter, wait_for_series
+from tests.adapter.harness import RunningAdapter, running_adapter, wait_for_series
 
 pytestmark = [pytest.mark.prometheus, pytest.mark.asyncio(loop_scope="module")]
 

@@ -13,7 +13,7 @@ import pytest_asyncio
 from testbed.fakes.exporter import Exporter
 from testbed.fakes.kube_api import FakeKubeAPI
 from testbed.fakes.prometheus import ExporterPool, PrometheusServer
-from tests.adapter.test_server_harness import (
+from tests.adapter.harness import (
     HPA_ACCEPT,
     RFC3339_SECONDS,
     RunningAdapter,

@@ -38,7 +38,7 @@ from adapter.settings import (
 from metricscale import pki
 from testbed.fakes.kube_api import FakeKubeAPI
 from testbed.fakes.prometheus import ExporterPool, PrometheusServer
-from tests.adapter.test_server_harness import (
+from tests.adapter.harness import (
     HPA_ACCEPT,
     make_serving_pair,
     running_adapter,

@@ -23,7 +23,7 @@ from testbed.fakes.exporter import Exporter
 from testbed.fakes.kube_api import FakeKubeAPI
 from testbed.fakes.prometheus import PrometheusServer
 from testbed.fakes.prometheus_fixtures import PrometheusFactory
-from tests.adapter.test_server_harness import RunningAdapter, running_adapter, wait_for_series
+from tests.adapter.harness import RunningAdapter, running_adapter, wait_for_series
 
 pytestmark = [pytest.mark.prometheus, pytest.mark.shipped_interpreter]
 

@@ -29,7 +29,7 @@ from testbed.fakes import kube_objects
 from testbed.fakes.kube_api import FakeKubeAPI
 from testbed.fakes.prometheus import ExporterPool, PrometheusServer
 from tests import raw_http
-from tests.adapter.test_server_harness import (
+from tests.adapter.harness import (
     Reply,
     RunningAdapter,
     client_ssl_context,

@@ -14,7 +14,7 @@ from testbed.fakes import kube_objects
 from testbed.fakes.exporter import Exporter
 from testbed.fakes.kube_api import FakeKubeAPI
 from testbed.fakes.prometheus import PrometheusServer
-from tests.adapter.test_server_harness import RunningAdapter, running_adapter, wait_for_series
+from tests.adapter.harness import RunningAdapter, running_adapter, wait_for_series
 
 # Also run on the image's Python (make test-shipped): a failed pass must not end the loop there.
 pytestmark = [pytest.mark.prometheus, pytest.mark.asyncio(loop_scope="module"),

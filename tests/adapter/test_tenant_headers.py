@@ -16,6 +16,7 @@ from adapter.rules.config import ConfigError, parse_config
 from adapter.rules.tenants import backend_tenants, tenant_headers, tenant_of
 from testbed.fakes.exporter import Exporter
 from testbed.fakes.prometheus_fixtures import PrometheusFactory
+from tests.adapter.harness import wait_for_series
 from tests.adapter.test_backends import (
     CUSTOM,
     POD_RULE,
@@ -24,7 +25,6 @@ from tests.adapter.test_backends import (
     serving,
     value_of,
 )
-from tests.adapter.test_server_harness import wait_for_series
 from tests.adapter.test_tenant_namespaces import SEEDED, adapter_with_namespaces
 
 RESOURCE = "/apis/metrics.k8s.io/v1beta1"

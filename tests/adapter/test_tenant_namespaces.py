@@ -27,6 +27,7 @@ from testbed.fakes import kube_objects
 from testbed.fakes.exporter import Exporter
 from testbed.fakes.kube_api import FakeKubeAPI
 from testbed.fakes.prometheus_fixtures import PrometheusFactory
+from tests.adapter.harness import RunningAdapter, running_adapter, wait_for_series
 from tests.adapter.test_backends import (
     CUSTOM,
     POD_RULE,
@@ -34,7 +35,6 @@ from tests.adapter.test_backends import (
     serving,
     value_of,
 )
-from tests.adapter.test_server_harness import RunningAdapter, running_adapter, wait_for_series
 
 SEEDED = {"default", "kube-system", "kube-public", "kube-node-lease"}  # FakeKubeAPI's own
 

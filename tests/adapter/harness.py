@@ -1,9 +1,6 @@
 """Shared helpers for the adapter's server tests: run the real app over HTTPS against a real
-Prometheus and the fake kube-apiserver, and talk to it as a client would.
-
-Imported by the `test_api_*`, `test_server_*` and `tests/e2e/test_adapter_*` modules; it holds
-no tests itself except the checks of its own helpers at the bottom.
-"""
+Prometheus and a kube-apiserver, and talk to it as a client would (no tests of its own:
+tests/adapter/test_support.py checks the helpers)."""
 
 from __future__ import annotations
 
@@ -201,12 +198,3 @@ def set_series(exporter: Exporter, name: str, series: Sequence[tuple[Mapping[str
                ) -> None:
     for labels, value in series:
         exporter.set(name, labels, value)
-
-
-def test_serving_pair_names_localhost_and_the_service(tmp_path: Path) -> None:
-    pair = make_serving_pair(tmp_path)
-    certificate = pki.load_certificate_pem(pair.cert_file.read_bytes())
-    from cryptography import x509
-
-    names = certificate.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
-    assert set(names.get_values_for_type(x509.DNSName)) == {"localhost", SERVICE_DNS}

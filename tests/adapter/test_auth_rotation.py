@@ -24,7 +24,7 @@ from metricscale import pki
 from metricscale.kube.retry import Backoff
 from testbed.fakes.kube_api import FakeKubeAPI, ServerError
 from testbed.fakes.prometheus import PrometheusServer
-from tests.e2e.test_adapter_auth_support import (
+from tests.adapter.auth_support import (
     CUSTOM,
     YEAR,
     AuthPKI,

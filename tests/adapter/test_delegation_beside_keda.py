@@ -17,7 +17,7 @@ import pytest_asyncio
 
 from testbed.fakes.keda_metrics import KedaMetricsServer, identity_of
 from testbed.fakes.prometheus import ExporterPool, PrometheusServer
-from tests.e2e.test_adapter_auth_support import (
+from tests.adapter.auth_support import (
     AGGREGATED_ACCEPT,
     EXTERNAL,
     HPA_ACCEPT,

@@ -26,7 +26,7 @@ import pytest_asyncio
 from testbed.fakes.kube_api import FakeKubeAPI
 from testbed.fakes.prometheus import ExporterPool, PrometheusServer
 from testbed.fakes.tools import require_tool
-from tests.e2e.test_adapter_auth_support import (
+from tests.adapter.auth_support import (
     AuthPKI,
     HandshakeFailed,
     Reply,

@@ -17,7 +17,7 @@ from testbed.fakes import kube_objects
 from testbed.fakes.kube_api import FakeKubeAPI
 from testbed.fakes.prometheus import ExporterPool, PrometheusServer
 from testbed.fakes.tools import require_tool
-from tests.adapter.test_server_harness import (
+from tests.adapter.harness import (
     SERVICE_NAME,
     SERVICE_NAMESPACE,
     RunningAdapter,

@@ -19,7 +19,7 @@ import pytest_asyncio
 from metricscale.core.quantity import format_quantity, parse_quantity
 from testbed.fakes.kube_api import FakeKubeAPI, ServerError
 from testbed.fakes.prometheus import ExporterPool, PrometheusServer
-from tests.e2e.test_adapter_auth_support import (
+from tests.adapter.auth_support import (
     AGGREGATED_ACCEPT,
     CUSTOM,
     EXTERNAL,

@@ -18,7 +18,7 @@ import pytest
 import pytest_asyncio
 
 from testbed.fakes.prometheus import ExporterPool, PrometheusServer
-from tests.e2e.test_adapter_auth_support import (
+from tests.adapter.auth_support import (
     CUSTOM,
     EXTERNAL,
     Env,

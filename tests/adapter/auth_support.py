@@ -1,0 +1,540 @@
+"""Shared pieces of the adapter's auth end-to-end tests (no tests of its own: the helpers are
+checked in tests/adapter/test_support.py).
+
+A test PKI, a fake cluster whose aggregator proxies the three metrics APIServices to the adapter,
+a real Prometheus with a known set of series, the adapter run in-process exactly as
+`adapter.server.serve` wires it (ReloadingServerContext, `build_security`, `create_app`,
+`install`), and a raw HTTPS client that sends paths and headers byte for byte.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import secrets
+import ssl
+import time
+from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+from aiohttp import web
+
+from adapter.http.app import HEALTH_KEY, create_app
+from adapter.rules.config import parse_config
+from adapter.security.delegation import AdapterSecurity, build_security
+from adapter.security.tls import ReloadingServerContext
+from adapter.settings import parse_settings
+from metricscale import pki
+from testbed.fakes.exporter import Exporter
+from testbed.fakes.kube_api import FakeKubeAPI
+from testbed.fakes.prometheus import ExporterPool, PrometheusServer, count_of
+
+SERVICE_NAMESPACE = "metricscale"
+SERVICE_NAME = "metricscale-adapter"
+SERVICE_DNS = f"{SERVICE_NAME}.{SERVICE_NAMESPACE}.svc"
+PROXY_CN = "front-proxy-client"
+HPA_ACCEPT = "application/vnd.kubernetes.protobuf, */*"
+AGGREGATED_ACCEPT = ("application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList,"
+                     "application/json;g=apidiscovery.k8s.io;v=v2beta1;as=APIGroupDiscoveryList")
+GROUP_VERSIONS = (("custom.metrics.k8s.io", "v1beta1", 100),
+                  ("custom.metrics.k8s.io", "v1beta2", 200),
+                  ("external.metrics.k8s.io", "v1beta1", 100))
+CUSTOM = "/apis/custom.metrics.k8s.io"
+EXTERNAL = "/apis/external.metrics.k8s.io/v1beta1"
+YEAR = timedelta(days=365)
+
+# Canonical DecimalSI of contract §10.1; every row but 0.0015 survives the adapter's
+# truncation to thousandths (README "Exact values"), so it travels through Prometheus too.
+QUANTITY_TABLE: tuple[tuple[str, str], ...] = (
+    ("0.5", "500m"), ("1.5", "1500m"), ("0.1", "100m"), ("0.066", "66m"), ("0.0015", "1500u"),
+    ("1", "1"), ("10", "10"), ("100", "100"), ("1500", "1500"), ("1001", "1001"),
+    ("2000", "2k"), ("1234.567", "1234567m"), ("1200000", "1200k"), ("3000000", "3M"),
+    ("-0.25", "-250m"), ("1048576", "1048576"))
+
+Headers = Sequence[tuple[str, str]]
+CertPair = tuple[Path, Path]
+
+
+# --------------------------------------------------------------------------------------------
+# PKI
+
+
+@dataclass(frozen=True)
+class AuthPKI:
+    """Serving pair for the adapter, an extra request-header CA and a CA nobody trusts."""
+
+    directory: Path
+    serving_ca: pki.CertifiedKey
+    serving_cert: Path
+    serving_key: Path
+    proxy_ca: pki.CertifiedKey
+    stranger_ca: pki.CertifiedKey
+
+    @property
+    def serving_ca_file(self) -> Path:
+        return self.directory / "serving-ca.crt"
+
+    def client_pair(self, name: str, ca: pki.CertifiedKey, *, user: str,
+                    groups: Sequence[str] = (), start: datetime | None = None,
+                    validity: timedelta = YEAR) -> CertPair:
+        leaf = pki.issue_client_certificate(
+            ca, user=user, groups=groups, validity=validity,
+            now=start or datetime.now(UTC) - timedelta(minutes=5))
+        return (pki.write_certificate(self.directory / f"{name}.crt", leaf.certificate),
+                pki.write_private_key(self.directory / f"{name}.key", leaf.private_key))
+
+    def proxy_pair(self, name: str = "proxy", *, user: str = PROXY_CN) -> CertPair:
+        return self.client_pair(name, self.proxy_ca, user=user)
+
+    def key_files(self) -> list[Path]:
+        return sorted(self.directory.glob("*.key"))
+
+
+def make_pki(directory: Path) -> AuthPKI:
+    directory.mkdir(parents=True, exist_ok=True)
+    now = datetime.now(UTC) - timedelta(minutes=5)
+    serving_ca = pki.generate_ca(common_name="adapter-serving-ca", now=now, validity=YEAR)
+    serving = pki.issue_serving_certificate(
+        serving_ca, common_name=SERVICE_NAME, dns_names=("localhost", SERVICE_DNS),
+        ip_addresses=("127.0.0.1",), now=now, validity=YEAR)
+    pki.write_certificate(directory / "serving-ca.crt", serving_ca.certificate)
+    return AuthPKI(
+        directory=directory, serving_ca=serving_ca,
+        serving_cert=pki.write_certificate(directory / "serving.crt", serving.certificate),
+        serving_key=pki.write_private_key(directory / "serving.key", serving.private_key),
+        proxy_ca=pki.generate_ca(common_name="test-front-proxy-ca", now=now, validity=YEAR),
+        stranger_ca=pki.generate_ca(common_name="stranger-ca", now=now, validity=YEAR))
+
+
+def trust_extra_proxy_ca(fake: FakeKubeAPI, ca: pki.CertifiedKey) -> None:
+    """Add `ca` to the ConfigMap's request-header bundle, as during a CA rotation."""
+    def change(obj: dict[str, Any]) -> None:
+        obj["data"]["requestheader-client-ca-file"] = (
+            fake.front_proxy_ca_pem + ca.certificate_pem).decode()
+    fake.store.mutate("", "v1", "configmaps", "extension-apiserver-authentication", change,
+                      namespace="kube-system")
+
+
+# --------------------------------------------------------------------------------------------
+# Raw HTTPS
+
+
+class HandshakeFailed(Exception):
+    """The TLS handshake (or, with TLS 1.3, the first read after it) was refused."""
+
+
+@dataclass(frozen=True)
+class Reply:
+    status: int
+    headers: tuple[tuple[str, str], ...]
+    body: bytes
+
+    def header(self, name: str) -> str | None:
+        return next((v for k, v in self.headers if k.lower() == name.lower()), None)
+
+    def json(self) -> Any:
+        return json.loads(self.body)
+
+    @property
+    def text(self) -> str:
+        return self.body.decode("utf-8", errors="replace")
+
+    def __repr__(self) -> str:
+        return f"Reply({self.status}, {self.body[:300]!r})"
+
+
+def client_context(ca_file: Path, cert: CertPair | None = None) -> ssl.SSLContext:
+    context = ssl.create_default_context(cafile=str(ca_file))
+    if cert is not None:
+        context.load_cert_chain(str(cert[0]), str(cert[1]))
+    return context
+
+
+async def https_request(port: int, path: str, *, ca_file: Path, cert: CertPair | None = None,
+                        method: str = "GET", headers: Headers = (), body: bytes = b"",
+                        within: float = 15.0) -> Reply:
+    """One request on a fresh connection, the request line and headers sent exactly as given.
+
+    Raises HandshakeFailed when the server refuses the TLS session; fails the test (TimeoutError)
+    if no complete answer comes within `within` seconds.
+    """
+    context = client_context(ca_file, cert)
+    lines = [f"{method} {path} HTTP/1.1", f"Host: 127.0.0.1:{port}", "Connection: close",
+             *(f"{name}: {value}" for name, value in headers)]
+    if body:
+        lines.append(f"Content-Length: {len(body)}")
+    request = ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + body
+    async with asyncio.timeout(within):
+        try:
+            reader, writer = await asyncio.open_connection(
+                "127.0.0.1", port, ssl=context, server_hostname="localhost")
+        except (ssl.SSLError, ConnectionError) as error:
+            raise HandshakeFailed(str(error)) from error
+        data = b""
+        try:
+            writer.write(request)
+            await writer.drain()
+            while chunk := await reader.read(65536):
+                data += chunk
+        except (ssl.SSLError, ConnectionError) as error:
+            if not data:
+                raise HandshakeFailed(str(error)) from error
+        finally:
+            writer.close()
+            with contextlib.suppress(ssl.SSLError, ConnectionError):
+                await writer.wait_closed()
+    if not data:
+        raise HandshakeFailed("the connection closed without an answer")
+    return _parse_reply(data)
+
+
+def _parse_reply(data: bytes) -> Reply:
+    head, _, rest = data.partition(b"\r\n\r\n")
+    status_line, *header_lines = head.decode("latin-1").split("\r\n")
+    status = int(status_line.split(" ", 2)[1])
+    headers = tuple((name.strip(), value.strip()) for name, _, value in
+                    (line.partition(":") for line in header_lines))
+    if dict((k.lower(), v) for k, v in headers).get("transfer-encoding") == "chunked":
+        rest = _dechunk(rest)
+    return Reply(status, headers, rest)
+
+
+def _dechunk(data: bytes) -> bytes:
+    out = b""
+    while data:
+        size_line, _, data = data.partition(b"\r\n")
+        size = int(size_line.split(b";")[0], 16)
+        if size == 0:
+            break
+        out += data[:size]
+        data = data[size + 2:]
+    return out
+
+
+# --------------------------------------------------------------------------------------------
+# The cluster, the series and the adapter's rules
+
+
+def seed_cluster(fake: FakeKubeAPI) -> None:
+    for namespace in ("shop", "quant", SERVICE_NAMESPACE):
+        fake.create_namespace(namespace)
+    fake.create_pod("web-0", namespace="shop", labels={"app": "web"})
+    fake.create_pod("web-1", namespace="shop", labels={"app": "web"})
+    fake.create_pod("other-0", namespace="shop", labels={"app": "other"})
+    fake.create_pod("w.b", namespace="shop", labels={"app": "dotted"})
+    fake.create_pod("wxb", namespace="shop", labels={"app": "lookalike"})
+    fake.create_deployment("web", namespace="shop", labels={"app": "web"})
+    for index in range(len(QUANTITY_TABLE)):
+        fake.create_pod(f"q-{index}", namespace="quant", labels={"app": "quantity"})
+    for node in ("node-1", "node-2"):
+        fake.create("", "v1", "nodes", {"metadata": {"name": node, "labels": {"pool": "a"}}})
+
+
+def export_series(exporter: Exporter) -> int:
+    """Set every series the tests read; returns how many there are."""
+    series: list[tuple[str, dict[str, str], Decimal]] = [
+        ("msauth_http_requests", {"namespace": "shop", "pod": "web-0", "verb": "GET"},
+         Decimal("1.5")),
+        ("msauth_http_requests", {"namespace": "shop", "pod": "web-0", "verb": "POST"},
+         Decimal("0.5")),
+        ("msauth_http_requests", {"namespace": "shop", "pod": "web-1", "verb": "GET"},
+         Decimal(2)),
+        ("msauth_http_requests", {"namespace": "shop", "pod": "other-0", "verb": "GET"},
+         Decimal(7)),
+        ("msauth_http_requests", {"namespace": "shop", "pod": "w.b", "verb": "GET"},
+         Decimal(3)),
+        ("msauth_http_requests", {"namespace": "shop", "pod": "wxb", "verb": "GET"},
+         Decimal(100)),
+        ("msauth_queue_length", {"namespace": "shop"}, Decimal(42)),
+        ("msauth_temperature", {"node": "node-1"}, Decimal("61.5")),
+        ("msauth_temperature", {"node": "node-2"}, Decimal(58)),
+        ("msauth_rps", {"namespace": "shop", "deployment": "web"}, Decimal(250)),
+        ("msauth_queue_messages", {"namespace": "shop", "queue": "orders"}, Decimal(1200)),
+        ("msauth_queue_messages", {"namespace": "shop", "queue": "orders-retry"}, Decimal(35)),
+    ]
+    series += [("msauth_quantity", {"namespace": "quant", "pod": f"q-{index}"}, Decimal(value))
+               for index, (value, _) in enumerate(QUANTITY_TABLE)]
+    for name, labels, value in series:
+        exporter.set(name, labels, value, type="gauge")
+    return len(series)
+
+
+def rules_yaml(job: str) -> str:
+    # The Prometheus is shared by every module, and an exporter released by another module's
+    # environment stays visible for the staleness period: pinning the job keeps each module's
+    # answers to its own series (without it a value was sometimes doubled).
+    sum_by = f'sum(<<.Series>>{{<<.LabelMatchers>>,job="{job}"}}) by (<<.GroupBy>>)'
+    name = '{matches: "^msauth_(.*)$", as: "${1}"}'
+    return f"""\
+rules:
+- seriesQuery: '{{__name__=~"^msauth_(http_requests|quantity)$",job="{job}",namespace!="",pod!=""}}'
+  resources:
+    overrides:
+      namespace: {{resource: namespace}}
+      pod: {{resource: pod}}
+  name: {name}
+  metricsQuery: '{sum_by}'
+- seriesQuery: 'msauth_queue_length{{job="{job}",namespace!=""}}'
+  resources:
+    overrides:
+      namespace: {{resource: namespace}}
+  name: {name}
+  metricsQuery: '{sum_by}'
+- seriesQuery: 'msauth_temperature{{job="{job}",node!=""}}'
+  resources:
+    overrides:
+      node: {{resource: node}}
+  name: {name}
+  metricsQuery: '{sum_by}'
+- seriesQuery: 'msauth_rps{{job="{job}",namespace!="",deployment!=""}}'
+  resources:
+    overrides:
+      namespace: {{resource: namespace}}
+      deployment: {{group: apps, resource: deployment}}
+  name: {name}
+  metricsQuery: '{sum_by}'
+externalRules:
+- seriesQuery: 'msauth_queue_messages{{job="{job}",namespace!=""}}'
+  resources:
+    overrides:
+      namespace: {{resource: namespace}}
+  name: {{matches: "^msauth_queue_messages$", as: "queueLength"}}
+  metricsQuery: 'sum(<<.Series>>{{<<.LabelMatchers>>,job="{job}"}}) by (queue)'
+"""
+
+
+async def wait_for_exported_series(prometheus: PrometheusServer, exporter: Exporter,
+                                   count: int) -> None:
+    job = exporter.job
+    await prometheus.wait_for_async(f'{{__name__=~"msauth_.+",job="{job}"}}', count_of(count),
+                                    timeout=30.0)
+
+
+def sar_policy(body: Mapping[str, Any]) -> dict[str, Any]:
+    """The cluster's answer to the adapter's SubjectAccessReviews (by user name prefix)."""
+    user = str((body.get("spec") or {}).get("user", ""))
+    if user == "system:anonymous" or user.startswith("denied-"):
+        return {"allowed": False}  # RBAC's "no opinion"
+    if user.startswith("refused-"):
+        return {"allowed": False, "denied": True, "reason": "refused by policy"}
+    return {"allowed": True}
+
+
+# --------------------------------------------------------------------------------------------
+# The adapter, in-process
+
+
+def write_file(path: Path, text: str) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    return path
+
+
+class ShiftedClock:
+    """Wall time plus an offset a test can move forward (cache expiry without sleeping)."""
+
+    def __init__(self) -> None:
+        self.offset = 0.0
+
+    def __call__(self) -> float:
+        return time.time() + self.offset
+
+
+async def no_wait(_seconds: float) -> None:
+    """The review retries' sleep: yield once, wait for nothing."""
+    await asyncio.sleep(0)
+
+
+@dataclass
+class SecuredAdapter:
+    app: web.Application
+    port: int
+    tls: ReloadingServerContext
+    security: AdapterSecurity
+    pki: AuthPKI
+    fatal: list[BaseException] = field(default_factory=list)
+
+    async def request(self, path: str, **kwargs: Any) -> Reply:
+        return await https_request(self.port, path, ca_file=self.pki.serving_ca_file, **kwargs)
+
+
+@contextlib.asynccontextmanager
+async def secured_adapter(*, workdir: Path, test_pki: AuthPKI, kubeconfig: Path,
+                          prometheus_url: str, config_text: str, clock: ShiftedClock,
+                          args: Sequence[str] = (), wait: bool = True,
+                          sync_timeout: float = 10.0,
+                          informer_options: Mapping[str, Any] | None = None,
+                          ) -> AsyncIterator[SecuredAdapter]:
+    """The adapter wired as `serve()` wires it, on 127.0.0.1:<free port>, until exit."""
+    config_file = write_file(workdir / "config.yaml", config_text)
+    settings = parse_settings([
+        "--config", str(config_file), "--prometheus-url", prometheus_url,
+        "--kubeconfig", str(kubeconfig), "--metrics-relist-interval", "1h",
+        "--tls-cert-file", str(test_pki.serving_cert),
+        "--tls-private-key-file", str(test_pki.serving_key), *args])
+    tls = ReloadingServerContext(cert_file=test_pki.serving_cert, key_file=test_pki.serving_key)
+    security = build_security(settings, tls=tls, clock=clock, sleep=no_wait,
+                              sync_timeout=sync_timeout, informer_options=informer_options)
+    fatal: list[BaseException] = []
+    app = create_app(settings=settings, config=parse_config(config_text), on_fatal=fatal.append,
+                     authenticator=security.authenticator, authorizer=security.authorizer)
+    security.install(app, health=app[HEALTH_KEY], on_fatal=fatal.append)
+    runner = web.AppRunner(app, handle_signals=False, shutdown_timeout=1.0, access_log=None)
+    await runner.setup()
+    try:
+        site = web.TCPSite(runner, "127.0.0.1", 0, ssl_context=tls.listening_context)
+        await site.start()
+        server = site._server
+        assert server is not None
+        port = int(server.sockets[0].getsockname()[1])  # type: ignore[attr-defined]
+        adapter = SecuredAdapter(app, port, tls, security, test_pki, fatal)
+        if wait:
+            await wait_ready(adapter)
+        yield adapter
+        assert not fatal, f"a background task of the adapter failed: {fatal!r}"
+    finally:
+        await runner.cleanup()
+
+
+async def wait_ready(adapter: SecuredAdapter, *, within: float = 30.0) -> None:
+    deadline = time.monotonic() + within
+    last: Reply | None = None
+    while time.monotonic() < deadline:
+        last = await adapter.request("/readyz?verbose")
+        if last.status == 200:
+            return
+        assert not adapter.fatal, f"the adapter failed: {adapter.fatal!r}"
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"the adapter did not become ready in {within}s: {last}")
+
+
+async def register_apiservices(fake: FakeKubeAPI, *, port: int, ca_pem: bytes) -> None:
+    """The three APIServices, verified through caBundle, routed to the adapter; all Available."""
+    for group, version, priority in GROUP_VERSIONS:
+        fake.create_apiservice(group=group, version=version, service_namespace=SERVICE_NAMESPACE,
+                               service_name=SERVICE_NAME, ca_bundle=ca_pem,
+                               version_priority=priority)
+    fake.set_service_endpoint(SERVICE_NAMESPACE, SERVICE_NAME, "127.0.0.1", port)
+    for group, version, _ in GROUP_VERSIONS:
+        await fake.wait_for_apiservice(f"{version}.{group}", within=15.0)
+
+
+def reviews_for(fake: FakeKubeAPI, user: str) -> list[dict[str, Any]]:
+    return [body for body in fake.subject_access_reviews
+            if (body.get("spec") or {}).get("user") == user]
+
+
+@dataclass
+class Env:
+    """One running setup: the fake cluster, the adapter registered behind its aggregator."""
+
+    fake: FakeKubeAPI
+    adapter: SecuredAdapter
+    pki: AuthPKI
+    clock: ShiftedClock
+    proxy: CertPair
+    tokens: list[str] = field(default_factory=list)
+
+    async def as_proxy(self, path: str, *, user: str | None, groups: tuple[str, ...] = (),
+                       headers: Headers = (), **kwargs: Any) -> Reply:
+        """What the aggregator sends: its client certificate and identity headers."""
+        sent = [("X-Remote-User", user)] if user is not None else []
+        sent += [("X-Remote-Group", group) for group in groups]
+        return await self.adapter.request(path, cert=self.proxy, headers=[*sent, *headers],
+                                          **kwargs)
+
+    async def through_aggregator(self, path: str, *, token: str, accept: str | None = None,
+                                 ) -> Reply:
+        """A client calling kube-apiserver, which proxies to the adapter."""
+        headers = [("Authorization", f"Bearer {token}")]
+        if accept is not None:
+            headers.append(("Accept", accept))
+        return await https_request(self.fake.port, path, ca_file=self.fake.ca_file,
+                                   headers=headers)
+
+    def new_token(self, username: str, **identity: Any) -> str:
+        token = f"tok-{secrets.token_hex(12)}"
+        self.fake.add_user(token=token, username=username, **identity)
+        self.tokens.append(token)
+        return token
+
+
+@contextlib.asynccontextmanager
+async def auth_environment(workdir: Path, *, prometheus: PrometheusServer,
+                           exporter_pool: ExporterPool,
+                           args: Sequence[str] = ()) -> AsyncIterator[Env]:
+    """Series exported and scraped, cluster seeded, adapter running and Available."""
+    with exporter_pool.exporter() as exporter:
+        count = export_series(exporter)
+        async with FakeKubeAPI(workdir=workdir / "kube", availability_max_backoff=0.5) as fake:
+            seed_cluster(fake)
+            fake.subject_access_review_answer = sar_policy
+            test_pki = make_pki(workdir / "pki")
+            trust_extra_proxy_ca(fake, test_pki.proxy_ca)
+            await wait_for_exported_series(prometheus, exporter, count)
+            clock = ShiftedClock()
+            async with secured_adapter(
+                    workdir=workdir / "adapter", test_pki=test_pki,
+                    kubeconfig=fake.write_kubeconfig(workdir / "kubeconfig"),
+                    prometheus_url=prometheus.url, config_text=rules_yaml(exporter.job),
+                    clock=clock, args=args) as adapter:
+                await register_apiservices(fake, port=adapter.port,
+                                           ca_pem=test_pki.serving_ca.certificate_pem)
+                yield Env(fake, adapter, test_pki, clock, test_pki.proxy_pair(),
+                          [fake.admin_token])
+
+
+# --------------------------------------------------------------------------------------------
+# Log capture
+
+
+class LogCapture(logging.Handler):
+    """Every record of the run, formatted with its arguments and any traceback."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self.lines: list[str] = []
+        self.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.lines.append(self.format(record))
+
+    @property
+    def text(self) -> str:
+        return "\n".join(self.lines)
+
+
+@contextlib.contextmanager
+def capture_all_logs() -> Iterator[LogCapture]:
+    """Attach to the root logger at DEBUG for the duration (restored afterwards)."""
+    root = logging.getLogger()
+    capture = LogCapture()
+    previous = root.level
+    root.addHandler(capture)
+    root.setLevel(logging.DEBUG)
+    try:
+        yield capture
+    finally:
+        root.removeHandler(capture)
+        root.setLevel(previous)
+
+
+def secrets_in(text: str, *, tokens: Sequence[str], key_files: Sequence[Path]) -> list[str]:
+    """Which tokens or private-key material show up in `text` (by a short description)."""
+    found = [f"token {token[:4]}…" for token in tokens if token and token in text]
+    if "PRIVATE KEY" in text:
+        found.append("a PEM private key marker")
+    for path in key_files:
+        body = b"".join(line for line in path.read_bytes().splitlines()
+                        if line and not line.startswith(b"-----")).decode()
+        # The start of every EC key's encoding is the same; the middle holds the secret.
+        middle = body[len(body) // 3:len(body) // 3 + 32]
+        if middle in text.replace("\n", ""):
+            found.append(f"key material of {path.name}")
+    return found
