@@ -37,6 +37,7 @@ from autoscaler.decision.persistence import format_reference, history_horizon, n
 from autoscaler.decision.pod_selection import LABEL_SELECTOR, ReplicaSetOwner
 from autoscaler.decision.settings import Settings
 from autoscaler.decision.shadow import (
+    DIFFER,
     RESULTS,
     UNJUDGED,
     Probe,
@@ -63,7 +64,7 @@ from autoscaler.model.history import History
 from autoscaler.model.metrics import MetricInput
 from autoscaler.model.objects import HPA_API_VERSION, HPA_KIND, Autoscaler
 from autoscaler.model.pods import Pod, Scale
-from autoscaler.model.times import parse_time
+from autoscaler.model.times import format_time_precise, parse_time
 from metricscale.kube.discovery import ResourceMapping
 from metricscale.kube.errors import Conflict, KubeError, KubeUnavailable
 from metricscale.kube.informer import InformerEvent
@@ -281,7 +282,10 @@ class ShadowReconciler:
             scale_down_events=state.history.scale_down_events, scale_watch=None))
         shadow = ShadowDecision(at=now, current=scale.spec_replicas, replicas=replicas,
                                 reason=decision.rescale_reason, due=now + self._grace,
-                                warmup=self._warming(state, now))
+                                warmup=self._warming(state, now),
+                                why=decision.explanation)
+        logger.debug("shadow: from %d replicas, %d (%s)", scale.spec_replicas, replicas,
+                     " ".join(decision.explanation))
         state, verdicts = record_decision(state, shadow)
         self._memory[key] = state
         await self._report(entry, hpa, verdicts, now=now)
@@ -310,10 +314,14 @@ class ShadowReconciler:
             state = self._memory.get(key)
             if state is None:
                 return
+            why = (f"probe of the HPA's rescale from {probe.current} to {probe.desired}, "
+                   f"{len(probe.pods) if probe.pods is not None else 'the cached'} pods; at "
+                   f"{format_time_precise(probe.at)}:", *decided[0].explanation,
+                   "a sync period later:", *decided[1].explanation)
             state, verdicts = judge_probe(state, probe, replicas=replicas[0],
                                           replicas_later=replicas[1],
                                           reason=decided[0].rescale_reason,
-                                          warmup=self._warming(state, probe.at))
+                                          warmup=self._warming(state, probe.at), why=why)
             self._memory[key] = state
             if self._stats is not None:
                 self._stats.replicas.labels(key.namespace, key.name).set(
@@ -350,6 +358,11 @@ class ShadowReconciler:
             self._memory[key] = state
             if event is not None:
                 events.append(event)
+        for verdict in verdicts:
+            if verdict.result == DIFFER:
+                # One line a difference (not only a new one): why metricscale decided so.
+                logger.info("shadow: differs from the HPA (%s): %s", verdict.hpa,
+                            " ".join(verdict.decision.why))
         for event in events:
             logger.info("%s", event.message)
             if self._leader is not None:

@@ -127,6 +127,7 @@ class ShadowDecision(NamedTuple):
     reason: str
     due: datetime  # judged by then
     warmup: bool = False
+    why: tuple[str, ...] = ()  # the decision's explanation, for the log of a difference
 
 
 class Verdict(NamedTuple):
@@ -177,10 +178,16 @@ def start_state(*, created: datetime | None, now: datetime, spec: AutoscalerSpec
 
 
 def hpa_decision(status: AutoscalerStatus) -> tuple[int, int] | None:
-    """(currentReplicas, desiredReplicas) of the HPA's status, or None while
-    kube-controller-manager never reconciled it (every sync sets AbleToScale)."""
+    """(from, to) of the HPA's latest decision as its status shows it, or None while
+    kube-controller-manager never reconciled it (every sync sets AbleToScale). When it could
+    not compute (ScalingActive False: no usable metric, a scale-down a failing metric blocks)
+    or not rescale (AbleToScale False), upstream leaves desiredReplicas at its old value and
+    keeps the size: its decision is to keep currentReplicas."""
     if not status.conditions:
         return None
+    if any(c.type in {"AbleToScale", "ScalingActive"} and c.status == "False"
+           for c in status.conditions):
+        return status.current_replicas, status.current_replicas
     return status.current_replicas, status.desired_replicas
 
 
@@ -323,7 +330,8 @@ def settle(state: ShadowState, now: datetime) -> tuple[ShadowState, list[Verdict
 
 
 def judge_probe(state: ShadowState, probe: Probe, *, replicas: int, replicas_later: int,
-                reason: str, warmup: bool) -> tuple[ShadowState, list[Verdict]]:
+                reason: str, warmup: bool,
+                why: tuple[str, ...] = ()) -> tuple[ShadowState, list[Verdict]]:
     """The verdict on one of kube-controller-manager's rescales: what the shadow decides from
     the same replicas at the same moment (`replicas`), or a sync period later
     (`replicas_later`: the shadow's own recommendations are a sync phase apart from
@@ -332,7 +340,7 @@ def judge_probe(state: ShadowState, probe: Probe, *, replicas: int, replicas_lat
     ours = replicas if replicas == probe.desired or replicas_later != probe.desired \
         else replicas_later
     decision = ShadowDecision(at=probe.at, current=probe.current, replicas=ours, reason=reason,
-                              due=probe.at, warmup=warmup)
+                              due=probe.at, warmup=warmup, why=why)
     result = WARMUP if warmup else AGREE if ours == probe.desired else DIFFER
     verdict = Verdict(decision, result, HpaDecision(probe.at, probe.current, probe.desired))
     state = state._replace(probes=tuple(p for p in state.probes if p is not probe))

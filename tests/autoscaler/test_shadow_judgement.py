@@ -137,6 +137,18 @@ def test_an_hpa_kube_controller_manager_never_reconciled_leaves_decisions_unjudg
     assert [v.result for v in verdicts] == [UNJUDGED]
 
 
+def test_an_hpa_that_could_not_compute_or_rescale_kept_its_size() -> None:
+    failed = AutoscalerStatus(current_replicas=3, desired_replicas=0, conditions=(
+        Condition("AbleToScale", "True", "SucceededGetScale"),
+        Condition("ScalingActive", "False", "FailedGetPodsMetric")))
+    assert hpa_decision(failed) == (3, 3)
+    refused = AutoscalerStatus(current_replicas=3, desired_replicas=2, conditions=(
+        Condition("AbleToScale", "False", "FailedUpdateScale"),
+        Condition("ScalingActive", "True", "ValidMetricFound")))
+    assert hpa_decision(refused) == (3, 3)
+    assert hpa_decision(status(3, 5)) == (3, 5)
+
+
 def test_the_grace_is_a_sync_period_and_a_half_or_three_seconds_more() -> None:
     assert judgement_grace(timedelta(seconds=15)) == timedelta(seconds=22.5)
     assert judgement_grace(timedelta(seconds=5)) == timedelta(seconds=8)
