@@ -38,7 +38,7 @@ from autoscaler.controller.leader import (
 )
 from autoscaler.controller.reconciler import Reconciler
 from autoscaler.controller.shadow import ShadowPublisher, ShadowReconciler
-from autoscaler.controller.stats import ControllerMetrics, ShadowMetrics
+from autoscaler.controller.stats import ControllerMetrics
 from autoscaler.controller.watching import Watching
 from autoscaler.controller.workqueue import CURRENT_OBJECT, Controller
 from autoscaler.decision import settings as settings_flags
@@ -321,15 +321,13 @@ async def serve_autoscaler(configuration: Configuration, options: Options, *,
                 stats.leader.set(1)
             reconciler: Reconciler | ShadowReconciler
             if options.shadow:
-                shadow_stats = ShadowMetrics(registry)
                 reconciler, controller = _shadow_controller(
-                    kube, watching, guard, options=options, stats=stats,
-                    shadow_stats=shadow_stats, clock=clock)
+                    kube, watching, guard, options=options, stats=stats, clock=clock)
                 publisher = ShadowPublisher(
                     kube, reconciler,
                     namespace=options.lease_namespace or default_lease_namespace(),
                     name=options.leader_election.resource_name, leader=guard,
-                    stats=shadow_stats)
+                    stats=stats.shadow)
             else:
                 reconciler, controller = _controller(kube, watching, guard, options=options,
                                                      stats=stats, clock=clock)
@@ -380,13 +378,13 @@ def _controller(kube: KubeClient, watching: Watching, guard: LeaderGuard, *, opt
 
 
 def _shadow_controller(kube: KubeClient, watching: Watching, guard: LeaderGuard, *,
-                       options: Options, stats: ControllerMetrics, shadow_stats: ShadowMetrics,
+                       options: Options, stats: ControllerMetrics,
                        clock: Callable[[], datetime]) -> tuple[ShadowReconciler, Controller]:
     """Shadow mode's reconciler and the work queue's controller, fed by the HPA cache: the
     reconciler sees each status of an HPA before the queue does."""
     metrics = MetricsClient(kube, version_ttl=options.settings.sync_period.total_seconds())
     shadow = ShadowReconciler(kube=kube, metrics=metrics, watching=watching,
-                              settings=options.settings, leader=guard, stats=shadow_stats,
+                              settings=options.settings, leader=guard, stats=stats.shadow,
                               clock=clock)
     controller = Controller(
         shadow, sync_period=options.settings.sync_period,

@@ -14,12 +14,23 @@ from grafana_foundation_sdk.builders import dashboard, prometheus, stat, timeser
 from grafana_foundation_sdk.cog.encoder import JSONEncoder
 from grafana_foundation_sdk.models.dashboard import DataSourceRef, VariableRefresh
 
-__all__ = ["OUTPUT", "adapter_dashboard", "autoscaler_dashboard", "render_files"]
+__all__ = ["OUTPUT", "adapter_dashboard", "autoscaler_dashboard", "render_files",
+           "shadow_agreement"]
 
 OUTPUT = Path(__file__).resolve().parent.parent / "manifests" / "monitoring" / "dashboards"
 _DATASOURCE = DataSourceRef(type_val="prometheus", uid="${datasource}")
 _ADAPTER_JOB = 'job=~"$job"'
 _AUTOSCALER = 'namespace=~"$namespace", horizontalpodautoscaler=~"$autoscaler"'
+
+
+def shadow_agreement(window: str, *, by: str = "") -> str:
+    """Shadow mode's agreement rate over `window` (a PromQL range, `$__range` on the
+    dashboard): agreeing decisions over judged ones. Warm-up and unjudged decisions are
+    neither (docs/shadow.md says why)."""
+    grouping = f" by ({by})" if by else ""
+    decisions = "metricscale_shadow_decisions_total"
+    return (f'sum{grouping} (increase({decisions}{{result="agree"}}[{window}])) / '
+            f'sum{grouping} (increase({decisions}{{result=~"agree|differ"}}[{window}]))')
 
 
 def _query(expr: str, legend: str) -> prometheus.Dataquery:
@@ -157,6 +168,23 @@ def autoscaler_dashboard() -> dashboard.Dashboard:
         .with_panel(_graph("Conditions that are not True", unit="none", width=24, queries=[
             (f'metricscale_autoscaler_status_condition{{{sel}, status!="true"}} == 1',
              "{{namespace}}/{{horizontalpodautoscaler}} {{condition}}={{status}}")]))
+        # Shadow mode (`--shadow`) watches native HPAs, which the variables above (Autoscalers)
+        # do not list: these panels show every shadowed HPA.
+        .with_row(dashboard.Row("Shadow mode (native HPAs)"))
+        .with_panel(_stat("Shadow agreement over the time range", unit="percentunit",
+                          expr=shadow_agreement("$__range")))
+        .with_panel(_graph("Shadow decisions by result", unit="ops", width=18, queries=[
+            ("sum by (result) (rate(metricscale_shadow_decisions_total[5m]))",
+             "{{result}}")]))
+        .with_panel(_graph("Shadow agreement by HPA", unit="percentunit", width=24, queries=[
+            (shadow_agreement("30m", by="namespace, horizontalpodautoscaler"),
+             "{{namespace}}/{{horizontalpodautoscaler}}")]))
+        .with_panel(_graph("Shadow replicas beside the HPA's", unit="none", width=24, queries=[
+            ("metricscale_shadow_replicas",
+             "metricscale {{namespace}}/{{horizontalpodautoscaler}}"),
+            ("kube_horizontalpodautoscaler_status_desired_replicas and on (namespace, "
+             "horizontalpodautoscaler) metricscale_shadow_replicas",
+             "HPA {{namespace}}/{{horizontalpodautoscaler}}")]))
     )
 
 

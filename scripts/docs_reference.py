@@ -322,6 +322,24 @@ PANEL_NOTES: dict[tuple[str, str], str] = {
         "Conditions (`AbleToScale`, `ScalingActive`, `ScalingLimited` and metricscale's own) "
         "that are False or Unknown, per autoscaler: `ScalingActive=false` means it cannot read "
         "its metrics.",
+    ("metricscale-autoscaler", "Shadow agreement over the time range"):
+        "Shadow mode's go/no-go number: of the decisions `metricscale autoscaler --shadow` "
+        "judged against the HPAs' own over the dashboard's time range, the share that agreed. "
+        "Warm-up and unjudged decisions are left out; pick a range that starts a window after "
+        "the shadow (or kube-controller-manager) started ([Shadow mode](../shadow.md)).",
+    ("metricscale-autoscaler", "Shadow decisions by result"):
+        "Shadow decisions per second: `agree`, `differ`, `warmup` (the first window after the "
+        "shadow starts, or takes over, or first sees an older HPA) and `unjudged` (an HPA "
+        "kube-controller-manager never reconciled, or a scale the shadow could not read).",
+    ("metricscale-autoscaler", "Shadow agreement by HPA"):
+        "The agreement rate per HPA over the last 30 minutes: an HPA below 1 has a "
+        "`ShadowDisagreement` Event that says what each side decided (`kubectl describe hpa`), "
+        "and `metricscale explain --live NS/NAME --shadow` shows why metricscale decides so.",
+    ("metricscale-autoscaler", "Shadow replicas beside the HPA's"):
+        "What metricscale would have set beside what the HPA set "
+        "(kube-state-metrics' `kube_horizontalpodautoscaler_status_desired_replicas`, same "
+        "labels), per shadowed HPA: the lines should step together, at most a sync period "
+        "apart.",
 }
 
 

@@ -62,6 +62,8 @@ class ControllerMetrics:
         self.leader = Gauge(
             "metricscale_autoscaler_leader", "1 while this replica holds the lease.",
             registry=registry)
+        # Registered in every mode (one registry, one set of names); samples in shadow mode only.
+        self.shadow = ShadowMetrics(registry)
 
 
 class ShadowMetrics:
