@@ -6,7 +6,7 @@
   the labels the kustomization adds to every object (Helm installs crds/ without templating).
 - The values table of docs/helm.md, from the `# --` comments of charts/metricscale/values.yaml.
 
-tests/unit/test_helm_chart.py fails when a committed file differs from what this writes.
+tests/manifests/test_helm_chart.py fails when a committed file differs from what this writes.
 """
 
 from __future__ import annotations

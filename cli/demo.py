@@ -25,7 +25,7 @@ runs on the fake: it never builds them itself.
 
 Each load the story holds steady leaves more than the HPA's 10% tolerance on both sides
 before the count would change, and the loads the story moves to ask for their count with that
-much room too (tests/unit/test_demo_story.py checks both): a busy machine's readings may be
+much room too (tests/cli/test_demo_story.py checks both): a busy machine's readings may be
 off without the size going anywhere the story does not say.
 """
 

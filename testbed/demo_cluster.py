@@ -19,7 +19,7 @@ syncs, and a step of "as many pods as the metric asks for" would take one contro
 half a second later than the other, to a different size. The readings are exact here (each
 pod's gauge is set as a whole; the kubelet stand-in stamps its CPU counters with their time),
 so each count the walk passes asks for the next one beyond the tolerance, and the last one
-holds inside it (tests/unit/test_demo_story.py checks both).
+holds inside it (tests/cli/test_demo_story.py checks both).
 
 This module imports the test bed at its top: cli.demo imports it only once it has found the
 source checkout (require_checkout), never from the installed package.

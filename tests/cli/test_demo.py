@@ -18,18 +18,17 @@ import shutil
 import signal
 import subprocess
 import sys
-from collections.abc import Iterator
-from contextlib import contextmanager, suppress
+from contextlib import suppress
 from pathlib import Path
 
 import pytest
 
 from cli.demo import story_counts
 from testbed.fakes.tools import find_tool, require_tool
+from tests.cli.demo_runs import REPO, Lines, demo_process, group_alive, leftovers
 
 pytestmark = [pytest.mark.prometheus, pytest.mark.kubectl]
 
-REPO = Path(__file__).resolve().parents[2]
 SCALE_LINE = re.compile(r"^\s+[\d.]+s  replicas (\d+) -> (\d+) scaled (up|down)\s.*?"
                         r"  desired +(\d+|-)  ", re.MULTILINE)
 # A row of the replay's table: time, values, CUR, PROP, DEC, OBS, then the limiting rule.
@@ -38,43 +37,6 @@ REPLAY_ROW = re.compile(
     re.MULTILINE)
 SUMMARY_FIGURE = re.compile(r"^(mean_replicas|replica_hours|seconds_above_target): (\S+)$",
                             re.MULTILINE)
-
-
-@contextmanager
-def demo_process(workdir: Path, *extra: str, fake: bool = True
-                 ) -> Iterator[subprocess.Popen[str]]:
-    """`metricscale demo --fast` in its own process group, so that whatever it starts can be
-    found (and, if the test fails, killed) by that group; on the fake cluster (`--fake`, with
-    the PATH's kubectl) unless told otherwise."""
-    require_tool("prometheus", env_var="PROMETHEUS")
-    backend = ["--fake", "--kubectl", require_tool("kubectl", env_var="KUBECTL")] if fake else []
-    process = subprocess.Popen(
-        [sys.executable, "-m", "metricscale", "demo", "--fast", "--workdir", str(workdir),
-         *backend, *extra],
-        cwd=REPO, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-        text=True, start_new_session=True)
-    try:
-        yield process
-    finally:
-        if process.poll() is None or group_alive(process.pid):
-            with suppress(ProcessLookupError):
-                os.killpg(process.pid, signal.SIGKILL)
-        process.wait()
-        if process.stdout is not None:
-            process.stdout.close()
-
-
-def group_alive(pgid: int) -> bool:
-    try:
-        os.killpg(pgid, 0)
-    except ProcessLookupError:
-        return False
-    return True
-
-
-def leftovers(workdir: Path) -> list[Path]:
-    """Temporary run directories and private keys the demo should have removed."""
-    return sorted([*workdir.glob("run-*"), *workdir.rglob("*.key")])
 
 
 def section(output: str, number: int) -> str:
@@ -187,31 +149,6 @@ def check_replay_act(act: str, *, workdir: Path, up_to: int, down_to: int) -> No
         assert plot.stat().st_size > 10_000
 
 
-class Lines:
-    """The demo's output, read line by line as it comes."""
-
-    def __init__(self, process: subprocess.Popen[str]) -> None:
-        assert process.stdout is not None
-        self.stream = process.stdout
-        self.seen: list[str] = []
-
-    def until(self, marker: str) -> str:
-        """Read until a line holding `marker` (which it returns); fail if the output ends."""
-        for line in self.stream:
-            self.seen.append(line)
-            if marker in line:
-                return line
-        pytest.fail(f"the demo ended before {marker!r}:\n{self.text[-3000:]}")
-
-    def rest(self) -> str:
-        self.seen.extend(self.stream)
-        return self.text
-
-    @property
-    def text(self) -> str:
-        return "".join(self.seen)
-
-
 def test_sigterm_halfway_stops_every_process_and_removes_the_temporary_files(
         tmp_path: Path) -> None:
     workdir = tmp_path / "demo"
@@ -277,11 +214,9 @@ def test_without_the_binaries_it_says_so_up_front_and_runs_on_the_fake(tmp_path:
     then the fake cluster's story begins."""
     require_tool("prometheus", env_var="PROMETHEUS")
     checkout = tmp_path / "checkout"
-    for part in ("cli", "metricscale", "adapter", "autoscaler", "testbed", "manifests",
-                 "testbed/fakes"):
+    for part in ("cli", "metricscale", "adapter", "autoscaler", "testbed", "manifests"):
         shutil.copytree(REPO / part, checkout / part,
                         ignore=shutil.ignore_patterns("__pycache__"))
-    (checkout / "tests" / "__init__.py").touch()
     env = {key: value for key, value in os.environ.items()
            if key not in {"METRICSCALE_PEERS", "KUBEBUILDER_ASSETS"}}
     process = subprocess.Popen(

@@ -20,7 +20,7 @@ import pytest
 from testbed.binaries import CONTROL_PLANE, find_peer
 from testbed.demo_cluster import SECTIONS, UPSTREAM, story_walks
 from testbed.pytest_plugin import require_peers
-from tests.e2e.test_demo import Lines, demo_process, group_alive, leftovers
+from tests.cli.demo_runs import Lines, demo_process, group_alive, leftovers
 
 pytestmark = [pytest.mark.prometheus]
 

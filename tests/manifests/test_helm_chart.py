@@ -40,7 +40,7 @@ MANIFESTS = REPO / "manifests"
 NAMESPACE = "metricscale"
 RELEASE = "metricscale"
 # `helm template` renders for this cluster version (the pinned kube-apiserver's); the schemas
-# are those of the oldest Kubernetes we support, as in tests/unit/test_manifests.py.
+# are those of the oldest Kubernetes we support, as in tests/manifests/test_manifests.py.
 KUBE_VERSION = "1.36.3"
 SCHEMA_VERSION = "1.32"
 # What Helm adds to every object of a release, and kustomize cannot.

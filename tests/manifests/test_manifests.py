@@ -33,7 +33,7 @@ PATCH_FILES = {"kustomization.yaml", certs.CA_BUNDLE_PATCH, "serving-cert-files.
                "inject-ca.yaml", "critical-priority.yaml", "servicemonitor-ca.yaml"}
 # Custom resources of optional parts (cert-manager's and prometheus-operator's CRDs are not in
 # the schema; tests/monitoring checks the PrometheusRule with promtool, and
-# tests/unit/test_manifests_admin.py the ServiceMonitors against the Services they select).
+# tests/manifests/test_manifests_admin.py the ServiceMonitors against the Services they select).
 CUSTOM_RESOURCE_FILES = {"certificate.yaml", "prometheusrule.yaml", "servicemonitors.yaml"}
 
 

@@ -26,8 +26,7 @@ from adapter.security.selfcerts import CA_CERT_KEY
 from adapter.settings import DEFAULT_CERTS_SECRET_NAME
 from cli import certs
 from cli.certs import CertsOptions, ensure_certificates
-from tests.monitoring.support import alert_expressions
-from tests.unit.test_manifests import (
+from tests.manifests.test_manifests import (
     KUBERNETES_VERSION,
     MANIFESTS,
     REPO,
@@ -36,6 +35,7 @@ from tests.unit.test_manifests import (
     kustomize,
     one,
 )
+from tests.monitoring.support import alert_expressions
 
 Obj = dict[str, Any]
 Rule = tuple[str, str, str]  # (API group, resource, verb)
