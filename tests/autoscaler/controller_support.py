@@ -1,5 +1,5 @@
 """Helpers shared by the controller's tests: bounded waits, and in-memory doubles of the
-Kubernetes and metrics APIs and of the watch caches."""
+Kubernetes, metrics and Lease APIs and of the watch caches."""
 
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ from autoscaler.controller.watching import (
     SelectorRegistry,
     project_autoscaler,
 )
+from autoscaler.decision.leadership import Lease, LeaseSpec
 from autoscaler.decision.pod_selection import ReplicaSetOwner
 from autoscaler.kube.metrics_api import MetricsError
 from autoscaler.kube.operations import (
@@ -28,7 +29,7 @@ from autoscaler.kube.operations import (
 )
 from autoscaler.model.pods import Pod, Scale, parse_scale
 from metricscale.kube.discovery import ResourceMapping
-from metricscale.kube.errors import Conflict, KindNotFound, KubeError
+from metricscale.kube.errors import AlreadyExists, Conflict, KindNotFound, KubeError
 
 
 async def eventually(check: Callable[[], object], within: float = 60.0,
@@ -58,6 +59,7 @@ class RecordedEvent:
     type: str
     reason: str
     note: str
+    time: datetime | None = None  # the reconcile's `now`, the Event's eventTime
 
 
 class MemoryCaches:
@@ -106,6 +108,8 @@ class MemoryKube:
         default_factory=lambda: {"Deployment": DEPLOYMENTS})
     # True: status writes are not (yet) seen by the caches, as when the watch lags behind.
     lagging_watch: bool = False
+    # (namespace, name) -> what every scale write of that target fails with.
+    failing_scale_writes: dict[tuple[str, str], KubeError] = field(default_factory=dict)
 
     def set_scale(self, namespace: str, name: str, *, replicas: int, selector: str,
                   status_replicas: int | None = None) -> None:
@@ -147,6 +151,9 @@ class MemoryKube:
     async def update_scale(self, target: ResourceMapping, *, namespace: str, name: str,
                            scale: Scale, replicas: int) -> Scale:
         self._call("update_scale")
+        failure = self.failing_scale_writes.get((namespace, name))
+        if failure is not None:
+            raise failure
         obj = self.scales[(namespace, name)]
         obj["spec"]["replicas"] = replicas
         obj["status"]["replicas"] = replicas
@@ -211,7 +218,7 @@ class MemoryKube:
                            action: str = "Scale") -> bool:
         self.calls.append("create_event")
         self.events.append(RecordedEvent(regarding.namespace, regarding.name, event_type,
-                                         reason, note))
+                                         reason, note, now))
         return True
 
 
@@ -272,3 +279,45 @@ def conflict() -> Conflict:
                     "again", status=409, reason="Conflict")
 
 
+class MemoryLeases:
+    """A LeaseStore with the API server's optimistic concurrency, and fault injection."""
+
+    def __init__(self) -> None:
+        self.leases: dict[tuple[str, str], Lease] = {}
+        self.version = 0
+        self.fail: KubeError | None = None
+        self.writes = 0
+
+    def _check(self) -> None:
+        if self.fail is not None:
+            raise self.fail
+
+    def _store(self, namespace: str, name: str, spec: LeaseSpec,
+               annotations: Mapping[str, str] | None) -> Lease:
+        self.version += 1
+        self.writes += 1
+        lease = Lease(spec=spec, resource_version=str(self.version),
+                      raw={"metadata": {"namespace": namespace, "name": name}},
+                      annotations=dict(annotations or {}))
+        self.leases[(namespace, name)] = lease
+        return lease
+
+    async def read_lease(self, *, namespace: str, name: str) -> Lease | None:
+        self._check()
+        return self.leases.get((namespace, name))
+
+    async def create_lease(self, *, namespace: str, name: str, spec: LeaseSpec,
+                           annotations: Mapping[str, str] | None = None) -> Lease:
+        self._check()
+        if (namespace, name) in self.leases:
+            raise AlreadyExists(f'leases.coordination.k8s.io "{name}" already exists',
+                                status=409, reason="AlreadyExists")
+        return self._store(namespace, name, spec, annotations)
+
+    async def replace_lease(self, lease: Lease, *, spec: LeaseSpec,
+                            annotations: Mapping[str, str] | None = None) -> Lease:
+        self._check()
+        key = (lease.raw["metadata"]["namespace"], lease.raw["metadata"]["name"])
+        if self.leases[key].resource_version != lease.resource_version:
+            raise Conflict("the object has been modified", status=409, reason="Conflict")
+        return self._store(*key, spec, {**lease.annotations, **(annotations or {})})

@@ -1,11 +1,13 @@
-"""Shared pieces of the autoscaler's end-to-end tests (no tests of its own).
+"""The autoscaler against the fake API server, for the tests that need its HTTP shell: the
+Autoscaler CRD installed (fixture `autoscaler_api`), a stand-in for the Deployment and
+ReplicaSet controllers (pods follow `spec.replicas`, as the fake runs no controllers), load
+spread over those pods and published through a real Prometheus and the real adapter behind the
+fake's aggregator, or through a metrics API of the test's own (fixture `metrics_backend`), and
+controller replicas run in-process exactly as `metricscale autoscaler` wires them.
 
-A fake cluster with the Autoscaler CRD; a stand-in for the Deployment and ReplicaSet
-controllers (pods follow `spec.replicas`, as the fake runs no controllers); load spread over
-those pods, published either through a real Prometheus and the real adapter behind the fake's
-aggregator, or through a small metrics API of the test's own (HTTPS, behind the same
-aggregator); and controller replicas run in-process exactly as `metricscale autoscaler` wires
-them.
+The controller's logic is tested on the injected clock (tests/autoscaler/simulation.py), and
+the real API's part on the real control plane (tests/cluster); what is left here is what sits
+between: the program's requests, endpoints, process and the metrics pipeline's answers.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 from aiohttp import web
 
@@ -33,7 +36,9 @@ from testbed.fakes.cadvisor import CAdvisor
 from testbed.fakes.exporter import Exporter
 from testbed.fakes.kube_api import FakeKubeAPI
 from testbed.fakes.kube_store import StoreEvent
-from tests.e2e.test_adapter_auth_support import (
+from tests.adapter.auth_support import (
+    SERVICE_NAME,
+    SERVICE_NAMESPACE,
     ShiftedClock,
     make_pki,
     register_apiservices,
@@ -50,6 +55,26 @@ YEAR = timedelta(days=365)
 def install_crd(fake: FakeKubeAPI) -> None:
     crd = yaml.safe_load((REPO / "manifests" / "autoscaler" / "crd.yaml").read_text())
     fake.create("apiextensions.k8s.io", "v1", "customresourcedefinitions", crd)
+
+
+@pytest.fixture
+def autoscaler_api(fake_kube: FakeKubeAPI) -> FakeKubeAPI:
+    """The fake API server with the Autoscaler CRD installed."""
+    install_crd(fake_kube)
+    return fake_kube
+
+
+@pytest.fixture
+async def metrics_backend(autoscaler_api: FakeKubeAPI,
+                          tmp_path: Path) -> AsyncIterator[MetricsBackend]:
+    """custom.metrics.k8s.io and metrics.k8s.io of the test's own, behind the fake's
+    aggregator (values as the test sets them)."""
+    backend = MetricsBackend(autoscaler_api, tmp_path / "metrics")
+    await backend.start()
+    try:
+        yield backend
+    finally:
+        await backend.stop()
 
 
 def pods_metric(name: str, average: str) -> dict[str, Any]:
@@ -100,14 +125,9 @@ def events_of(fake: FakeKubeAPI, name: str) -> list[dict[str, Any]]:
     return sorted(found, key=lambda e: e.get("eventTime", ""))
 
 
-def scale_writes(fake: FakeKubeAPI, deployment: str) -> list[str | None]:
-    """Who wrote the scale of `deployment` (the requests' users), in order."""
-    return [r.user for r in fake.requests_to(
-        f"^/apis/apps/v1/namespaces/{NS}/deployments/{deployment}/scale$", method="PUT")]
-
-
-async def until(check: Callable[[], object], *, within: float, what: str) -> float:
-    """Poll `check` (bounded); returns the monotonic time it first held."""
+async def until(check: Callable[[], object], *, what: str, within: float = 120.0) -> float:
+    """Poll `check`; returns the monotonic time it first held. `within` is a guard against a
+    hang, not a measure (the test's own timeout is 900 s)."""
     deadline = time.monotonic() + within
     while True:
         if check():
@@ -121,19 +141,8 @@ def _scale_path(deployment: str) -> str:
     return f"/apis/apps/v1/namespaces/{NS}/deployments/{deployment}/scale"
 
 
-def scale_reads(fake: FakeKubeAPI, deployment: str, *, since: datetime | None = None,
-                before: datetime | None = None) -> list[datetime]:
-    """When the scale of `deployment` was read (the fake's clock), oldest first, optionally
-    only in [since, before): every reconcile of its autoscaler reads it once, after taking the
-    `now` it decides with (the eventTime of its Events), so a reconcile whose read is at or
-    after `since` decided with a `now` no later than the read."""
-    path = _scale_path(deployment)
-    return [r.time for r in fake.requests if r.method == "GET" and r.path == path
-            and (since is None or r.time >= since) and (before is None or r.time < before)]
-
-
 async def holds(check: Callable[[], object], *, fake: FakeKubeAPI, target: str,
-                for_seconds: float, what: str, within: float = 60.0) -> None:
+                for_seconds: float, what: str, within: float = 120.0) -> None:
     """`check` stays true for at least `for_seconds`, and through at least one whole reconcile
     of the autoscaler of Deployment `target` that began inside that window.
 
@@ -449,16 +458,6 @@ class MetricsBackend:
             await self._runner.cleanup()
 
 
-@contextlib.asynccontextmanager
-async def metrics_backend(fake: FakeKubeAPI, workdir: Path) -> AsyncIterator[MetricsBackend]:
-    backend = MetricsBackend(fake, workdir)
-    await backend.start()
-    try:
-        yield backend
-    finally:
-        await backend.stop()
-
-
 # --------------------------------------------------------------------------------------------
 # Controller replicas
 
@@ -495,12 +494,6 @@ async def controller(fake: FakeKubeAPI, *, identity: str = "replica-a",
         assert server.fatal is None, f"the controller failed: {server.fatal!r}"
 
 
-def new_user(fake: FakeKubeAPI, name: str) -> str:
-    token = f"token-{name}"
-    fake.add_user(token=token, username=name, groups=("system:masters",))
-    return token
-
-
 # --------------------------------------------------------------------------------------------
 # The real adapter, over a real Prometheus
 
@@ -516,10 +509,11 @@ class RealAdapter:
 
 @contextlib.asynccontextmanager
 async def prometheus_adapter(fake: FakeKubeAPI, workdir: Path, *, prometheus_url: str,
-                             rules: str) -> AsyncIterator[RealAdapter]:
+                             rules: str, resource_metrics: bool = False
+                             ) -> AsyncIterator[RealAdapter]:
     """The adapter serving the metrics APIs from `prometheus_url` with the config `rules`, its
-    three APIServices Available behind the fake's aggregator. It discovers series when it
-    starts: wait until Prometheus has them first."""
+    APIServices (metrics.k8s.io too with `resource_metrics`) Available behind the fake's
+    aggregator. It discovers series when it starts: wait until Prometheus has them first."""
     test_pki = make_pki(workdir / "pki")
     async with secured_adapter(workdir=workdir / "adapter", test_pki=test_pki,
                                kubeconfig=fake.write_kubeconfig(workdir / "kubeconfig"),
@@ -527,4 +521,9 @@ async def prometheus_adapter(fake: FakeKubeAPI, workdir: Path, *, prometheus_url
                                clock=ShiftedClock()) as adapter:
         ca_pem = test_pki.serving_ca.certificate_pem
         await register_apiservices(fake, port=adapter.port, ca_pem=ca_pem)
+        if resource_metrics:
+            fake.create_apiservice(group="metrics.k8s.io", version="v1beta1",
+                                   service_namespace=SERVICE_NAMESPACE,
+                                   service_name=SERVICE_NAME, ca_bundle=ca_pem)
+            await fake.wait_for_apiservice("v1beta1.metrics.k8s.io", within=15.0)
         yield RealAdapter(adapter.port, ca_pem)

@@ -13,41 +13,30 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-import jsonschema
 import kubernetes_validate
 import pytest
 import yaml
-from celpy.adapter import json_to_cel
 
 from cli import certs
 from cli.certs import CertsOptions, ensure_certificates
 from testbed.fakes.kube_cel import compile_rule, schema_rule_problems
 from testbed.fakes.tools import require_tool
+from tests.autoscaler.crd_support import (
+    CRD,
+    HERE,
+    MANIFESTS,
+    OBJECTS,
+    SCHEMA,
+    VERSION,
+    Obj,
+    cel_rules,
+    one,
+    problems,
+)
 
-REPO = Path(__file__).resolve().parents[2]
-MANIFESTS = REPO / "manifests"
-HERE = MANIFESTS / "autoscaler"
 KUBERNETES_VERSION = "1.32"
 # The newest API the CRD mirrors field for field (behavior tolerance arrived in 1.33).
 UPSTREAM_API_VERSION = "1.35"
-
-Obj = dict[str, Any]
-
-
-def documents(path: Path) -> list[Obj]:
-    return [doc for doc in yaml.safe_load_all(path.read_text()) if doc is not None]
-
-
-def one(objects: list[Obj], kind: str, name: str) -> Obj:
-    (found,) = [o for o in objects if o["kind"] == kind and o["metadata"]["name"] == name]
-    return found
-
-
-OBJECTS = [doc for path in sorted(HERE.glob("*.yaml")) if path.name != "kustomization.yaml"
-           for doc in documents(path)]
-CRD = one(OBJECTS, "CustomResourceDefinition", "autoscalers.metricscale.dev")
-(VERSION,) = CRD["spec"]["versions"]
-SCHEMA = VERSION["schema"]["openAPIV3Schema"]
 
 
 # --------------------------------------------------------------------------------- the CRD
@@ -214,75 +203,6 @@ def test_the_crd_spec_has_no_field_autoscaling_v2_lacks_but_our_extensions() -> 
         f"spec.metrics[].{source}.activationThreshold" for source in sources} | {
         "spec.behavior.syncPeriodSeconds", "spec.podSelectionStrategy", "spec.idle",
         "spec.idle.replicas", "spec.idle.cooldownSeconds"}
-
-
-# -------------------------------------- the schema as a validator (plus its CEL rules, real CEL)
-
-
-def strict(node: Any) -> Any:
-    """The schema as JSON Schema, refusing unknown fields (kubectl's default field validation)."""
-    if isinstance(node, list):
-        return [strict(item) for item in node]
-    if not isinstance(node, dict):
-        return node
-    out = {key: strict(value) for key, value in node.items()
-           if not key.startswith("x-kubernetes-") and key != "default"}
-    if node.get("type") == "object" and "properties" in node \
-            and "additionalProperties" not in node and node.get("properties") != {}:
-        out["additionalProperties"] = False
-    if node is SCHEMA["properties"]["metadata"]:
-        out = {"type": "object"}
-    return out
-
-
-VALIDATOR = jsonschema.Draft7Validator(strict(SCHEMA),
-                                       format_checker=jsonschema.Draft7Validator.FORMAT_CHECKER)
-
-
-def cel_rules(node: Obj, path: str = "") -> Iterator[tuple[str, Obj, str]]:
-    """(schema path, schema node, rule) for every x-kubernetes-validations rule."""
-    for rule in node.get("x-kubernetes-validations", []):
-        yield path, node, rule["rule"]
-    for key, child in (node.get("properties") or {}).items():
-        yield from cel_rules(child, f"{path}.{key}")
-    if "items" in node:
-        yield from cel_rules(node["items"], f"{path}[]")
-
-
-def values_at(obj: Any, path: str) -> Iterator[Any]:
-    parts = re.findall(r"[^.\[\]]+|\[\]", path)
-    current = [obj]
-    for part in parts:
-        nxt = []
-        for value in current:
-            if part == "[]" and isinstance(value, list):
-                nxt.extend(value)
-            elif isinstance(value, dict) and part in value:
-                nxt.append(value[part])
-        current = nxt
-    return iter(current)
-
-
-def cel_errors(obj: Obj) -> list[str]:
-    """The CRD's own rules over the test's objects, evaluated by real CEL (cel-python, as the
-    fake API server evaluates them)."""
-    errors = []
-    for path, _, rule in cel_rules(SCHEMA):
-        program = compile_rule(rule).program
-        for value in values_at(obj, path):
-            try:
-                passed = bool(program.evaluate({"self": json_to_cel(value)}))
-            except Exception:  # an evaluation error fails the rule, as upstream reports it
-                passed = False
-            if not passed:
-                errors.append(f"{path}: {rule}")
-    return errors
-
-
-def problems(obj: Obj) -> list[str]:
-    schema_errors = [f"{'.'.join(map(str, e.absolute_path))}: {e.message}"
-                     for e in VALIDATOR.iter_errors(obj)]
-    return schema_errors or cel_errors(obj)
 
 
 def test_every_cel_rule_compiles_in_real_cel() -> None:

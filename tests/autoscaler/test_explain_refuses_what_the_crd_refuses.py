@@ -24,7 +24,7 @@ from typing import Any, NamedTuple
 import pytest
 
 from cli.main import main
-from tests.autoscaler.test_crd import SCHEMA, VALIDATOR, cel_errors, cel_rules
+from tests.autoscaler.crd_support import SCHEMA, VALIDATOR, cel_errors, cel_rules
 
 Obj = dict[str, Any]
 

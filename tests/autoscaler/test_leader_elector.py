@@ -18,7 +18,8 @@ from autoscaler.controller.leader import (
     leader_election_config,
 )
 from autoscaler.decision.leadership import Lease, LeaseSpec
-from metricscale.kube.errors import AlreadyExists, Conflict, KubeError, ServerError
+from metricscale.kube.errors import ServerError
+from tests.autoscaler.controller_support import MemoryLeases
 
 T0 = datetime(2024, 5, 1, 12, 0, 0, tzinfo=UTC)
 CONFIG = LeaderElectionConfig(resource_name="autoscaler", resource_namespace="ops")
@@ -33,50 +34,6 @@ class Clock:
 
     def advance(self, seconds: float) -> None:
         self.now += timedelta(seconds=seconds)
-
-
-class MemoryLeases:
-    """A LeaseStore with the API server's optimistic concurrency, and fault injection."""
-
-    def __init__(self) -> None:
-        self.leases: dict[tuple[str, str], Lease] = {}
-        self.version = 0
-        self.fail: KubeError | None = None
-        self.writes = 0
-
-    def _check(self) -> None:
-        if self.fail is not None:
-            raise self.fail
-
-    def _store(self, namespace: str, name: str, spec: LeaseSpec,
-               annotations: Mapping[str, str] | None) -> Lease:
-        self.version += 1
-        self.writes += 1
-        lease = Lease(spec=spec, resource_version=str(self.version),
-                      raw={"metadata": {"namespace": namespace, "name": name}},
-                      annotations=dict(annotations or {}))
-        self.leases[(namespace, name)] = lease
-        return lease
-
-    async def read_lease(self, *, namespace: str, name: str) -> Lease | None:
-        self._check()
-        return self.leases.get((namespace, name))
-
-    async def create_lease(self, *, namespace: str, name: str, spec: LeaseSpec,
-                           annotations: Mapping[str, str] | None = None) -> Lease:
-        self._check()
-        if (namespace, name) in self.leases:
-            raise AlreadyExists("leases.coordination.k8s.io \"autoscaler\" already exists",
-                                status=409, reason="AlreadyExists")
-        return self._store(namespace, name, spec, annotations)
-
-    async def replace_lease(self, lease: Lease, *, spec: LeaseSpec,
-                            annotations: Mapping[str, str] | None = None) -> Lease:
-        self._check()
-        key = (lease.raw["metadata"]["namespace"], lease.raw["metadata"]["name"])
-        if self.leases[key].resource_version != lease.resource_version:
-            raise Conflict("the object has been modified", status=409, reason="Conflict")
-        return self._store(*key, spec, {**lease.annotations, **(annotations or {})})
 
 
 def elector(store: MemoryLeases, clock: Clock, identity: str) -> LeaderElector:

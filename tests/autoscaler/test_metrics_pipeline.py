@@ -1,35 +1,31 @@
-"""CPU autoscaling end to end on our own parts: the adapter serves metrics.k8s.io from a real
-Prometheus fed with cAdvisor's series (the default rules, `rate()` range cut to 5s as in
-test_resource_metrics_kubectl.py), behind the fake's aggregator; the controller scales a
-Deployment on a `Resource` cpu Utilization metric and on a `ContainerResource` one; when
-Prometheus stops, the adapter answers 503 and nothing scales down."""
+"""The controller on the metrics pipeline's real answers: the real adapter serving from a real
+Prometheus behind the fake API server's aggregator (custom metrics from an exporter,
+metrics.k8s.io from cAdvisor's series, the default rules with their rate windows cut to 5s).
+A ContainerResource metric reads its own container only; when Prometheus stops, the adapter
+answers 503, nothing scales down and the conditions carry the API's words, for a Pods and a
+Resource metric alike.
+
+(CPU utilization through metrics.k8s.io on the real control plane, beside upstream's HPA:
+tests/cluster/test_upstream_hpa_twins.py; the decisions themselves, on the injected clock:
+tests/autoscaler/test_controller_*.py.)"""
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
-from collections.abc import AsyncIterator
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from adapter.rules.defaults import DEFAULT_CONFIG_YAML
 from testbed.fakes.cadvisor import CAdvisor
 from testbed.fakes.exporter import Exporter
 from testbed.fakes.kube_api import FakeKubeAPI
 from testbed.fakes.prometheus import PrometheusServer
-from tests.e2e.test_adapter_auth_support import (
-    GROUP_VERSIONS,
-    SERVICE_NAME,
-    SERVICE_NAMESPACE,
-    ShiftedClock,
-    make_pki,
-    register_apiservices,
-    secured_adapter,
-)
-from tests.e2e.test_autoscaler_support import (
+from testbed.fakes.prometheus_fixtures import PrometheusFactory
+from tests.autoscaler.fake_cluster import (
     GROUP,
     NS,
     PLURAL,
@@ -41,41 +37,31 @@ from tests.e2e.test_autoscaler_support import (
     controller,
     cpu_metric,
     events_of,
+    exporter_publisher,
     holds,
-    install_crd,
+    pods_metric,
+    pods_rule,
+    prometheus_adapter,
     replicas_of,
     until,
 )
 
 pytestmark = pytest.mark.prometheus
 
-AUTOSCALER_USER = "system:serviceaccount:metricscale:autoscaler"
 CONFIG = DEFAULT_CONFIG_YAML.replace("[5m]", "[5s]").replace("window: 5m", "window: 5s")
+SERIES = "mspipe_http_requests"
 FAST_UP: dict[str, Any] = {
     "scaleUp": {"stabilizationWindowSeconds": 0,
                 "policies": [{"type": "Pods", "value": 10, "periodSeconds": 1}]},
     "scaleDown": {"stabilizationWindowSeconds": 0}}
-# Fast up, upstream's default 300 s down: a 5s rate() read between scrapes may dip, and the
-# first test is about the scale-up and the count it then keeps.
-FAST_UP_ONLY: dict[str, Any] = {"scaleUp": FAST_UP["scaleUp"]}
 
 
-@contextlib.asynccontextmanager
-async def adapter_serving_resource_metrics(fake: FakeKubeAPI, workdir: Path, *,
-                                           prometheus: PrometheusServer) -> AsyncIterator[None]:
-    test_pki = make_pki(workdir / "pki")
-    async with secured_adapter(workdir=workdir / "adapter", test_pki=test_pki,
-                               kubeconfig=fake.write_kubeconfig(workdir / "kubeconfig"),
-                               prometheus_url=prometheus.url, config_text=CONFIG,
-                               clock=ShiftedClock()) as adapter:
-        await register_apiservices(fake, port=adapter.port,
-                                   ca_pem=test_pki.serving_ca.certificate_pem)
-        assert ("metrics.k8s.io", "v1beta1", 100) not in GROUP_VERSIONS
-        fake.create_apiservice(group="metrics.k8s.io", version="v1beta1",
-                               service_namespace=SERVICE_NAMESPACE, service_name=SERVICE_NAME,
-                               ca_bundle=test_pki.serving_ca.certificate_pem)
-        await fake.wait_for_apiservice("v1beta1.metrics.k8s.io", within=15.0)
-        yield
+def config_with_pods_rule(job: str) -> str:
+    """The default rules (5s windows) and one Pods rule for SERIES of exporter `job`."""
+    config = yaml.safe_load(CONFIG)
+    config["rules"].extend(yaml.safe_load(pods_rule(
+        series_query=f'__name__="{SERIES}"', prefix="mspipe_", job=job)))
+    return str(yaml.safe_dump(config))
 
 
 async def settled(prometheus: PrometheusServer, deployment: str, pods: int,
@@ -85,7 +71,7 @@ async def settled(prometheus: PrometheusServer, deployment: str, pods: int,
         f'rate(container_cpu_usage_seconds_total{{namespace="{NS}",pod=~"{deployment}-.*",'
         'container="app"}[5s])',
         lambda samples: len(samples) == pods
-        and abs(sum(float(s.value) for s in samples) - cores) < 0.1 * cores, timeout=30)
+        and abs(sum(float(s.value) for s in samples) - cores) < 0.1 * cores, timeout=60)
 
 
 def sizes(fake: FakeKubeAPI, name: str) -> list[int]:
@@ -93,55 +79,10 @@ def sizes(fake: FakeKubeAPI, name: str) -> list[int]:
             for e in events_of(fake, name) if e["reason"] == "SuccessfulRescale"]
 
 
-async def test_cpu_utilization_scales_a_deployment_through_metrics_k8s_io(
-        fake_kube: FakeKubeAPI, tmp_path: Path, prometheus: PrometheusServer,
-        exporter: Exporter) -> None:
-    install_crd(fake_kube)
-    cadvisor = CAdvisor(exporter)
-    async with cadvisor, Workload(fake_kube, "cpuweb", replicas=2, total=Decimal("0.4"),
-                                  publish=cadvisor_publisher(cadvisor),
-                                  cpu_request="500m") as web:
-        await settled(prometheus, "cpuweb", 2, 0.4)
-        async with adapter_serving_resource_metrics(fake_kube, tmp_path, prometheus=prometheus):
-            fake_kube.create(GROUP, VERSION, PLURAL, autoscaler(
-                "cpuweb", target="cpuweb", metrics=[cpu_metric(50)], min_replicas=2,
-                max_replicas=10, behavior=FAST_UP_ONLY))
-            # A service account, not system:masters (which the adapter lets through without
-            # asking, as the generic apiserver does): its requests need SubjectAccessReviews.
-            fake_kube.add_user(token="autoscaler-token",
-                               username=AUTOSCALER_USER,
-                               groups=("system:serviceaccounts",))
-            async with controller(fake_kube, token="autoscaler-token"):
-                await until(lambda: condition(fake_kube, "cpuweb", "ScalingActive") ==
-                            ("True", "ValidMetricFound",
-                             "the HPA was able to successfully calculate a replica count from "
-                             "cpu resource utilization (percentage of request)"),
-                            within=20, what="a first decision from metrics.k8s.io")
-                assert replicas_of(fake_kube, "cpuweb") == 2  # 40% of the request, under 50%
-                # 1.4 cores over 500m requests at 50% is six pods' worth (5.6 rounded up),
-                # from any count on the way (3, 4 or 5 pods all ask for 6). Six then run at
-                # 46.7%, inside the 10% tolerance with room for a 5s rate() that overshoots
-                # while the load moves to the new pods (up to 55% keeps 6).
-                web.set_load("1.4")
-                await until(lambda: replicas_of(fake_kube, "cpuweb") == 6, within=30,
-                            what="the scale-up to 6")
-                await holds(lambda: replicas_of(fake_kube, "cpuweb") == 6, fake=fake_kube,
-                            target="cpuweb", for_seconds=3, what="6 pods at 46.7% each stay 6")
-    assert sizes(fake_kube, "cpuweb")[-1] == 6
-    # Authorized as the other groups are: a SubjectAccessReview for list pods in
-    # metrics.k8s.io, in the autoscaler's namespace.
-    attributes = [(r.get("spec") or {}).get("resourceAttributes") or {}
-                  for r in fake_kube.subject_access_reviews
-                  if (r.get("spec") or {}).get("user") == AUTOSCALER_USER]
-    assert {"group": "metrics.k8s.io", "resource": "pods", "verb": "list", "namespace": NS,
-            "version": "v1beta1"}.items() <= next(
-        (a for a in attributes if a.get("group") == "metrics.k8s.io"), {}).items()
-
-
 async def test_a_container_resource_metric_reads_only_its_container(
-        fake_kube: FakeKubeAPI, tmp_path: Path, prometheus: PrometheusServer,
+        autoscaler_api: FakeKubeAPI, tmp_path: Path, prometheus: PrometheusServer,
         exporter: Exporter) -> None:
-    install_crd(fake_kube)
+    fake_kube = autoscaler_api
     cadvisor = CAdvisor(exporter)
     # A busy sidecar (not in the pod spec's requests) would push a pod-wide figure up; the
     # ContainerResource metric sees container "app" only.
@@ -149,7 +90,8 @@ async def test_a_container_resource_metric_reads_only_its_container(
                                   publish=cadvisor_publisher(cadvisor, sidecar_cpu=2.0),
                                   cpu_request="500m"):
         await settled(prometheus, "boxweb", 2, 0.4)
-        async with adapter_serving_resource_metrics(fake_kube, tmp_path, prometheus=prometheus):
+        async with prometheus_adapter(fake_kube, tmp_path, prometheus_url=prometheus.url,
+                                      rules=CONFIG, resource_metrics=True):
             fake_kube.create(GROUP, VERSION, PLURAL, autoscaler(
                 "boxweb", target="boxweb", min_replicas=1, max_replicas=10, behavior=FAST_UP,
                 metrics=[{"type": "ContainerResource", "containerResource": {
@@ -157,43 +99,66 @@ async def test_a_container_resource_metric_reads_only_its_container(
                     "target": {"type": "Utilization", "averageUtilization": 20}}}]))
             async with controller(fake_kube):
                 # app uses 0.2 cores of 0.5 requested per pod: 40% against 20%: 4 pods.
-                await until(lambda: replicas_of(fake_kube, "boxweb") == 4, within=30,
+                await until(lambda: replicas_of(fake_kube, "boxweb") == 4,
                             what="the scale-up to 4 on container app alone")
                 await until(lambda: (condition(fake_kube, "boxweb", "ScalingActive")
                                      or ("", "", ""))[2].endswith(
                     "cpu container resource utilization (percentage of request)"),
-                    within=10, what="the container resource condition")
+                    what="the container resource condition")
 
 
-async def test_when_prometheus_stops_the_adapter_answers_503_and_nothing_scales_down(
-        fake_kube: FakeKubeAPI, tmp_path: Path, prometheus_factory: Any) -> None:
-    own: PrometheusServer = prometheus_factory()
+async def test_when_prometheus_stops_nothing_scales_down_and_the_conditions_say_why(
+        autoscaler_api: FakeKubeAPI, tmp_path: Path,
+        prometheus_factory: PrometheusFactory) -> None:
+    fake_kube = autoscaler_api
+    own = prometheus_factory()
     with Exporter() as exporter:
         own.add_target(exporter)
-        install_crd(fake_kube)
         cadvisor = CAdvisor(exporter)
-        async with cadvisor, Workload(fake_kube, "downweb", replicas=4, total=Decimal("1"),
-                                      publish=cadvisor_publisher(cadvisor),
-                                      cpu_request="500m") as web:
-            await settled(own, "downweb", 4, 1.0)
-            async with adapter_serving_resource_metrics(fake_kube, tmp_path, prometheus=own):
+        async with cadvisor, \
+                Workload(fake_kube, "web", replicas=4, total=Decimal(40),
+                         publish=exporter_publisher(exporter, SERIES)) as web, \
+                Workload(fake_kube, "cpuweb", replicas=4, total=Decimal(1),
+                         publish=cadvisor_publisher(cadvisor), cpu_request="500m") as cpuweb:
+            await own.wait_for_async(f'{SERIES}{{job="{exporter.job}"}}',
+                                     lambda samples: len(samples) >= 4, timeout=60)
+            await settled(own, "cpuweb", 4, 1.0)
+            async with prometheus_adapter(fake_kube, tmp_path, prometheus_url=own.url,
+                                          rules=config_with_pods_rule(exporter.job),
+                                          resource_metrics=True):
                 fake_kube.create(GROUP, VERSION, PLURAL, autoscaler(
-                    "downweb", target="downweb", metrics=[cpu_metric(50)], min_replicas=1,
+                    "web", target="web", metrics=[pods_metric("http_requests", "10")],
+                    min_replicas=1, max_replicas=8,
+                    behavior={"scaleDown": {"stabilizationWindowSeconds": 0}}))
+                fake_kube.create(GROUP, VERSION, PLURAL, autoscaler(
+                    "cpuweb", target="cpuweb", metrics=[cpu_metric(50)], min_replicas=1,
                     max_replicas=8, behavior=FAST_UP))
+
+                def active(name: str) -> tuple[str, str, str]:
+                    return condition(fake_kube, name, "ScalingActive") or ("", "", "")
+
                 async with controller(fake_kube):
-                    await until(lambda: (condition(fake_kube, "downweb", "ScalingActive")
-                                         or ("",))[0] == "True", within=20, what="a decision")
-                    assert replicas_of(fake_kube, "downweb") == 4
+                    await until(lambda: active("web")[0] == active("cpuweb")[0] == "True",
+                                what="a decision for each")
+                    assert replicas_of(fake_kube, "web") == replicas_of(fake_kube, "cpuweb") == 4
                     await asyncio.to_thread(own.stop)
-                    web.set_load("0.1")  # would be a scale-down to 1, if anyone could see it
-                    await until(lambda: (condition(fake_kube, "downweb", "ScalingActive")
-                                         or ("", ""))[1] == "FailedGetResourceMetric",
-                                within=20, what="the failing metric in the conditions")
-                    await holds(lambda: replicas_of(fake_kube, "downweb") == 4,
-                                fake=fake_kube, target="downweb", for_seconds=2,
-                                what="no scale-down without metrics")
-    _, _, message = condition(fake_kube, "downweb", "ScalingActive") or ("", "", "")
-    assert message.startswith("the HPA was unable to compute the replica count: failed to get "
-                              "cpu utilization: unable to get metrics for resource cpu: "
-                              "unable to fetch metrics from resource metrics API: ")
-    assert sizes(fake_kube, "downweb") == []
+                    # Each would be a scale-down to 1, if anyone could see it.
+                    web.set_load(1)
+                    cpuweb.set_load("0.1")
+                    await until(lambda: active("web")[1] == "FailedGetPodsMetric"
+                                and active("cpuweb")[1] == "FailedGetResourceMetric",
+                                what="the failing metrics in the conditions")
+                    for name in ("web", "cpuweb"):
+                        await holds(lambda name=name: replicas_of(fake_kube, name) == 4,  # type: ignore[misc]
+                                    fake=fake_kube, target=name, for_seconds=2,
+                                    what=f"no scale-down of {name} without metrics")
+    assert active("web")[2].startswith(
+        "the HPA was unable to compute the replica count: unable to get metric http_requests: "
+        "unable to fetch metrics from custom metrics API: ")
+    assert active("cpuweb")[2].startswith(
+        "the HPA was unable to compute the replica count: failed to get cpu utilization: "
+        "unable to get metrics for resource cpu: unable to fetch metrics from resource "
+        "metrics API: ")
+    reasons = [e["reason"] for e in events_of(fake_kube, "web")]
+    assert "FailedGetPodsMetric" in reasons and "FailedComputeMetricsReplicas" in reasons
+    assert sizes(fake_kube, "web") == sizes(fake_kube, "cpuweb") == []

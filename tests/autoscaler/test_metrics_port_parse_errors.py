@@ -12,13 +12,13 @@ import pytest
 from autoscaler.decision.settings import Settings
 from autoscaler.server import Options, serve_autoscaler
 from testbed.fakes.kube_api import FakeKubeAPI
-from tests.e2e.test_autoscaler_support import election, install_crd
+from tests.autoscaler.fake_cluster import election
 from tests.raw_http import raw_exchange, unparseable_requests
 
 
 @pytest.fixture
-async def metrics_port(fake_kube: FakeKubeAPI) -> AsyncIterator[int]:
-    install_crd(fake_kube)
+async def metrics_port(autoscaler_api: FakeKubeAPI) -> AsyncIterator[int]:
+    fake_kube = autoscaler_api
     options = Options(settings=Settings(), leader_election=election(enabled=False),
                       concurrent_syncs=1, identity="replica-a", lease_namespace="metricscale",
                       reporting_instance="replica-a", metrics_bind_address="127.0.0.1:0")

@@ -10,7 +10,9 @@ import pytest
 
 from testbed.fakes.kube_api import FakeKubeAPI
 from testbed.fakes.tools import require_tool
-from tests.e2e.test_autoscaler_support import install_crd
+
+# Every test here runs against the fake API server with the Autoscaler CRD.
+pytestmark = pytest.mark.usefixtures("autoscaler_api")
 
 
 async def run(*args: str) -> tuple[int, str, str]:
@@ -36,7 +38,6 @@ async def kubectl_get_msa(kubeconfig: Path, namespace: str) -> tuple[int, str, s
 @pytest.mark.kubectl
 async def test_create_then_kubectl_get_msa_shows_it(fake_kube: FakeKubeAPI,
                                                     kubeconfig: Path) -> None:
-    install_crd(fake_kube)
     code, out, err = await autoscale(kubeconfig, "deployment/web", "--min", "2", "--max", "10",
                                      "--cpu-percent", "50", "-n", "shop")
     assert (code, out.strip(), err) == (0, "autoscaler.metricscale.dev/web autoscaled", "")
@@ -47,7 +48,6 @@ async def test_create_then_kubectl_get_msa_shows_it(fake_kube: FakeKubeAPI,
 
 async def test_second_create_reports_already_exists(fake_kube: FakeKubeAPI,
                                                     kubeconfig: Path) -> None:
-    install_crd(fake_kube)
     code, _, err = await autoscale(kubeconfig, "deploy", "web", "--max", "3", "-n", "shop")
     assert code == 0, err
     code, _, err = await autoscale(kubeconfig, "deploy", "web", "--max", "3", "-n", "shop")
@@ -60,7 +60,6 @@ async def test_server_dry_run_sends_dry_run_all(fake_kube: FakeKubeAPI,
                                                kubeconfig: Path) -> None:
     # The fake API server does not implement dryRun (it would persist the object), so this
     # pins the wire contract that makes a real API server create nothing.
-    install_crd(fake_kube)
     code, out, err = await autoscale(kubeconfig, "sts/db", "--max", "4", "--metric", "rps=100",
                                      "--dry-run=server", "-n", "shop")
     assert code == 0, err
@@ -71,7 +70,6 @@ async def test_server_dry_run_sends_dry_run_all(fake_kube: FakeKubeAPI,
 
 
 async def test_client_dry_run_sends_nothing(fake_kube: FakeKubeAPI, kubeconfig: Path) -> None:
-    install_crd(fake_kube)
     code, out, err = await autoscale(kubeconfig, "rc/old", "--max", "2", "--dry-run=client",
                                      "-o", "name")
     assert (code, out.strip(), err) == (0, "autoscaler.metricscale.dev/old", "")

@@ -12,21 +12,23 @@ import pytest
 
 from cli.main import main
 from testbed.fakes.kube_api import FakeKubeAPI
-from tests.e2e.test_autoscaler_support import (
+from tests.autoscaler.fake_cluster import (
     GROUP,
     NS,
     PLURAL,
     VERSION,
+    MetricsBackend,
     Workload,
     autoscaler,
     controller,
-    install_crd,
-    metrics_backend,
     pods_metric,
     replicas_of,
     status_of,
     until,
 )
+
+# Every test here runs against the fake API server with the Autoscaler CRD.
+pytestmark = pytest.mark.usefixtures("autoscaler_api")
 
 
 def current_average(fake: FakeKubeAPI) -> str | None:
@@ -38,13 +40,12 @@ def current_average(fake: FakeKubeAPI) -> str | None:
 
 
 async def test_explain_live_captures_the_inputs_and_history_and_agrees_with_the_controller(
-        fake_kube: FakeKubeAPI, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    install_crd(fake_kube)
+        fake_kube: FakeKubeAPI, metrics_backend: MetricsBackend, tmp_path: Path,
+        capsys: pytest.CaptureFixture[str]) -> None:
     kubeconfig = fake_kube.write_kubeconfig(tmp_path / "kubeconfig")
     saved = tmp_path / "snapshot.json"
-    async with metrics_backend(fake_kube, tmp_path / "metrics") as backend, \
-            Workload(fake_kube, "web", replicas=2, total=Decimal(60),
-                     publish=backend.publisher("http_requests")) as web:
+    async with Workload(fake_kube, "web", replicas=2, total=Decimal(60),
+                        publish=metrics_backend.publisher("http_requests")) as web:
         fake_kube.create(GROUP, VERSION, PLURAL, autoscaler(
             "web", target="web", metrics=[pods_metric("http_requests", "10")], max_replicas=6))
         async with controller(fake_kube):
@@ -54,7 +55,7 @@ async def test_explain_live_captures_the_inputs_and_history_and_agrees_with_the_
             # controller stops, so explain reads what its last reconcile read.
             await until(lambda: replicas_of(fake_kube, "web") == 6 and len(web.pods()) == 6
                         and status_of(fake_kube, "web").get("currentReplicas") == 6
-                        and current_average(fake_kube) == "10", within=30,
+                        and current_average(fake_kube) == "10",
                         what=f"the controller settled at 6, have {status_of(fake_kube, 'web')}")
         status = status_of(fake_kube, "web")
         capsys.readouterr()
@@ -84,7 +85,6 @@ async def test_explain_live_captures_the_inputs_and_history_and_agrees_with_the_
 
 async def test_explain_live_names_what_it_could_not_read(
         fake_kube: FakeKubeAPI, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    install_crd(fake_kube)
     kubeconfig = fake_kube.write_kubeconfig(tmp_path / "kubeconfig")
     code = await asyncio.to_thread(main, ["explain", "--live", "shop/missing", "--kubeconfig",
                                           str(kubeconfig)])
@@ -96,7 +96,6 @@ async def test_explain_live_names_what_it_could_not_read(
 
 async def test_explain_live_without_published_settings_says_defaults_are_assumed(
         fake_kube: FakeKubeAPI, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    install_crd(fake_kube)
     kubeconfig = fake_kube.write_kubeconfig(tmp_path / "kubeconfig")
     fake_kube.create(GROUP, VERSION, PLURAL, autoscaler(
         "web", target="web", metrics=[pods_metric("http_requests", "10")], max_replicas=6))
@@ -111,10 +110,10 @@ async def test_explain_live_without_published_settings_says_defaults_are_assumed
 
 
 async def test_explain_live_redoes_the_owner_based_pod_selection_with_the_replica_sets(
-        fake_kube: FakeKubeAPI, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+        fake_kube: FakeKubeAPI, metrics_backend: MetricsBackend, tmp_path: Path,
+        capsys: pytest.CaptureFixture[str]) -> None:
     """KEP-5325: the capture holds the namespace's ReplicaSets, so explain picks web's own pods
     out of the selector's (a Job's pod sharing the labels is left out) as the controller does."""
-    install_crd(fake_kube)
     kubeconfig = fake_kube.write_kubeconfig(tmp_path / "kubeconfig")
     saved = tmp_path / "snapshot.json"
     labels = {"app": "web"}
@@ -136,14 +135,13 @@ async def test_explain_live_redoes_the_owner_based_pod_selection_with_the_replic
     obj = autoscaler("web", target="web", metrics=[pods_metric("rps", "10")], max_replicas=10)
     obj["spec"]["podSelectionStrategy"] = "OwnerReferences"
     fake_kube.create(GROUP, VERSION, PLURAL, obj)
-    async with metrics_backend(fake_kube, tmp_path / "metrics") as backend:
-        # web's pods at the target, the Job's busy: counted, (10 + 10 + 70) / 3 = 30 a pod.
-        backend.publisher("rps")({"web-1-a": Decimal(10), "web-1-b": Decimal(10),
-                                  "migrate-x": Decimal(70)})
-        capsys.readouterr()
-        code = await asyncio.to_thread(main, [
-            "explain", "--live", f"{NS}/web", "--kubeconfig", str(kubeconfig),
-            "--save-snapshot", str(saved)])
+    # web's pods at the target, the Job's busy: counted, (10 + 10 + 70) / 3 = 30 a pod.
+    metrics_backend.publisher("rps")({"web-1-a": Decimal(10), "web-1-b": Decimal(10),
+                                      "migrate-x": Decimal(70)})
+    capsys.readouterr()
+    code = await asyncio.to_thread(main, [
+        "explain", "--live", f"{NS}/web", "--kubeconfig", str(kubeconfig),
+        "--save-snapshot", str(saved)])
     decision = json.loads(capsys.readouterr().out)
     assert code == 0
     assert decision["ignoredPods"] == 1

@@ -379,6 +379,7 @@ def test_plot_to_an_unknown_format_exits_2(
     assert ".png or .svg" in capsys.readouterr().err
 
 
+@pytest.mark.usefixtures("autoscaler_api")  # the fake API server with the Autoscaler CRD
 async def test_replay_live_decides_with_the_settings_the_controller_published(
         backfilled: PrometheusServer, files: tuple[Path, Path], fake_kube: Any,
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -392,9 +393,6 @@ async def test_replay_live_decides_with_the_settings_the_controller_published(
         render_settings,
         render_settings_annotation,
     )
-    from tests.e2e.test_autoscaler_support import install_crd
-
-    install_crd(fake_kube)
     fake_kube.create("metricscale.dev", "v1alpha1", "autoscalers", json.loads(
         json.dumps(AUTOSCALER)))
     kubeconfig = fake_kube.write_kubeconfig(tmp_path / "kubeconfig")
@@ -436,6 +434,7 @@ async def test_replay_live_decides_with_the_settings_the_controller_published(
     assert flagged == defaults
 
 
+@pytest.mark.usefixtures("autoscaler_api")
 @pytest.mark.parametrize("where", ["KUBECONFIG", "~/.kube/config"])
 async def test_replay_live_finds_the_cluster_as_every_command_does(
         backfilled: PrometheusServer, files: tuple[Path, Path], fake_kube: Any,
@@ -445,9 +444,6 @@ async def test_replay_live_finds_the_cluster_as_every_command_does(
     --help says so, and the adapter, the autoscaler, explain and autoscale do so)."""
     import asyncio
 
-    from tests.e2e.test_autoscaler_support import install_crd
-
-    install_crd(fake_kube)
     fake_kube.create("metricscale.dev", "v1alpha1", "autoscalers", json.loads(
         json.dumps(AUTOSCALER)))
     monkeypatch.delenv("KUBECONFIG", raising=False)

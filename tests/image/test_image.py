@@ -118,7 +118,7 @@ def free_port() -> int:
 
 async def readyz(port: int) -> int | None:
     # The pair is self-signed inside a tmpfs the host cannot read: this only checks the
-    # status, the TLS of the adapter is covered by tests/e2e.
+    # status, the TLS of the adapter is covered by tests/adapter.
     context = ssl.create_default_context()
     context.check_hostname = False
     context.verify_mode = ssl.CERT_NONE
@@ -195,7 +195,7 @@ CUSTOM = "/apis/custom.metrics.k8s.io/v1beta2"
 
 async def get(port: int, path: str) -> tuple[int, str]:
     """Status and body of a GET to the adapter in the container (its self-signed pair is in a
-    tmpfs the host cannot read: TLS is not verified here; tests/e2e covers it)."""
+    tmpfs the host cannot read: TLS is not verified here; tests/adapter covers it)."""
     context = ssl.create_default_context()
     context.check_hostname = False
     context.verify_mode = ssl.CERT_NONE
