@@ -1,10 +1,14 @@
 """Shared pieces of the adapter's auth end-to-end tests (no tests of its own: the helpers are
 checked in tests/adapter/test_support.py).
 
-A test PKI, a fake cluster whose aggregator proxies the three metrics APIServices to the adapter,
-a real Prometheus with a known set of series, the adapter run in-process exactly as
+A test PKI; the cluster (the session's real control plane, `auth_environment`: kube-apiserver's
+aggregator proxies the three metrics APIServices to the adapter, the adapter delegates
+authentication and authorization to it through a recording fault proxy, real RBAC decides);
+a real Prometheus with a known set of series; the adapter run in-process exactly as
 `adapter.server.serve` wires it (ReloadingServerContext, `build_security`, `create_app`,
-`install`), and a raw HTTPS client that sends paths and headers byte for byte.
+`install`); and a raw HTTPS client that sends paths and headers byte for byte. The fake
+cluster's pieces (`register_apiservices`, `trust_extra_proxy_ca`) remain for what only it can
+be made to do, and for the autoscaler's tests that run the adapter behind it.
 """
 
 from __future__ import annotations
@@ -13,7 +17,6 @@ import asyncio
 import contextlib
 import json
 import logging
-import secrets
 import ssl
 import time
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
@@ -31,9 +34,21 @@ from adapter.security.delegation import AdapterSecurity, build_security
 from adapter.security.tls import ReloadingServerContext
 from adapter.settings import parse_settings
 from metricscale import pki
+from testbed.controlplane import ControlPlane
 from testbed.fakes.exporter import Exporter
 from testbed.fakes.kube_api import FakeKubeAPI
 from testbed.fakes.prometheus import ExporterPool, PrometheusServer, count_of
+from tests.adapter.cluster import (
+    GROUP_VERSIONS,
+    ModuleCluster,
+    Objects,
+    RecordingProxy,
+    apiservices_given_back,
+    grant_metrics_readers,
+    node_manifest,
+    pod_manifest,
+    proxy_for,
+)
 
 SERVICE_NAMESPACE = "metricscale"
 SERVICE_NAME = "metricscale-adapter"
@@ -42,9 +57,6 @@ PROXY_CN = "front-proxy-client"
 HPA_ACCEPT = "application/vnd.kubernetes.protobuf, */*"
 AGGREGATED_ACCEPT = ("application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList,"
                      "application/json;g=apidiscovery.k8s.io;v=v2beta1;as=APIGroupDiscoveryList")
-GROUP_VERSIONS = (("custom.metrics.k8s.io", "v1beta1", 100),
-                  ("custom.metrics.k8s.io", "v1beta2", 200),
-                  ("external.metrics.k8s.io", "v1beta1", 100))
 CUSTOM = "/apis/custom.metrics.k8s.io"
 EXTERNAL = "/apis/external.metrics.k8s.io/v1beta1"
 YEAR = timedelta(days=365)
@@ -96,19 +108,23 @@ class AuthPKI:
         return sorted(self.directory.glob("*.key"))
 
 
-def make_pki(directory: Path) -> AuthPKI:
+def make_pki(directory: Path, *, service_dns: str = SERVICE_DNS,
+             proxy_ca: pki.CertifiedKey | None = None) -> AuthPKI:
+    """Serving pair for localhost and `service_dns`; `proxy_ca` is the front proxy's CA
+    (a real cluster's), else one of the test's own that a fake cluster is told to trust."""
     directory.mkdir(parents=True, exist_ok=True)
     now = datetime.now(UTC) - timedelta(minutes=5)
     serving_ca = pki.generate_ca(common_name="adapter-serving-ca", now=now, validity=YEAR)
     serving = pki.issue_serving_certificate(
-        serving_ca, common_name=SERVICE_NAME, dns_names=("localhost", SERVICE_DNS),
+        serving_ca, common_name=SERVICE_NAME, dns_names=("localhost", service_dns),
         ip_addresses=("127.0.0.1",), now=now, validity=YEAR)
     pki.write_certificate(directory / "serving-ca.crt", serving_ca.certificate)
     return AuthPKI(
         directory=directory, serving_ca=serving_ca,
         serving_cert=pki.write_certificate(directory / "serving.crt", serving.certificate),
         serving_key=pki.write_private_key(directory / "serving.key", serving.private_key),
-        proxy_ca=pki.generate_ca(common_name="test-front-proxy-ca", now=now, validity=YEAR),
+        proxy_ca=proxy_ca or pki.generate_ca(common_name="test-front-proxy-ca", now=now,
+                                             validity=YEAR),
         stranger_ca=pki.generate_ca(common_name="stranger-ca", now=now, validity=YEAR))
 
 
@@ -221,14 +237,26 @@ def _dechunk(data: bytes) -> bytes:
 # The cluster, the series and the adapter's rules
 
 
+@dataclass(frozen=True)
+class Seeded:
+    """The names the series and objects are made under (a real cluster's are the module's
+    own: namespaces and nodes other tests of the session do not use)."""
+
+    shop: str = "shop"
+    quant: str = "quant"
+    node_1: str = "node-1"
+    node_2: str = "node-2"
+
+
+SHOP_PODS = (("web-0", "web"), ("web-1", "web"), ("other-0", "other"), ("w.b", "dotted"),
+             ("wxb", "lookalike"))
+
+
 def seed_cluster(fake: FakeKubeAPI) -> None:
     for namespace in ("shop", "quant", SERVICE_NAMESPACE):
         fake.create_namespace(namespace)
-    fake.create_pod("web-0", namespace="shop", labels={"app": "web"})
-    fake.create_pod("web-1", namespace="shop", labels={"app": "web"})
-    fake.create_pod("other-0", namespace="shop", labels={"app": "other"})
-    fake.create_pod("w.b", namespace="shop", labels={"app": "dotted"})
-    fake.create_pod("wxb", namespace="shop", labels={"app": "lookalike"})
+    for name, app in SHOP_PODS:
+        fake.create_pod(name, namespace="shop", labels={"app": app})
     fake.create_deployment("web", namespace="shop", labels={"app": "web"})
     for index in range(len(QUANTITY_TABLE)):
         fake.create_pod(f"q-{index}", namespace="quant", labels={"app": "quantity"})
@@ -236,30 +264,47 @@ def seed_cluster(fake: FakeKubeAPI) -> None:
         fake.create("", "v1", "nodes", {"metadata": {"name": node, "labels": {"pool": "a"}}})
 
 
-def export_series(exporter: Exporter) -> int:
+async def seed_real_cluster(objects: Objects, seeded: Seeded) -> None:
+    """The same objects in a real cluster: the pods are never scheduled (nothing here needs
+    them to run), the Deployment has no replicas, the Nodes are unschedulable."""
+    await objects.create(
+        *(pod_manifest(name, seeded.shop, labels={"app": app}) for name, app in SHOP_PODS),
+        *(pod_manifest(f"q-{index}", seeded.quant, labels={"app": "quantity"})
+          for index in range(len(QUANTITY_TABLE))),
+        *(node_manifest(node, labels={"pool": "a"}) for node in (seeded.node_1, seeded.node_2)))
+    await objects.create({
+        "apiVersion": "apps/v1", "kind": "Deployment",
+        "metadata": {"name": "web", "namespace": seeded.shop, "labels": {"app": "web"}},
+        "spec": {"replicas": 0, "selector": {"matchLabels": {"app": "web"}},
+                 "template": {"metadata": {"labels": {"app": "web"}},
+                              "spec": pod_manifest("web", seeded.shop)["spec"]}}})
+
+
+def export_series(exporter: Exporter, seeded: Seeded = Seeded()) -> int:
     """Set every series the tests read; returns how many there are."""
+    shop = seeded.shop
     series: list[tuple[str, dict[str, str], Decimal]] = [
-        ("msauth_http_requests", {"namespace": "shop", "pod": "web-0", "verb": "GET"},
+        ("msauth_http_requests", {"namespace": shop, "pod": "web-0", "verb": "GET"},
          Decimal("1.5")),
-        ("msauth_http_requests", {"namespace": "shop", "pod": "web-0", "verb": "POST"},
+        ("msauth_http_requests", {"namespace": shop, "pod": "web-0", "verb": "POST"},
          Decimal("0.5")),
-        ("msauth_http_requests", {"namespace": "shop", "pod": "web-1", "verb": "GET"},
+        ("msauth_http_requests", {"namespace": shop, "pod": "web-1", "verb": "GET"},
          Decimal(2)),
-        ("msauth_http_requests", {"namespace": "shop", "pod": "other-0", "verb": "GET"},
+        ("msauth_http_requests", {"namespace": shop, "pod": "other-0", "verb": "GET"},
          Decimal(7)),
-        ("msauth_http_requests", {"namespace": "shop", "pod": "w.b", "verb": "GET"},
+        ("msauth_http_requests", {"namespace": shop, "pod": "w.b", "verb": "GET"},
          Decimal(3)),
-        ("msauth_http_requests", {"namespace": "shop", "pod": "wxb", "verb": "GET"},
+        ("msauth_http_requests", {"namespace": shop, "pod": "wxb", "verb": "GET"},
          Decimal(100)),
-        ("msauth_queue_length", {"namespace": "shop"}, Decimal(42)),
-        ("msauth_temperature", {"node": "node-1"}, Decimal("61.5")),
-        ("msauth_temperature", {"node": "node-2"}, Decimal(58)),
-        ("msauth_rps", {"namespace": "shop", "deployment": "web"}, Decimal(250)),
-        ("msauth_queue_messages", {"namespace": "shop", "queue": "orders"}, Decimal(1200)),
-        ("msauth_queue_messages", {"namespace": "shop", "queue": "orders-retry"}, Decimal(35)),
+        ("msauth_queue_length", {"namespace": shop}, Decimal(42)),
+        ("msauth_temperature", {"node": seeded.node_1}, Decimal("61.5")),
+        ("msauth_temperature", {"node": seeded.node_2}, Decimal(58)),
+        ("msauth_rps", {"namespace": shop, "deployment": "web"}, Decimal(250)),
+        ("msauth_queue_messages", {"namespace": shop, "queue": "orders"}, Decimal(1200)),
+        ("msauth_queue_messages", {"namespace": shop, "queue": "orders-retry"}, Decimal(35)),
     ]
-    series += [("msauth_quantity", {"namespace": "quant", "pod": f"q-{index}"}, Decimal(value))
-               for index, (value, _) in enumerate(QUANTITY_TABLE)]
+    series += [("msauth_quantity", {"namespace": seeded.quant, "pod": f"q-{index}"},
+                Decimal(value)) for index, (value, _) in enumerate(QUANTITY_TABLE)]
     for name, labels, value in series:
         exporter.set(name, labels, value, type="gauge")
     return len(series)
@@ -425,21 +470,44 @@ async def register_apiservices(fake: FakeKubeAPI, *, port: int, ca_pem: bytes) -
         await fake.wait_for_apiservice(f"{version}.{group}", within=15.0)
 
 
-def reviews_for(fake: FakeKubeAPI, user: str) -> list[dict[str, Any]]:
-    return [body for body in fake.subject_access_reviews
-            if (body.get("spec") or {}).get("user") == user]
+# --------------------------------------------------------------------------------------------
+# The real cluster
+
+
+def register_real_apiservices(cluster: ControlPlane, *, port: int, ca_pem: bytes,
+                              namespace: str) -> None:
+    """The three APIServices, verified through caBundle, routed through an ExternalName
+    Service in `namespace` to the adapter on localhost; returns once all are Available.
+    Blocking: call it off the event loop the adapter serves on."""
+    for group, version, priority in GROUP_VERSIONS:
+        cluster.register_apiservice(group, version, port=port, ca_pem=ca_pem,
+                                    namespace=namespace, service=SERVICE_NAME,
+                                    priority=(100, priority))
+    for group, version, _ in GROUP_VERSIONS:
+        cluster.wait_apiservice_available(group, version, timeout=60)
+
+
+APISERVICE_NAMES = tuple(f"{version}.{group}" for group, version, _ in GROUP_VERSIONS)
 
 
 @dataclass
 class Env:
-    """One running setup: the fake cluster, the adapter registered behind its aggregator."""
+    """One running setup on the session's control plane: the adapter registered behind the
+    real aggregator, delegating to kube-apiserver through a recording fault proxy."""
 
-    fake: FakeKubeAPI
+    cluster: ModuleCluster
+    kube: RecordingProxy  # kube-apiserver as the adapter reaches it
     adapter: SecuredAdapter
     pki: AuthPKI
     clock: ShiftedClock
-    proxy: CertPair
+    proxy: CertPair  # kube-apiserver's own front-proxy client certificate
+    seeded: Seeded
+    users_namespace: str  # where new_token's service accounts live
     tokens: list[str] = field(default_factory=list)
+
+    @property
+    def control_plane(self) -> ControlPlane:
+        return self.cluster.control_plane
 
     async def as_proxy(self, path: str, *, user: str | None, groups: tuple[str, ...] = (),
                        headers: Headers = (), **kwargs: Any) -> Reply:
@@ -449,45 +517,114 @@ class Env:
         return await self.adapter.request(path, cert=self.proxy, headers=[*sent, *headers],
                                           **kwargs)
 
-    async def through_aggregator(self, path: str, *, token: str, accept: str | None = None,
-                                 ) -> Reply:
-        """A client calling kube-apiserver, which proxies to the adapter."""
-        headers = [("Authorization", f"Bearer {token}")]
+    async def through_aggregator(self, path: str, *, token: str | None = None,
+                                 cert: CertPair | None = None,
+                                 accept: str | None = None) -> Reply:
+        """A client calling kube-apiserver (a bearer token or a client certificate of the
+        cluster's CA), which proxies to the adapter."""
+        headers = [("Authorization", f"Bearer {token}")] if token is not None else []
         if accept is not None:
             headers.append(("Accept", accept))
-        return await https_request(self.fake.port, path, ca_file=self.fake.ca_file,
+        return await https_request(self.control_plane.api_port, path,
+                                   ca_file=self.control_plane.ca_file, cert=cert,
                                    headers=headers)
 
-    def new_token(self, username: str, **identity: Any) -> str:
-        token = f"tok-{secrets.token_hex(12)}"
-        self.fake.add_user(token=token, username=username, **identity)
+    def user_pair(self, user: str, *, groups: Sequence[str] = ()) -> CertPair:
+        """A client certificate of the cluster's CA (kube-apiserver and the adapter trust it)."""
+        issued = self.control_plane.client_cert(user, groups=groups)
+        return issued.cert, issued.key
+
+    def new_token(self, account: str) -> str:
+        """A token of service account `account` of the module's users namespace (its user is
+        `account_user(account)`), from the TokenRequest API."""
+        token = self.control_plane.service_account_token(self.users_namespace, account)
         self.tokens.append(token)
         return token
 
+    def account_user(self, account: str) -> str:
+        return f"system:serviceaccount:{self.users_namespace}:{account}"
+
+    def reviews_for(self, user: str) -> list[dict[str, Any]]:
+        """The SubjectAccessReviews the adapter sent for `user`, as sent."""
+        return self.kube.subject_access_reviews(user)
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """A module's part of the real cluster, ready for an adapter: objects, RBAC, PKI."""
+
+    seeded: Seeded
+    users_namespace: str
+    adapter_namespace: str
+    pki: AuthPKI
+
+
+async def prepare_real_cluster(cluster: ModuleCluster, workdir: Path, *,
+                               readers: Sequence[str] = (),
+                               writers: Sequence[str] = ()) -> Prepared:
+    """The module's objects created, RBAC letting `readers` (and the module's service
+    accounts) read metrics and `writers` do anything with them, a serving pair for the
+    adapter's Service in the module's `adapter` namespace."""
+    control_plane = cluster.control_plane
+    seeded = Seeded(shop=cluster.namespace("shop"), quant=cluster.namespace("quant"),
+                    node_1=cluster.names.cluster("node-1"),
+                    node_2=cluster.names.cluster("node-2"))
+    cluster.cleanup.add(*(node_manifest(n) for n in (seeded.node_1, seeded.node_2)))
+    users_namespace = cluster.namespace("users")
+    readers_role = f"metricscale-test-readers-{cluster.names.prefix}"
+    grant_metrics_readers(control_plane, readers_role, users=readers,
+                          groups=[f"system:serviceaccounts:{users_namespace}"])
+    writers_role = f"metricscale-test-writers-{cluster.names.prefix}"
+    grant_metrics_readers(control_plane, writers_role, users=writers, verbs=["*"])
+    cluster.cleanup.add(*({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": kind,
+                           "metadata": {"name": role}}
+                          for kind in ("ClusterRole", "ClusterRoleBinding")
+                          for role in (readers_role, writers_role)))
+    adapter_namespace = cluster.namespace("adapter")
+    async with Objects(control_plane) as objects:
+        await seed_real_cluster(objects, seeded)
+    test_pki = make_pki(workdir / "pki", service_dns=f"{SERVICE_NAME}.{adapter_namespace}.svc",
+                        proxy_ca=control_plane.front_proxy_ca)
+    return Prepared(seeded, users_namespace, adapter_namespace, test_pki)
+
 
 @contextlib.asynccontextmanager
-async def auth_environment(workdir: Path, *, prometheus: PrometheusServer,
-                           exporter_pool: ExporterPool,
+async def auth_environment(cluster: ModuleCluster, workdir: Path, *,
+                           prometheus: PrometheusServer, exporter_pool: ExporterPool,
+                           readers: Sequence[str] = (), writers: Sequence[str] = (),
                            args: Sequence[str] = ()) -> AsyncIterator[Env]:
-    """Series exported and scraped, cluster seeded, adapter running and Available."""
+    """Series exported and scraped, the module's part of the cluster prepared
+    (`prepare_real_cluster`), the adapter running and Available behind kube-apiserver's
+    aggregator."""
+    control_plane = cluster.control_plane
+    prepared = await prepare_real_cluster(cluster, workdir, readers=readers, writers=writers)
     with exporter_pool.exporter() as exporter:
-        count = export_series(exporter)
-        async with FakeKubeAPI(workdir=workdir / "kube", availability_max_backoff=0.5) as fake:
-            seed_cluster(fake)
-            fake.subject_access_review_answer = sar_policy
-            test_pki = make_pki(workdir / "pki")
-            trust_extra_proxy_ca(fake, test_pki.proxy_ca)
-            await wait_for_exported_series(prometheus, exporter, count)
-            clock = ShiftedClock()
-            async with secured_adapter(
-                    workdir=workdir / "adapter", test_pki=test_pki,
-                    kubeconfig=fake.write_kubeconfig(workdir / "kubeconfig"),
-                    prometheus_url=prometheus.url, config_text=rules_yaml(exporter.job),
-                    clock=clock, args=args) as adapter:
-                await register_apiservices(fake, port=adapter.port,
-                                           ca_pem=test_pki.serving_ca.certificate_pem)
-                yield Env(fake, adapter, test_pki, clock, test_pki.proxy_pair(),
-                          [fake.admin_token])
+        count = export_series(exporter, prepared.seeded)
+        await wait_for_exported_series(prometheus, exporter, count)
+        clock = ShiftedClock()
+        async with proxy_for(control_plane) as kube, secured_adapter(
+                workdir=workdir / "adapter", test_pki=prepared.pki,
+                kubeconfig=cluster.adapter_kubeconfig(server=kube.server),
+                prometheus_url=prometheus.url, config_text=rules_yaml(exporter.job),
+                clock=clock, args=args) as adapter:
+            with apiservices_given_back(control_plane, APISERVICE_NAMES):
+                await asyncio.to_thread(
+                    register_real_apiservices, control_plane, port=adapter.port,
+                    ca_pem=prepared.pki.serving_ca.certificate_pem,
+                    namespace=prepared.adapter_namespace)
+                front_proxy = control_plane.front_proxy_client
+                yield Env(cluster, kube, adapter, prepared.pki, clock,
+                          (front_proxy.cert, front_proxy.key), prepared.seeded,
+                          prepared.users_namespace)
+
+
+# --------------------------------------------------------------------------------------------
+# The fake cluster, for what a real one cannot be made to do
+
+
+def fake_reviews_for(fake: FakeKubeAPI, user: str) -> list[dict[str, Any]]:
+    return [body for body in fake.subject_access_reviews
+            if (body.get("spec") or {}).get("user") == user]
 
 
 # --------------------------------------------------------------------------------------------

@@ -1,8 +1,10 @@
 """Hostile callers against the running adapter: forged identities, bad certificates, PromQL
 injection through to a real Prometheus, oversized and ambiguous requests, and secrets in logs.
 
-One adapter serves the module; every log record of the run is captured from before the adapter
-starts, and the last test reads them all for tokens and private-key material.
+One adapter serves the module, behind the real control plane (tests/adapter/auth_support.py:
+real RBAC decides, the users below may read metrics); every log record of the run is captured
+from before the adapter starts, and the last test reads them all for tokens and private-key
+material.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import pytest
 import pytest_asyncio
 
 from testbed.fakes.prometheus import ExporterPool, PrometheusServer
+from testbed.faultproxy import ServerError
 from tests.adapter.auth_support import (
     CUSTOM,
     EXTERNAL,
@@ -27,13 +30,14 @@ from tests.adapter.auth_support import (
     Reply,
     auth_environment,
     capture_all_logs,
-    reviews_for,
     secrets_in,
 )
+from tests.adapter.cluster import ModuleCluster
 
-pytestmark = pytest.mark.asyncio(loop_scope="module")
+pytestmark = [pytest.mark.prometheus, pytest.mark.asyncio(loop_scope="module")]
 
-PODS = f"{CUSTOM}/v1beta2/namespaces/shop/pods"
+# The users RBAC lets read metrics (denied-path-tester and anonymous may not).
+READERS = ("injection-tester", "oversize-tester", "path-tester", "carol")
 
 
 @dataclass
@@ -49,12 +53,18 @@ def logs() -> Iterator[LogCapture]:
 
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
-async def hostile(logs: LogCapture, tmp_path_factory: pytest.TempPathFactory,
-                  prometheus: PrometheusServer,
+async def hostile(logs: LogCapture, cluster: ModuleCluster,
+                  tmp_path_factory: pytest.TempPathFactory, prometheus: PrometheusServer,
                   exporter_pool: ExporterPool) -> AsyncIterator[Hostile]:
-    async with auth_environment(tmp_path_factory.mktemp("adapter-hostile"),
-                                prometheus=prometheus, exporter_pool=exporter_pool) as env:
+    async with auth_environment(cluster, tmp_path_factory.mktemp("adapter-hostile"),
+                                prometheus=prometheus, exporter_pool=exporter_pool,
+                                readers=READERS) as env:
         yield Hostile(env, logs)
+
+
+def pods_path(env: Env) -> str:
+    shop = env.seeded.shop
+    return f"{CUSTOM}/v1beta2/namespaces/{shop}/pods"
 
 
 def status_of(reply: Reply) -> tuple[int, str | None]:
@@ -69,16 +79,17 @@ def status_of(reply: Reply) -> tuple[int, str | None]:
 async def test_spoofed_remote_user_without_a_certificate_is_anonymous_and_forbidden(
         hostile: Hostile) -> None:
     env = hostile.env
+    pods = pods_path(env)
     spoofed = [("X-Remote-User", "system:kube-aggregator"), ("X-Remote-Group", "system:masters"),
                ("X-Remote-Extra-Scopes", "everything")]
-    before = len(reviews_for(env.fake, "system:anonymous"))
+    before = len(env.reviews_for("system:anonymous"))
     discovery = await env.adapter.request(f"{CUSTOM}/v1beta2", headers=spoofed)
-    metric = await env.adapter.request(f"{PODS}/%2A/http_requests", headers=spoofed)
+    metric = await env.adapter.request(f"{pods}/%2A/http_requests", headers=spoofed)
     assert status_of(discovery) == (403, "Forbidden")
     assert discovery.json()["message"] == (
         'forbidden: User "system:anonymous" cannot get path "/apis/custom.metrics.k8s.io/v1beta2"')
     assert status_of(metric) == (403, "Forbidden")
-    reviews = reviews_for(env.fake, "system:anonymous")[before:]
+    reviews = env.reviews_for("system:anonymous")[before:]
     assert [r["spec"].get("extra") for r in reviews] == [None, None]
     assert all(r["spec"]["groups"] == ["system:unauthenticated"] for r in reviews)
 
@@ -105,7 +116,7 @@ async def test_disallowed_cn_is_401_unless_a_bearer_token_succeeds(hostile: Host
         f"{CUSTOM}/v1beta2", cert=cert,
         headers=[*headers, ("Authorization", f"Bearer {token}")])
     assert reply.status == 200, reply
-    assert reviews_for(env.fake, "token-after-bad-cn")
+    assert env.reviews_for(env.account_user("token-after-bad-cn"))
 
 
 async def test_expired_proxy_certificate_fails_the_handshake(hostile: Hostile) -> None:
@@ -121,14 +132,15 @@ async def test_expired_proxy_certificate_fails_the_handshake(hostile: Hostile) -
 
 async def test_client_ca_certificate_cannot_act_as_the_front_proxy(hostile: Hostile) -> None:
     env = hostile.env
-    cert = env.fake.issue_client_certificate(username="carol", groups=["developers"])
+    shop = env.seeded.shop
+    cert = env.user_pair("carol", groups=["developers"])
     reply = await env.adapter.request(
-        f"{CUSTOM}/v1beta2/namespaces/shop/metrics/queue_length", cert=cert,
+        f"{CUSTOM}/v1beta2/namespaces/{shop}/metrics/queue_length", cert=cert,
         headers=[("X-Remote-User", "system:kube-aggregator"), ("X-Remote-Group", "system:masters")])
     assert reply.status == 200, reply
-    assert [r["spec"]["groups"] for r in reviews_for(env.fake, "carol")] == \
+    assert [r["spec"]["groups"] for r in env.reviews_for("carol")] == \
         [["developers", "system:authenticated"]]
-    assert not reviews_for(env.fake, "system:kube-aggregator")
+    assert not env.reviews_for("system:kube-aggregator")
 
 
 # --------------------------------------------------------------------------------------------
@@ -137,25 +149,27 @@ async def test_client_ca_certificate_cannot_act_as_the_front_proxy(hostile: Host
 
 async def test_dotted_names_and_selector_values_stay_literal_in_promql(hostile: Hostile) -> None:
     env = hostile.env
+    shop = env.seeded.shop
+    pods = pods_path(env)
 
     async def get(path: str) -> Reply:
         return await env.as_proxy(path, user="injection-tester")
 
     # A pod named w.b matches only itself, not wxb (100): `.` is not a regex wildcard.
-    named = await get(f"{PODS}/w.b/http_requests")
+    named = await get(f"{pods}/w.b/http_requests")
     assert [i["value"] for i in named.json()["items"]] == ["3"]
-    selected = await get(f"{PODS}/%2A/http_requests?labelSelector=app%3Ddotted")
+    selected = await get(f"{pods}/%2A/http_requests?labelSelector=app%3Ddotted")
     assert {i["describedObject"]["name"]: i["value"] for i in selected.json()["items"]} == \
         {"w.b": "3"}
     # External series labels: ord.rs is not orders (1200), alone or in a set.
     for selector in ("queue=ord.rs", "queue in (ord.rs,x)", "queue in (ord.rs)"):
-        reply = await get(f"{EXTERNAL}/namespaces/shop/queuelength?labelSelector="
+        reply = await get(f"{EXTERNAL}/namespaces/{shop}/queuelength?labelSelector="
                           f"{quote(selector, safe='')}")
         assert reply.status in (200, 404), (selector, reply)
         if reply.status == 200:
             assert reply.json()["items"] == [], (selector, reply)
     # Metric labels on a custom metric: G.T is not GET.
-    reply = await get(f"{PODS}/%2A/http_requests?labelSelector=app%3Dweb&metricLabelSelector="
+    reply = await get(f"{pods}/%2A/http_requests?labelSelector=app%3Dweb&metricLabelSelector="
                       + quote("verb in (G.T)", safe=""))
     assert reply.status in (200, 404), reply
     if reply.status == 200:
@@ -171,8 +185,10 @@ async def test_dotted_names_and_selector_values_stay_literal_in_promql(hostile: 
 ])
 async def test_selectors_written_as_promql_are_400(hostile: Hostile, injected: str) -> None:
     env = hostile.env
-    for parameter, path in (("metricLabelSelector", f"{PODS}/%2A/http_requests"),
-                            ("labelSelector", f"{EXTERNAL}/namespaces/shop/queuelength")):
+    shop = env.seeded.shop
+    pods = pods_path(env)
+    for parameter, path in (("metricLabelSelector", f"{pods}/%2A/http_requests"),
+                            ("labelSelector", f"{EXTERNAL}/namespaces/{shop}/queuelength")):
         reply = await env.as_proxy(f"{path}?{parameter}={quote(injected, safe='')}",
                                    user="injection-tester")
         assert status_of(reply) == (400, "BadRequest"), (parameter, reply)
@@ -184,8 +200,9 @@ async def test_selectors_written_as_promql_are_400(hostile: Hostile, injected: s
 async def test_object_and_namespace_names_cannot_change_the_query(hostile: Hostile,
                                                                   segment: str) -> None:
     env = hostile.env
+    pods = pods_path(env)
     encoded = quote(segment, safe="")
-    for path in (f"{PODS}/{encoded}/http_requests",
+    for path in (f"{pods}/{encoded}/http_requests",
                  f"{CUSTOM}/v1beta2/namespaces/{encoded}/pods/%2A/http_requests",
                  f"{CUSTOM}/v1beta2/namespaces/{encoded}/metrics/queue_length",
                  f"{EXTERNAL}/namespaces/{encoded}/queuelength"):
@@ -201,6 +218,7 @@ async def test_object_and_namespace_names_cannot_change_the_query(hostile: Hosti
 async def test_oversized_headers_urls_and_selectors_are_4xx_never_5xx_or_a_hang(
         hostile: Hostile) -> None:
     env = hostile.env
+    pods = pods_path(env)
     answers: dict[str, int] = {}
 
     async def probe(name: str, path: str, headers: list[tuple[str, str]]) -> None:
@@ -213,7 +231,7 @@ async def test_oversized_headers_urls_and_selectors_are_4xx_never_5xx_or_a_hang(
     await probe("500 headers of 8 KiB", f"{CUSTOM}/v1beta2",
                 [(f"X-Pad-{i}", "b" * 8000) for i in range(500)])
     await probe("URL 64 KiB", f"{CUSTOM}/v1beta2/namespaces/{'n' * 65536}/metrics/m", [])
-    await probe("selector 20 KiB", f"{PODS}/%2A/http_requests?labelSelector="
+    await probe("selector 20 KiB", f"{pods}/%2A/http_requests?labelSelector="
                 + quote(huge_selector, safe=""), [])
     # aiohttp's parser limits (8190-byte lines and fields, 128 headers) answer 400 Bad Request
     # for all of these, not 413/414/431; what matters is a 4xx, before any handler runs.
@@ -221,7 +239,7 @@ async def test_oversized_headers_urls_and_selectors_are_4xx_never_5xx_or_a_hang(
         assert 400 <= status < 500, f"{name}: {status}"
     # A long selector that still fits the request line is parsed and answered, not a 5xx.
     fits = ",".join(f"k{i}!=v{i}" for i in range(600))
-    reply = await env.as_proxy(f"{PODS}/%2A/http_requests?labelSelector={quote(fits, safe='')}",
+    reply = await env.as_proxy(f"{pods}/%2A/http_requests?labelSelector={quote(fits, safe='')}",
                                user="oversize-tester", within=10.0)
     assert reply.status < 500, reply
     # The adapter still serves afterwards.
@@ -230,23 +248,25 @@ async def test_oversized_headers_urls_and_selectors_are_4xx_never_5xx_or_a_hang(
 
 
 @pytest.mark.parametrize("path", [
-    f"{PODS}/web-0%2Fhttp_requests",
-    f"{PODS}/web-0%2fhttp_requests",
-    f"{CUSTOM}/v1beta2/namespaces/shop%2Fpods/web-0/http_requests",
-    f"{PODS}/../../nodes/node-1/temperature",
-    f"{PODS}/%2E%2E/%2E%2E/nodes/node-1/temperature",
-    f"{PODS}/%2e%2e/%2e%2e/nodes/node-1/temperature",
-    f"{PODS}/./web-0/http_requests",
-    f"{PODS}/web-0/%2E/http_requests",
-    "/livez/../apis/custom.metrics.k8s.io/v1beta2/nodes/node-1/temperature",
-    "/livez/%2E%2E/apis/custom.metrics.k8s.io/v1beta2/nodes/node-1/temperature",
+    "{pods}/web-0%2Fhttp_requests",
+    "{pods}/web-0%2fhttp_requests",
+    "{custom}/v1beta2/namespaces/{shop}%2Fpods/web-0/http_requests",
+    "{pods}/../../nodes/{node}/temperature",
+    "{pods}/%2E%2E/%2E%2E/nodes/{node}/temperature",
+    "{pods}/%2e%2e/%2e%2e/nodes/{node}/temperature",
+    "{pods}/./web-0/http_requests",
+    "{pods}/web-0/%2E/http_requests",
+    "/livez/../apis/custom.metrics.k8s.io/v1beta2/nodes/{node}/temperature",
+    "/livez/%2E%2E/apis/custom.metrics.k8s.io/v1beta2/nodes/{node}/temperature",
     "/healthz%2F..%2Fapis",
-    f"{PODS}/web-0/http_requests%00",
-    f"{PODS}/web-0/http_requests%zz",
+    "{pods}/web-0/http_requests%00",
+    "{pods}/web-0/http_requests%zz",
 ])
 async def test_encoded_slashes_and_dot_segments_never_reach_another_resource(
         hostile: Hostile, path: str) -> None:
     env = hostile.env
+    path = path.format(pods=pods_path(env), custom=CUSTOM, shop=env.seeded.shop,
+                       node=env.seeded.node_1)
     # Someone allowed nothing: a 200 could only come from a different, allowed resource.
     for user in ("denied-path-tester", "path-tester"):
         reply = await env.as_proxy(path, user=user)
@@ -263,23 +283,24 @@ async def test_encoded_slashes_and_dot_segments_never_reach_another_resource(
 
 async def test_no_token_or_private_key_appears_in_the_logs_of_the_run(hostile: Hostile) -> None:
     env = hostile.env
+    shop = env.seeded.shop
     good = env.new_token("log-tester")
     bad = f"never-valid-{secrets.token_hex(16)}"
     for token in (good, bad):
-        for path in ("/livez", f"{CUSTOM}/v1beta2/namespaces/shop/metrics/queue_length"):
+        for path in ("/livez", f"{CUSTOM}/v1beta2/namespaces/{shop}/metrics/queue_length"):
             await env.adapter.request(path, headers=[("Authorization", f"Bearer {token}")])
     await env.adapter.request("/livez", headers=[("Authorization", "Bearer " + bad * 400)])
     # A review that cannot be made logs a warning: with the token's digest only.
-    env.fake.token_review_answer = lambda body: {"authenticated": True, "user": "not-an-object"}
+    env.kube.add_review_fault("tokenreviews", ServerError(500), times=None)
     try:
         other = f"review-broken-{secrets.token_hex(16)}"
         reply = await env.adapter.request("/livez", headers=[("Authorization", f"Bearer {other}")])
         assert reply.status == 500
     finally:
-        env.fake.token_review_answer = None
+        env.kube.clear_faults()
     await asyncio.sleep(0)
     text = hostile.logs.text
     assert "TokenReview" in text  # the capture did see the adapter's auth log lines
     leaked = secrets_in(text, tokens=[*env.tokens, good, bad, other],
-                        key_files=[*env.pki.key_files(), *env.fake.workdir.glob("*.key")])
+                        key_files=[*env.pki.key_files(), *env.control_plane.dir.glob("*.key")])
     assert leaked == []

@@ -1,7 +1,13 @@
 """The authentication ConfigMap over time: CA rotation without a restart, readiness gated on the
 first read, and a deleted ConfigMap.
 
-Tests run in order on one adapter: each rotation leaves the trust the next test starts from.
+The adapter follows the real kube-system/extension-apiserver-authentication of the session's
+control plane (through a recording fault proxy), which the tests change as an operator rotating
+a front-proxy CA would, and which is written back as it was after the module. Tests run in
+order on one adapter: each rotation leaves the trust the next test starts from. Two tests use
+the fake API server, for what a real kube-apiserver cannot be made to do on demand: rotate its
+own front-proxy CA and client certificate (it reads them at start), and leave its ConfigMap
+deleted (it writes it back at once).
 """
 
 from __future__ import annotations
@@ -22,8 +28,10 @@ from cryptography import x509
 
 from metricscale import pki
 from metricscale.kube.retry import Backoff
-from testbed.fakes.kube_api import FakeKubeAPI, ServerError
+from testbed.controlplane import ControlPlane
+from testbed.fakes.kube_api import FakeKubeAPI
 from testbed.fakes.prometheus import PrometheusServer
+from testbed.faultproxy import ServerError
 from tests.adapter.auth_support import (
     CUSTOM,
     YEAR,
@@ -40,6 +48,14 @@ from tests.adapter.auth_support import (
     sar_policy,
     secured_adapter,
     trust_extra_proxy_ca,
+)
+from tests.adapter.cluster import (
+    AUTH_CONFIGMAP_PATH,
+    ModuleCluster,
+    RecordingProxy,
+    authentication_configmap_restored,
+    proxy_for,
+    set_request_header_cas,
 )
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
@@ -58,7 +74,8 @@ QUICK_INFORMER: dict[str, Any] = {"backoff": Backoff(initial=0.05, cap=0.2)}
 
 @dataclass
 class Rotation:
-    fake: FakeKubeAPI
+    module: ModuleCluster
+    kube: RecordingProxy
     adapter: SecuredAdapter
     pki: AuthPKI
     workdir: Path
@@ -67,20 +84,22 @@ class Rotation:
     ca_b: pki.CertifiedKey
 
     def set_request_header_cas(self, *cas: pki.CertifiedKey) -> None:
-        pem = b"".join(ca.certificate_pem for ca in cas)
+        set_request_header_cas(self.module.control_plane, [ca.certificate_pem for ca in cas])
 
-        def change(obj: dict[str, Any]) -> None:
-            obj["data"]["requestheader-client-ca-file"] = pem.decode()
-        self.fake.store.mutate("", "v1", "configmaps", "extension-apiserver-authentication",
-                               change, namespace="kube-system")
+    def adapter_kubeconfig(self) -> Path:
+        return self.module.adapter_kubeconfig(server=self.kube.server)
 
     async def changed(self, change: Callable[[], None]) -> None:
         """Make `change` to the cluster and wait (bounded) until the adapter has applied it."""
-        source = self.adapter.security.source
-        assert source is not None
-        before = source.generation
-        change()
-        await until(lambda: source.generation > before, what="the new configuration")
+        await changed(self.adapter, change)
+
+
+async def changed(adapter: SecuredAdapter, change: Callable[[], None]) -> None:
+    source = adapter.security.source
+    assert source is not None
+    before = source.generation
+    change()
+    await until(lambda: source.generation > before, what="the new configuration")
 
 
 async def until(condition: Callable[[], bool], *, what: str, within: float = 10.0) -> None:
@@ -91,26 +110,61 @@ async def until(condition: Callable[[], bool], *, what: str, within: float = 10.
         await asyncio.sleep(0.01)
 
 
+def trust_also(control_plane: ControlPlane, ca: pki.CertifiedKey) -> None:
+    """`ca` joins the front-proxy CA bundle kube-apiserver published (its own CA stays)."""
+    published = control_plane.get(AUTH_CONFIGMAP_PATH)["data"]["requestheader-client-ca-file"]
+    set_request_header_cas(control_plane, [published.encode(), ca.certificate_pem])
+
+
+def _cas() -> tuple[pki.CertifiedKey, pki.CertifiedKey]:
+    start = datetime.now(UTC) - timedelta(minutes=5)
+    return (pki.generate_ca(common_name="request-header-ca-a", now=start, validity=YEAR),
+            pki.generate_ca(common_name="request-header-ca-b", now=start, validity=YEAR))
+
+
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
-async def rotation(tmp_path_factory: pytest.TempPathFactory,
+async def rotation(cluster: ModuleCluster, tmp_path_factory: pytest.TempPathFactory,
                    prometheus: PrometheusServer) -> AsyncIterator[Rotation]:
     workdir = tmp_path_factory.mktemp("adapter-rotation")
-    async with FakeKubeAPI(workdir=workdir / "kube", availability_max_backoff=0.5) as fake:
+    control_plane = cluster.control_plane
+    test_pki = make_pki(workdir / "pki", proxy_ca=control_plane.front_proxy_ca)
+    ca_a, ca_b = _cas()
+    with authentication_configmap_restored(control_plane):
+        trust_also(control_plane, ca_a)
+        async with proxy_for(control_plane) as kube, secured_adapter(
+                workdir=workdir / "adapter", test_pki=test_pki,
+                kubeconfig=cluster.adapter_kubeconfig(server=kube.server),
+                prometheus_url=prometheus.url, config_text=EMPTY_RULES, clock=ShiftedClock(),
+                informer_options=QUICK_INFORMER) as adapter:
+            yield Rotation(cluster, kube, adapter, test_pki, workdir, prometheus.url, ca_a,
+                           ca_b)
+
+
+@dataclass
+class FakeRotation:
+    fake: FakeKubeAPI
+    adapter: SecuredAdapter
+    pki: AuthPKI
+    ca_b: pki.CertifiedKey
+
+
+@pytest_asyncio.fixture(loop_scope="module")
+async def fake_rotation(tmp_path: Path,
+                        prometheus: PrometheusServer) -> AsyncIterator[FakeRotation]:
+    """The adapter behind the fake API server's aggregator (what a real one cannot do)."""
+    async with FakeKubeAPI(workdir=tmp_path / "kube", availability_max_backoff=0.5) as fake:
         fake.create_namespace("metricscale")
         fake.subject_access_review_answer = sar_policy
-        test_pki = make_pki(workdir / "pki")
-        start = datetime.now(UTC) - timedelta(minutes=5)
-        ca_a = pki.generate_ca(common_name="request-header-ca-a", now=start, validity=YEAR)
-        ca_b = pki.generate_ca(common_name="request-header-ca-b", now=start, validity=YEAR)
-        trust_extra_proxy_ca(fake, ca_a)
+        test_pki = make_pki(tmp_path / "pki")
+        _, ca_b = _cas()
         async with secured_adapter(
-                workdir=workdir / "adapter", test_pki=test_pki,
-                kubeconfig=fake.write_kubeconfig(workdir / "kubeconfig"),
+                workdir=tmp_path / "adapter", test_pki=test_pki,
+                kubeconfig=fake.write_kubeconfig(tmp_path / "kubeconfig"),
                 prometheus_url=prometheus.url, config_text=EMPTY_RULES, clock=ShiftedClock(),
                 informer_options=QUICK_INFORMER) as adapter:
             await register_apiservices(fake, port=adapter.port,
                                        ca_pem=test_pki.serving_ca.certificate_pem)
-            yield Rotation(fake, adapter, test_pki, workdir, prometheus.url, ca_a, ca_b)
+            yield FakeRotation(fake, adapter, test_pki, ca_b)
 
 
 @dataclass
@@ -174,31 +228,33 @@ async def test_rotated_request_header_ca_applies_without_a_restart(rotation: Rot
 
 
 async def test_aggregator_keeps_working_through_a_front_proxy_ca_rotation(
-        rotation: Rotation) -> None:
+        fake_rotation: FakeRotation) -> None:
+    # The fake: a real kube-apiserver reads its front-proxy CA and client certificate at start.
+    fake = fake_rotation.fake
     token = "tok-rotation-alice"
-    rotation.fake.add_user(token=token, username="alice")
+    fake.add_user(token=token, username="alice")
     path = f"{CUSTOM}/v1beta2"
 
     async def through_aggregator() -> int:
-        reply = await https_request(rotation.fake.port, path, ca_file=rotation.fake.ca_file,
+        reply = await https_request(fake.port, path, ca_file=fake.ca_file,
                                     headers=[("Authorization", f"Bearer {token}")])
         return reply.status
 
-    # The previous test dropped the cluster's own front-proxy CA from the bundle: restore it.
-    await rotation.changed(lambda: trust_extra_proxy_ca(rotation.fake, rotation.ca_b))
+    await changed(fake_rotation.adapter,
+                  lambda: trust_extra_proxy_ca(fake, fake_rotation.ca_b))
     assert await through_aggregator() == 200
     # A new front-proxy CA and client certificate; the old CA leaves the ConfigMap at once.
-    await rotation.changed(lambda: rotation.fake.rotate_front_proxy_ca(keep_old=False))
+    await changed(fake_rotation.adapter, lambda: fake.rotate_front_proxy_ca(keep_old=False))
     assert await through_aggregator() == 200
 
 
 async def test_readyz_fails_until_the_configmap_has_been_read(rotation: Rotation) -> None:
-    fault = rotation.fake.add_fault("/api/v1/namespaces/kube-system/configmaps",
+    fault = rotation.kube.add_fault("/api/v1/namespaces/kube-system/configmaps",
                                     ServerError(503), method="GET", times=None)
     try:
         async with secured_adapter(
                 workdir=rotation.workdir / "late", test_pki=rotation.pki,
-                kubeconfig=rotation.fake.write_kubeconfig(rotation.workdir / "late.kubeconfig"),
+                kubeconfig=rotation.adapter_kubeconfig(),
                 prometheus_url=rotation.prometheus_url, config_text=EMPTY_RULES,
                 clock=ShiftedClock(), wait=False, sync_timeout=0.05,
                 informer_options=QUICK_INFORMER) as late:
@@ -206,27 +262,33 @@ async def test_readyz_fails_until_the_configmap_has_been_read(rotation: Rotation
             assert reply.status == 500, reply
             assert "[-]authentication-config failed" in reply.text
             assert fault.hits >= 1
-            rotation.fake.remove_fault(fault)
+            rotation.kube.clear_faults()
             deadline = time.monotonic() + 10.0
             while (reply := await late.request("/readyz?verbose")).status != 200:
                 assert time.monotonic() < deadline, reply
                 await asyncio.sleep(0.02)
             assert "[+]authentication-config ok" in reply.text
     finally:
-        rotation.fake.remove_fault(fault)
+        rotation.kube.clear_faults()
 
 
-async def test_deleted_configmap_keeps_the_last_configuration(rotation: Rotation) -> None:
-    await rotation.changed(lambda: trust_extra_proxy_ca(rotation.fake, rotation.ca_b))
-    cert_b = rotation.pki.client_pair("proxy-b2", rotation.ca_b, user="front-proxy-client")
-    assert await status_with(rotation, cert_b) == 200
+async def test_deleted_configmap_keeps_the_last_configuration(
+        fake_rotation: FakeRotation) -> None:
+    # The fake: a real kube-apiserver writes its ConfigMap back as soon as it is deleted.
+    fake, adapter = fake_rotation.fake, fake_rotation.adapter
+    await changed(adapter, lambda: trust_extra_proxy_ca(fake, fake_rotation.ca_b))
+    cert_b = fake_rotation.pki.client_pair("proxy-b2", fake_rotation.ca_b,
+                                           user="front-proxy-client")
+    reply = await adapter.request(DISCOVERY, cert=cert_b, headers=AGGREGATOR)
+    assert reply.status == 200, reply
     with capture_all_logs() as logs:
-        rotation.fake.store.delete("", "v1", "configmaps", "extension-apiserver-authentication",
-                                   namespace="kube-system")
+        fake.store.delete("", "v1", "configmaps", "extension-apiserver-authentication",
+                          namespace="kube-system")
         await until(lambda: "extension-apiserver-authentication was deleted" in logs.text,
                     what="the deletion")
-    assert await status_with(rotation, cert_b) == 200
-    reply = await rotation.adapter.request("/readyz")
+    reply = await adapter.request(DISCOVERY, cert=cert_b, headers=AGGREGATOR)
+    assert reply.status == 200, reply
+    reply = await adapter.request("/readyz")
     assert reply.status == 200, reply
 
 
@@ -269,10 +331,10 @@ async def test_flags_give_the_cas_and_names_without_reading_the_configmap(
     proxy_ca_file = pki.write_certificate(flags_dir / "proxy-ca.crt", rotation.ca_a.certificate)
     client_ca_file = pki.write_certificate(flags_dir / "client-ca.crt",
                                            rotation.ca_b.certificate)
-    configmap_reads = len(rotation.fake.requests_to("/namespaces/kube-system/configmaps"))
+    configmap_reads = len(rotation.kube.requests_to("/namespaces/kube-system/configmaps"))
     async with secured_adapter(
             workdir=flags_dir, test_pki=rotation.pki,
-            kubeconfig=rotation.fake.write_kubeconfig(flags_dir / "kubeconfig"),
+            kubeconfig=rotation.adapter_kubeconfig(),
             prometheus_url=rotation.prometheus_url, config_text=EMPTY_RULES,
             clock=ShiftedClock(), args=[
                 "--requestheader-client-ca-file", str(proxy_ca_file),
@@ -288,7 +350,7 @@ async def test_flags_give_the_cas_and_names_without_reading_the_configmap(
         user = rotation.pki.client_pair("flag-user", rotation.ca_b, user="dana")
         reply = await flagged.request(DISCOVERY, cert=user)
         assert reply.status == 200, reply
-        assert [r["spec"]["user"] for r in rotation.fake.subject_access_reviews][-1] == "dana"
+        assert [r["spec"]["user"] for r in rotation.kube.subject_access_reviews()][-1] == "dana"
         # A renewed CA file is picked up (the server checks every 10 s; driven here).
         source = flagged.security.source
         assert source is not None and not source.needs_lookup
@@ -296,5 +358,5 @@ async def test_flags_give_the_cas_and_names_without_reading_the_configmap(
         assert source.reload_files() is True
         with pytest.raises(HandshakeFailed):
             await flagged.request(DISCOVERY, cert=proxy)
-    assert len(rotation.fake.requests_to("/namespaces/kube-system/configmaps")) == \
+    assert len(rotation.kube.requests_to("/namespaces/kube-system/configmaps")) == \
         configmap_reads
