@@ -39,6 +39,7 @@ __all__ = [
     "apiservices_given_back",
     "authentication_configmap_restored",
     "grant_metrics_readers",
+    "grant_paths",
     "node_manifest",
     "pod_manifest",
     "set_request_header_cas",
@@ -231,6 +232,21 @@ def grant_metrics_readers(cluster: ControlPlane, name: str, *, users: Sequence[s
                    "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
                                "name": name},
                    "subjects": subjects})
+
+
+def grant_paths(cluster: ControlPlane, name: str, *, users: Sequence[str],
+                paths: Sequence[str]) -> None:
+    """RBAC for `users` to GET non-resource `paths` (e.g. /metrics), as ClusterRole and
+    binding `name`."""
+    cluster.apply({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+                   "metadata": {"name": name},
+                   "rules": [{"nonResourceURLs": list(paths), "verbs": ["get"]}]})
+    cluster.apply({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+                   "metadata": {"name": name},
+                   "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                               "name": name},
+                   "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User",
+                                 "name": user} for user in users]})
 
 
 def revoke_metrics_readers(cluster: ControlPlane, name: str) -> None:
