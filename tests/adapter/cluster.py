@@ -158,6 +158,28 @@ class Objects:
 
         await asyncio.gather(*(one(obj) for obj in objects))
 
+    async def crd(self, *, group: str, kind: str, plural: str, scope: str) -> dict[str, Any]:
+        """A CustomResourceDefinition (any fields kept), once kube-apiserver serves it."""
+        crd = {"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+               "metadata": {"name": f"{plural}.{group}"},
+               "spec": {"group": group, "scope": scope,
+                        "names": {"kind": kind, "plural": plural,
+                                  "singular": kind.lower(), "listKind": f"{kind}List"},
+                        "versions": [{"name": "v1", "served": True, "storage": True,
+                                      "schema": {"openAPIV3Schema": {
+                                          "type": "object",
+                                          "x-kubernetes-preserve-unknown-fields": True}}}]}}
+        await self.create(crd)
+        path = f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{plural}.{group}"
+        while True:  # until Established (and so served): pytest-timeout bounds it
+            assert self._session is not None
+            async with self._session.get(self.cluster.server + path) as reply:
+                conditions = (await reply.json()).get("status", {}).get("conditions") or []
+            if any(c.get("type") == "Established" and c.get("status") == "True"
+                   for c in conditions):
+                return crd
+            await asyncio.sleep(0.05)
+
     async def set_status(self, obj: Mapping[str, Any], status: Mapping[str, Any]) -> None:
         """A merge patch of the object's status subresource (a kubelet's part for a pod)."""
         name = obj["metadata"]["name"]
@@ -167,6 +189,10 @@ class Objects:
     async def run(self, *pods: Mapping[str, Any]) -> None:
         """Create pods and mark them Running and Ready, as a kubelet would."""
         await self.create(*pods)
+        await self.run_existing(*pods)
+
+    async def run_existing(self, *pods: Mapping[str, Any]) -> None:
+        """Mark created pods Running and Ready, as a kubelet would."""
         await asyncio.gather(*(self.set_status(pod, running_status(pod_ip=f"10.244.1.{i % 250}"))
                                for i, pod in enumerate(pods)))
 
@@ -383,10 +409,11 @@ class ModuleCluster:
         self.cleanup = Cleanup(control_plane)
         self._kubeconfigs: dict[str, Path] = {}
 
-    def namespace(self, name: str) -> str:
+    def namespace(self, name: str, *, labels: Mapping[str, str] | None = None) -> str:
         """The module's namespace `name` (its real name: `names.namespace(name)`), created."""
         real = self.names.namespace(name)
-        obj = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": real}}
+        obj = {"apiVersion": "v1", "kind": "Namespace",
+               "metadata": {"name": real, "labels": dict(labels or {})}}
         self.control_plane.apply(obj)
         self.cleanup.add(obj)
         return real

@@ -20,8 +20,11 @@ from tests.adapter.cluster import ModuleCluster, Names
 @pytest.fixture(scope="module")
 def cluster(request: pytest.FixtureRequest,
             control_plane: ControlPlane) -> Iterator[ModuleCluster]:
-    stem = request.module.__name__.rsplit(".", 1)[-1].removeprefix("test_").replace("_", "-")
-    module = ModuleCluster(control_plane, Names.unique(stem[:20]))
+    names = getattr(request.module, "NAMES", None)  # a module naming its objects at import
+    if names is None:
+        stem = request.module.__name__.rsplit(".", 1)[-1].removeprefix("test_")
+        names = Names.unique(stem.replace("_", "-")[:20])
+    module = ModuleCluster(control_plane, names)
     try:
         yield module
     finally:

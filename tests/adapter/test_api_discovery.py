@@ -8,13 +8,14 @@ from collections.abc import AsyncIterator
 import pytest
 import pytest_asyncio
 
-from testbed.fakes import kube_objects
-from testbed.fakes.kube_api import FakeKubeAPI
 from testbed.fakes.prometheus import ExporterPool, PrometheusServer
+from tests.adapter.cluster import ModuleCluster, Names, Objects, pod_manifest
 from tests.adapter.harness import RunningAdapter, running_adapter, wait_for_series
 
 pytestmark = [pytest.mark.prometheus, pytest.mark.asyncio(loop_scope="module")]
 
+NAMES = Names.unique("dapi")
+SHOP = NAMES.namespace("shop")
 AGGREGATOR_ACCEPT = ("application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList,"
                      "application/json;g=apidiscovery.k8s.io;v=v2beta1;as=APIGroupDiscoveryList")
 V2 = "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList"
@@ -50,21 +51,22 @@ GROUPS = [
 
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
-async def adapter(prometheus: PrometheusServer, exporter_pool: ExporterPool,
+async def adapter(cluster: ModuleCluster, prometheus: PrometheusServer,
+                  exporter_pool: ExporterPool,
                   tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[RunningAdapter]:
     workdir = tmp_path_factory.mktemp("discovery-api")
     with exporter_pool.exporter() as exporter:
-        exporter.set("dapi_requests", {"namespace": "shop", "pod": "web-0"}, 1)
-        exporter.set("dapi_queue", {"namespace": "shop", "queue": "q"}, 1)
+        exporter.set("dapi_requests", {"namespace": SHOP, "pod": "web-0"}, 1)
+        exporter.set("dapi_queue", {"namespace": SHOP, "queue": "q"}, 1)
         await wait_for_series(prometheus, f'{{job="{exporter.job}",__name__=~"dapi_.*"}}', 2)
-        async with FakeKubeAPI(workdir=workdir / "kube") as kube:
-            kube.create("", "v1", "pods", kube_objects.pod(
-                "web-0", namespace="shop", now=kube.clock(), labels={"app": "web"}))
-            async with running_adapter(
-                    workdir=workdir / "adapter", config_text=CONFIG.format(job=exporter.job),
-                    prometheus_url=prometheus.url,
-                    kubeconfig=kube.write_kubeconfig(workdir / "kubeconfig")) as running:
-                yield running
+        cluster.namespace("shop")
+        async with Objects(cluster.control_plane) as objects:
+            await objects.create(pod_manifest("web-0", SHOP, labels={"app": "web"}))
+        async with running_adapter(
+                workdir=workdir / "adapter", config_text=CONFIG.format(job=exporter.job),
+                prometheus_url=prometheus.url,
+                kubeconfig=cluster.adapter_kubeconfig()) as running:
+            yield running
 
 
 # ------------------------------------------------------------------------------ discovery
@@ -227,7 +229,7 @@ async def test_single_checks_have_their_own_path(adapter: RunningAdapter) -> Non
 
 async def test_metrics_expose_requests_prometheus_discovery_and_rules(
         adapter: RunningAdapter) -> None:
-    await adapter.get("/apis/custom.metrics.k8s.io/v1beta2/namespaces/shop/pods/*/dapi_requests")
+    await adapter.get(f"/apis/custom.metrics.k8s.io/v1beta2/namespaces/{SHOP}/pods/*/dapi_requests")
     reply = await adapter.get("/metrics")
     assert reply.status == 200
     assert reply.content_type.startswith("text/plain")
@@ -252,7 +254,7 @@ async def test_metrics_expose_requests_prometheus_discovery_and_rules(
 
 
 async def test_errors_are_counted_by_code(adapter: RunningAdapter) -> None:
-    await adapter.get("/apis/custom.metrics.k8s.io/v1beta2/namespaces/shop/pods/*/nope")
+    await adapter.get(f"/apis/custom.metrics.k8s.io/v1beta2/namespaces/{SHOP}/pods/*/nope")
     text = (await adapter.get("/metrics")).text
     assert 'metricscale_http_requests_total{code="404",method="GET",route="custom_metric"}' \
         in text

@@ -11,8 +11,8 @@ import pytest
 import pytest_asyncio
 
 from testbed.fakes.exporter import Exporter
-from testbed.fakes.kube_api import FakeKubeAPI
 from testbed.fakes.prometheus import ExporterPool, PrometheusServer
+from tests.adapter.cluster import ModuleCluster
 from tests.adapter.harness import (
     HPA_ACCEPT,
     RFC3339_SECONDS,
@@ -62,7 +62,8 @@ class World:
 
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
-async def world(prometheus: PrometheusServer, exporter_pool: ExporterPool,
+async def world(cluster: ModuleCluster, prometheus: PrometheusServer,
+                exporter_pool: ExporterPool,
                 tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[World]:
     workdir = tmp_path_factory.mktemp("external-api")
     with exporter_pool.exporter() as exporter:
@@ -77,10 +78,11 @@ async def world(prometheus: PrometheusServer, exporter_pool: ExporterPool,
         exporter.set("eapi_backlog", {"namespace": "shop", "queue": "b"}, 3)
         exporter.set("eapi_unmapped", {"queue": "a"}, 1)
         await wait_for_series(prometheus, f'{{job="{exporter.job}",__name__=~"eapi_.*"}}', 9)
-        async with FakeKubeAPI(workdir=workdir / "kube") as kube, running_adapter(
+        # External metrics name no objects: the cluster is only the adapter's to connect to.
+        async with running_adapter(
                 workdir=workdir / "adapter", config_text=CONFIG.format(job=exporter.job),
                 prometheus_url=prometheus.url,
-                kubeconfig=kube.write_kubeconfig(workdir / "kubeconfig")) as adapter:
+                kubeconfig=cluster.adapter_kubeconfig()) as adapter:
             yield World(adapter, exporter)
 
 

@@ -1,7 +1,11 @@
-"""metrics.k8s.io/v1beta1 over HTTPS against a real Prometheus and the fake API server: discovery,
-pod and node lists and single objects, label and field selectors, running pods only, objects
-without metrics (Warning on lists, metrics-server's 404 on single objects), and the group
-absent without resourceRules."""
+"""metrics.k8s.io/v1beta1 over HTTPS against a real Prometheus and the real control plane:
+discovery, pod and node lists and single objects, label and field selectors, running pods only,
+objects without metrics (Warning on lists, metrics-server's 404 on single objects), and the
+group absent without resourceRules.
+
+The pods and nodes are the module's own (its namespaces, its node names, labelled so that a
+node list can select them in a cluster other tests share); no kubelet runs them: a pod's status
+is written as a kubelet would write it."""
 
 from __future__ import annotations
 
@@ -14,8 +18,8 @@ import pytest
 import pytest_asyncio
 
 from testbed.fakes.exporter import Exporter
-from testbed.fakes.kube_api import FakeKubeAPI
 from testbed.fakes.prometheus import ExporterPool, PrometheusServer
+from tests.adapter.cluster import ModuleCluster, Names, Objects, node_manifest, pod_manifest
 from tests.adapter.harness import (
     HPA_ACCEPT,
     RFC3339_SECONDS,
@@ -27,6 +31,11 @@ from tests.adapter.harness import (
 pytestmark = [pytest.mark.prometheus, pytest.mark.asyncio(loop_scope="module")]
 
 BASE = "/apis/metrics.k8s.io/v1beta1"
+NAMES = Names.unique("rapi")
+SHOP, OTHER = NAMES.namespace("shop"), NAMES.namespace("other")
+N1, N2, N3 = (NAMES.cluster(n) for n in ("n1", "n2", "n3"))
+MODULE_LABEL = f"metricscale.test/module={NAMES.prefix}"
+OURS = "labelSelector=metricscale.test%2Fmodule%3D" + NAMES.prefix  # this module's nodes
 
 # Gauges instead of cAdvisor's counters, so values are exact (the default rules' rate() is
 # exercised end to end in tests/e2e).
@@ -55,38 +64,37 @@ resourceRules:
 """
 
 # (namespace, pod, node, phase, labels): cpu/memory per container below
-PODS = [("shop", "web-0", "n1", "Running", {"app": "web"}),
-        ("shop", "web-1", "n2", "Running", {"app": "web"}),
-        ("shop", "db-0", "n1", "Running", {"app": "db"}),
-        ("shop", "nomem-0", "n2", "Running", {"app": "nomem"}),
-        ("shop", "pending-0", "n1", "Pending", {"app": "web"}),
-        ("other", "api-0", "n2", "Running", {"app": "api"})]
-CPU = {("shop", "web-0", "app"): 0.25, ("shop", "web-0", "sidecar"): 0.0123,
-       ("shop", "web-1", "app"): 1.5, ("shop", "db-0", "db"): 0.5,
-       ("shop", "nomem-0", "app"): 0.1, ("shop", "pending-0", "app"): 9,
-       ("other", "api-0", "app"): 0.003}
-MEMORY = {("shop", "web-0", "app"): 1048576, ("shop", "web-1", "app"): 2097152,
-          ("shop", "db-0", "db"): 1000000, ("shop", "pending-0", "app"): 1,
-          ("other", "api-0", "app"): 0}
-NODES = {"n1": (2.0, 4294967296), "n2": (0.5, 1073741824), "n3": (1.0, None)}
+PODS = [(SHOP, "web-0", N1, "Running", {"app": "web"}),
+        (SHOP, "web-1", N2, "Running", {"app": "web"}),
+        (SHOP, "db-0", N1, "Running", {"app": "db"}),
+        (SHOP, "nomem-0", N2, "Running", {"app": "nomem"}),
+        (SHOP, "pending-0", N1, "Pending", {"app": "web"}),
+        (OTHER, "api-0", N2, "Running", {"app": "api"})]
+CPU = {(SHOP, "web-0", "app"): 0.25, (SHOP, "web-0", "sidecar"): 0.0123,
+       (SHOP, "web-1", "app"): 1.5, (SHOP, "db-0", "db"): 0.5,
+       (SHOP, "nomem-0", "app"): 0.1, (SHOP, "pending-0", "app"): 9,
+       (OTHER, "api-0", "app"): 0.003}
+MEMORY = {(SHOP, "web-0", "app"): 1048576, (SHOP, "web-1", "app"): 2097152,
+          (SHOP, "db-0", "db"): 1000000, (SHOP, "pending-0", "app"): 1,
+          (OTHER, "api-0", "app"): 0}
+NODES = {N1: (2.0, 4294967296), N2: (0.5, 1073741824), N3: (1.0, None)}
 
 
 @dataclass
 class World:
     adapter: RunningAdapter
     exporter: Exporter
-    kube: FakeKubeAPI
+    cluster: ModuleCluster
 
 
 def _node(name: str) -> dict[str, Any]:
-    return {"apiVersion": "v1", "kind": "Node",
-            "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name}},
-            "status": {"capacity": {"cpu": "4", "memory": "8Gi", "pods": "110"},
-                       "allocatable": {"cpu": "4", "memory": "8Gi", "pods": "110"}}}
+    key, _, value = MODULE_LABEL.partition("=")
+    return node_manifest(name, labels={"kubernetes.io/hostname": name, key: value})
 
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
-async def world(prometheus: PrometheusServer, exporter_pool: ExporterPool,
+async def world(cluster: ModuleCluster, prometheus: PrometheusServer,
+                exporter_pool: ExporterPool,
                 tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[World]:
     workdir = tmp_path_factory.mktemp("resource-api")
     with exporter_pool.exporter() as exporter:
@@ -102,17 +110,22 @@ async def world(prometheus: PrometheusServer, exporter_pool: ExporterPool,
                 exporter.set("rapi_node_memory", {"node": node}, memory, type="gauge")
         await wait_for_series(prometheus, f'{{job="{exporter.job}",__name__=~"rapi_.*"}}',
                               len(CPU) + len(MEMORY) + 5)
-        async with FakeKubeAPI(workdir=workdir / "kube") as kube:
-            for namespace, pod, node, phase, labels in PODS:
-                kube.create_pod(pod, namespace=namespace, labels=labels, node_name=node,
-                                phase=phase)
-            for node in NODES:
-                kube.create("", "v1", "nodes", _node(node))
-            async with running_adapter(
-                    workdir=workdir / "adapter", config_text=CONFIG.format(job=exporter.job),
-                    prometheus_url=prometheus.url,
-                    kubeconfig=kube.write_kubeconfig(workdir / "kubeconfig")) as adapter:
-                yield World(adapter, exporter, kube)
+        cluster.namespace("shop")
+        cluster.namespace("other")
+        nodes = [_node(node) for node in NODES]
+        cluster.cleanup.add(*nodes)
+        async with Objects(cluster.control_plane) as objects:
+            await objects.create(*nodes)
+            manifests = {pod: pod_manifest(pod, namespace, labels=labels, node=node)
+                         for namespace, pod, node, _, labels in PODS}
+            await objects.create(*manifests.values())
+            await objects.run_existing(*(manifests[pod] for _, pod, _, phase, _ in PODS
+                                         if phase == "Running"))
+        async with running_adapter(
+                workdir=workdir / "adapter", config_text=CONFIG.format(job=exporter.job),
+                prometheus_url=prometheus.url,
+                kubeconfig=cluster.adapter_kubeconfig()) as adapter:
+            yield World(adapter, exporter, cluster)
 
 
 def _names(body: dict[str, Any]) -> list[tuple[str, str]]:
@@ -138,12 +151,12 @@ async def test_discovery_lists_the_group_and_its_two_resources(world: World) -> 
 
 
 async def test_a_namespace_lists_its_running_pods_with_container_usage(world: World) -> None:
-    reply = await world.adapter.get(f"{BASE}/namespaces/shop/pods", accept=HPA_ACCEPT)
+    reply = await world.adapter.get(f"{BASE}/namespaces/{SHOP}/pods", accept=HPA_ACCEPT)
     assert reply.status == 200, reply
     body = reply.json()
     assert body["kind"] == "PodMetricsList" and body["apiVersion"] == "metrics.k8s.io/v1beta1"
     # Sorted by name; pending-0 is not running; nomem-0 has no memory series.
-    assert _names(body) == [("shop", "db-0"), ("shop", "web-0"), ("shop", "web-1")]
+    assert _names(body) == [(SHOP, "db-0"), (SHOP, "web-0"), (SHOP, "web-1")]
     web0 = body["items"][1]
     assert web0["metadata"]["labels"] == {"app": "web"}
     assert re.match(RFC3339_SECONDS, web0["metadata"]["creationTimestamp"])
@@ -160,53 +173,55 @@ async def test_a_namespace_lists_its_running_pods_with_container_usage(world: Wo
 
 
 async def test_label_and_field_selectors_narrow_the_list(world: World) -> None:
-    web = (await world.adapter.get(f"{BASE}/namespaces/shop/pods?labelSelector=app%3Dweb")).json()
-    assert _names(web) == [("shop", "web-0"), ("shop", "web-1")]
-    on_n2 = (await world.adapter.get(f"{BASE}/pods?fieldSelector=spec.nodeName%3Dn2")).json()
-    assert _names(on_n2) == [("other", "api-0"), ("shop", "web-1")]
+    web = (await world.adapter.get(
+        f"{BASE}/namespaces/{SHOP}/pods?labelSelector=app%3Dweb")).json()
+    assert _names(web) == [(SHOP, "web-0"), (SHOP, "web-1")]
+    on_n2 = (await world.adapter.get(f"{BASE}/pods?fieldSelector=spec.nodeName%3D{N2}")).json()
+    assert _names(on_n2) == [(OTHER, "api-0"), (SHOP, "web-1")]
     named = (await world.adapter.get(
-        f"{BASE}/pods?fieldSelector=metadata.name%3Dapi-0,metadata.namespace%3Dother")).json()
-    assert _names(named) == [("other", "api-0")]
+        f"{BASE}/pods?fieldSelector=metadata.name%3Dapi-0,metadata.namespace%3D{OTHER}")).json()
+    assert _names(named) == [(OTHER, "api-0")]
     everywhere = (await world.adapter.get(f"{BASE}/pods")).json()
-    assert _names(everywhere) == [("other", "api-0"), ("shop", "db-0"), ("shop", "web-0"),
-                                  ("shop", "web-1")]
+    assert _names(everywhere) == [(OTHER, "api-0"), (SHOP, "db-0"), (SHOP, "web-0"),
+                                  (SHOP, "web-1")]
     assert everywhere["items"][0]["containers"][0]["usage"] == {"cpu": "3m", "memory": "0"}
 
 
 async def test_a_single_pod_is_podmetrics_or_metrics_servers_404(world: World) -> None:
-    reply = await world.adapter.get(f"{BASE}/namespaces/shop/pods/web-1")
+    reply = await world.adapter.get(f"{BASE}/namespaces/{SHOP}/pods/web-1")
     assert reply.status == 200, reply
     body = reply.json()
     assert body["kind"] == "PodMetrics" and body["metadata"]["name"] == "web-1"
     assert body["containers"] == [{"name": "app", "usage": {"cpu": "1500m", "memory": "2Mi"}}]
-    missing = await world.adapter.get(f"{BASE}/namespaces/shop/pods/nomem-0")
+    missing = await world.adapter.get(f"{BASE}/namespaces/{SHOP}/pods/nomem-0")
     assert missing.status == 404
-    assert missing.json()["message"] == 'podmetrics.metrics.k8s.io "shop/nomem-0" not found'
+    assert missing.json()["message"] == f'podmetrics.metrics.k8s.io "{SHOP}/nomem-0" not found'
     assert "without a memory sample" in missing.headers["Warning"]
     for name in ("pending-0", "ghost"):  # not running, or no such pod
-        gone = await world.adapter.get(f"{BASE}/namespaces/shop/pods/{name}")
+        gone = await world.adapter.get(f"{BASE}/namespaces/{SHOP}/pods/{name}")
         assert gone.status == 404
         assert gone.json()["message"] == f'pods "{name}" not found'
 
 
 async def test_nodes_and_a_single_node(world: World) -> None:
-    reply = await world.adapter.get(f"{BASE}/nodes")
+    reply = await world.adapter.get(f"{BASE}/nodes?{OURS}")  # others' nodes are not ours
     body = reply.json()
     assert body["kind"] == "NodeMetricsList"
     assert [(i["metadata"]["name"], i["usage"]) for i in body["items"]] == [
-        ("n1", {"cpu": "2", "memory": "4Gi"}), ("n2", {"cpu": "500m", "memory": "1Gi"})]
-    assert body["items"][0]["metadata"]["labels"] == {"kubernetes.io/hostname": "n1"}
+        (N1, {"cpu": "2", "memory": "4Gi"}), (N2, {"cpu": "500m", "memory": "1Gi"})]
+    assert body["items"][0]["metadata"]["labels"] == {
+        "kubernetes.io/hostname": N1, "metricscale.test/module": NAMES.prefix}
     assert "1 of 3 nodes have no metrics: 1 without a memory sample" in reply.headers["Warning"]
-    one = (await world.adapter.get(f"{BASE}/nodes/n2")).json()
+    one = (await world.adapter.get(f"{BASE}/nodes/{N2}")).json()
     assert one["kind"] == "NodeMetrics" and one["usage"]["cpu"] == "500m"
-    n3 = await world.adapter.get(f"{BASE}/nodes/n3")
+    n3 = await world.adapter.get(f"{BASE}/nodes/{N3}")
     assert n3.status == 404
-    assert n3.json()["message"] == 'nodemetrics.metrics.k8s.io "n3" not found'
+    assert n3.json()["message"] == f'nodemetrics.metrics.k8s.io "{N3}" not found'
     ghost = await world.adapter.get(f"{BASE}/nodes/ghost")
     assert ghost.json()["message"] == 'node "ghost" not found'
     labelled = (await world.adapter.get(
-        f"{BASE}/nodes?labelSelector=kubernetes.io%2Fhostname%3Dn2")).json()
-    assert [i["metadata"]["name"] for i in labelled["items"]] == ["n2"]
+        f"{BASE}/nodes?labelSelector=kubernetes.io%2Fhostname%3D{N2}")).json()
+    assert [i["metadata"]["name"] for i in labelled["items"]] == [N2]
 
 
 # kubectl get's Accept: a meta.k8s.io Table (v1, then v1beta1), else plain JSON.
@@ -215,8 +230,8 @@ KUBECTL_GET_ACCEPT = ("application/json;as=Table;v=v1;g=meta.k8s.io,"
 
 
 async def test_kubectl_get_gets_metrics_servers_table_of_the_same_objects(world: World) -> None:
-    plain = await world.adapter.get(f"{BASE}/namespaces/shop/pods")
-    reply = await world.adapter.get(f"{BASE}/namespaces/shop/pods", accept=KUBECTL_GET_ACCEPT)
+    plain = await world.adapter.get(f"{BASE}/namespaces/{SHOP}/pods")
+    reply = await world.adapter.get(f"{BASE}/namespaces/{SHOP}/pods", accept=KUBECTL_GET_ACCEPT)
     assert reply.status == 200, reply
     assert reply.content_type == "application/json"
     table = reply.json()
@@ -244,18 +259,18 @@ async def test_kubectl_get_gets_metrics_servers_table_of_the_same_objects(world:
 
 
 async def test_a_table_of_one_node_of_v1beta1_with_whole_objects_or_none(world: World) -> None:
-    one = await world.adapter.get(f"{BASE}/nodes/n2?includeObject=Object",
+    one = await world.adapter.get(f"{BASE}/nodes/{N2}?includeObject=Object",
                                   accept="application/json;as=Table;v=v1beta1;g=meta.k8s.io")
     assert one.status == 200, one
     table = one.json()
     assert table["apiVersion"] == "meta.k8s.io/v1beta1"
     (row,) = table["rows"]
-    assert row["cells"] == ["n2", "500m", "1Gi", "1m0s"]
+    assert row["cells"] == [N2, "500m", "1Gi", "1m0s"]
     assert (row["object"]["kind"], row["object"]["apiVersion"], row["object"]["usage"]) == (
         "NodeMetrics", "metrics.k8s.io/v1beta1", {"cpu": "500m", "memory": "1Gi"})
-    bare = (await world.adapter.get(f"{BASE}/nodes?includeObject=None",
+    bare = (await world.adapter.get(f"{BASE}/nodes?includeObject=None&{OURS}",
                                     accept=KUBECTL_GET_ACCEPT)).json()
-    assert [(r["cells"][0], r["object"]) for r in bare["rows"]] == [("n1", None), ("n2", None)]
+    assert [(r["cells"][0], r["object"]) for r in bare["rows"]] == [(N1, None), (N2, None)]
     empty = (await world.adapter.get(f"{BASE}/namespaces/nobody/pods",
                                      accept=KUBECTL_GET_ACCEPT)).json()
     assert (empty["columnDefinitions"], empty["rows"]) == (None, None)
@@ -263,13 +278,13 @@ async def test_a_table_of_one_node_of_v1beta1_with_whole_objects_or_none(world: 
 
 async def test_a_table_answer_keeps_the_errors_of_json_and_refuses_a_bad_include_object(
         world: World) -> None:
-    bogus = await world.adapter.get(f"{BASE}/namespaces/shop/pods?includeObject=bogus",
+    bogus = await world.adapter.get(f"{BASE}/namespaces/{SHOP}/pods?includeObject=bogus",
                                     accept=KUBECTL_GET_ACCEPT)
     assert bogus.status == 400
     assert bogus.json()["message"] == (
         "Unable to convert to Table as requested: includeObject: Invalid value: \"bogus\": "
         "must be 'Metadata', 'Object', 'None', or empty")
-    ghost = await world.adapter.get(f"{BASE}/namespaces/shop/pods/ghost?includeObject=bogus",
+    ghost = await world.adapter.get(f"{BASE}/namespaces/{SHOP}/pods/ghost?includeObject=bogus",
                                     accept=KUBECTL_GET_ACCEPT)
     assert (ghost.status, ghost.json()["message"]) == (404, 'pods "ghost" not found')
     # Custom metrics have no Table: only plain JSON, as before.
@@ -296,23 +311,24 @@ async def test_the_queries_use_the_rules_templates(world: World) -> None:
 
     client.query = spy  # type: ignore[method-assign]
     try:
-        await world.adapter.get(f"{BASE}/namespaces/shop/pods?labelSelector=app%3Dweb")
+        await world.adapter.get(f"{BASE}/namespaces/{SHOP}/pods?labelSelector=app%3Dweb")
     finally:
         client.query = original  # type: ignore[method-assign]
     job = world.exporter.job
     assert sorted(seen) == sorted([
-        f'sum(rapi_cpu{{namespace="shop",pod=~"web-0|web-1",job="{job}"}}) by (pod,container)',
-        f'sum(rapi_memory{{namespace="shop",pod=~"web-0|web-1",job="{job}"}}) '
+        f'sum(rapi_cpu{{namespace="{SHOP}",pod=~"web-0|web-1",job="{job}"}}) by (pod,container)',
+        f'sum(rapi_memory{{namespace="{SHOP}",pod=~"web-0|web-1",job="{job}"}}) '
         "by (pod,container)"])
 
 
 async def test_without_resource_rules_the_group_is_not_served(
-        prometheus: PrometheusServer, tmp_path_factory: pytest.TempPathFactory) -> None:
+        cluster: ModuleCluster, prometheus: PrometheusServer,
+        tmp_path_factory: pytest.TempPathFactory) -> None:
     workdir = tmp_path_factory.mktemp("no-resource-rules")
-    async with FakeKubeAPI(workdir=workdir / "kube") as kube, running_adapter(
+    async with running_adapter(
             workdir=workdir / "adapter", config_text="rules: []\n",
             prometheus_url=prometheus.url,
-            kubeconfig=kube.write_kubeconfig(workdir / "kubeconfig")) as adapter:
+            kubeconfig=cluster.adapter_kubeconfig()) as adapter:
         groups = (await adapter.get("/apis")).json()
         assert "metrics.k8s.io" not in [g["name"] for g in groups["groups"]]
         reply = await adapter.get(f"{BASE}/nodes")
