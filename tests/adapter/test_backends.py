@@ -12,15 +12,16 @@ import aiohttp
 import pytest
 from aiohttp import web
 
-from testbed.fakes import kube_objects
 from testbed.fakes.exporter import Exporter
-from testbed.fakes.kube_api import FakeKubeAPI
 from testbed.fakes.prometheus import PrometheusServer
 from testbed.fakes.prometheus_fixtures import PrometheusFactory
+from tests.adapter.cluster import ModuleCluster, Names, pod_manifest
 from tests.adapter.harness import RunningAdapter, running_adapter, wait_for_series
 
 pytestmark = [pytest.mark.prometheus]
 
+NAMES = Names.unique("backends")
+SHOP, BANK, OTHER = (NAMES.namespace(n) for n in ("shop", "bank", "other"))
 CUSTOM = "/apis/custom.metrics.k8s.io/v1beta2"
 EXTERNAL = "/apis/external.metrics.k8s.io/v1beta1"
 POD_RULE = """
@@ -50,18 +51,21 @@ def serving(prometheus_factory: PrometheusFactory, exporter: Exporter) -> Promet
     return server
 
 
+@pytest.fixture(scope="module")
+def pods(cluster: ModuleCluster) -> ModuleCluster:
+    """Pod web-0 in each of the module's namespaces shop, bank and other."""
+    for namespace in ("shop", "bank", "other"):
+        cluster.control_plane.apply(pod_manifest("web-0", cluster.namespace(namespace)))
+    return cluster
+
+
 @contextlib.asynccontextmanager
-async def adapter_for(tmp_path: Path, config: str, prometheus_url: str,
-                      ) -> AsyncIterator[RunningAdapter]:
-    async with FakeKubeAPI(workdir=tmp_path / "kube") as kube:
-        for namespace in ("shop", "bank", "other"):
-            kube.create("", "v1", "pods", kube_objects.pod("web-0", namespace=namespace,
-                                                           now=kube.clock()))
-        async with running_adapter(workdir=tmp_path / "adapter", config_text=config,
-                                   prometheus_url=prometheus_url,
-                                   kubeconfig=kube.write_kubeconfig(tmp_path / "kc"),
-                                   ) as adapter:
-            yield adapter
+async def adapter_for(tmp_path: Path, config: str, prometheus_url: str, *,
+                      cluster: ModuleCluster) -> AsyncIterator[RunningAdapter]:
+    async with running_adapter(workdir=tmp_path / "adapter", config_text=config,
+                               prometheus_url=prometheus_url,
+                               kubeconfig=cluster.adapter_kubeconfig()) as adapter:
+        yield adapter
 
 
 def value_of(reply_json: dict[str, object]) -> object:
@@ -75,24 +79,25 @@ def value_of(reply_json: dict[str, object]) -> object:
 
 
 async def test_each_rule_is_discovered_and_queried_on_its_own_backend(
-        prometheus_factory: PrometheusFactory, tmp_path: Path) -> None:
+        prometheus_factory: PrometheusFactory, tmp_path: Path, pods: ModuleCluster) -> None:
     with Exporter() as alpha_exporter, Exporter() as beta_exporter:
-        alpha_exporter.set("alpha_requests", {"namespace": "shop", "pod": "web-0"}, 3)
-        beta_exporter.set("beta_requests", {"namespace": "shop", "pod": "web-0"}, 7)
-        beta_exporter.set("beta_queue", {"namespace": "shop", "queue": "q"}, 11)
+        alpha_exporter.set("alpha_requests", {"namespace": SHOP, "pod": "web-0"}, 3)
+        beta_exporter.set("beta_requests", {"namespace": SHOP, "pod": "web-0"}, 7)
+        beta_exporter.set("beta_queue", {"namespace": SHOP, "queue": "q"}, 11)
         alpha = serving(prometheus_factory, alpha_exporter)
         beta = serving(prometheus_factory, beta_exporter)
         await wait_for_series(alpha, "alpha_requests", 1)
         await wait_for_series(beta, '{__name__=~"beta_.*"}', 2)
-        async with adapter_for(tmp_path, two_backends_config(beta.url), alpha.url) as adapter:
+        async with adapter_for(tmp_path, two_backends_config(beta.url), alpha.url,
+                               cluster=pods) as adapter:
             listing = (await adapter.get(CUSTOM)).json()
             names = {resource["name"] for resource in listing["resources"]}
             assert {"pods/alpha_requests", "pods/beta_requests"} <= names
-            alpha_reply = await adapter.get(f"{CUSTOM}/namespaces/shop/pods/web-0/alpha_requests")
+            alpha_reply = await adapter.get(f"{CUSTOM}/namespaces/{SHOP}/pods/web-0/alpha_requests")
             assert value_of(alpha_reply.json()) == "3"
-            beta_reply = await adapter.get(f"{CUSTOM}/namespaces/shop/pods/web-0/beta_requests")
+            beta_reply = await adapter.get(f"{CUSTOM}/namespaces/{SHOP}/pods/web-0/beta_requests")
             assert value_of(beta_reply.json()) == "7"
-            queue = await adapter.get(f"{EXTERNAL}/namespaces/shop/beta_queue")
+            queue = await adapter.get(f"{EXTERNAL}/namespaces/{SHOP}/beta_queue")
             assert value_of(queue.json()) == "11"
             text = (await adapter.get("/metrics")).text
             assert ('metricscale_prometheus_request_duration_seconds_count{backend="beta",'
@@ -103,31 +108,32 @@ async def test_each_rule_is_discovered_and_queried_on_its_own_backend(
 
 @pytest.mark.shipped_interpreter
 async def test_a_stopped_backend_fails_only_its_own_metrics(
-        prometheus_factory: PrometheusFactory, tmp_path: Path) -> None:
+        prometheus_factory: PrometheusFactory, tmp_path: Path, pods: ModuleCluster) -> None:
     with Exporter() as alpha_exporter, Exporter() as beta_exporter:
-        alpha_exporter.set("alpha_requests", {"namespace": "shop", "pod": "web-0"}, 3)
-        beta_exporter.set("beta_requests", {"namespace": "shop", "pod": "web-0"}, 7)
-        beta_exporter.set("beta_queue", {"namespace": "shop", "queue": "q"}, 11)
+        alpha_exporter.set("alpha_requests", {"namespace": SHOP, "pod": "web-0"}, 3)
+        beta_exporter.set("beta_requests", {"namespace": SHOP, "pod": "web-0"}, 7)
+        beta_exporter.set("beta_queue", {"namespace": SHOP, "queue": "q"}, 11)
         alpha = serving(prometheus_factory, alpha_exporter)
         beta = serving(prometheus_factory, beta_exporter)
         await wait_for_series(alpha, "alpha_requests", 1)
         await wait_for_series(beta, '{__name__=~"beta_.*"}', 2)
-        async with adapter_for(tmp_path, two_backends_config(beta.url), alpha.url) as adapter:
+        async with adapter_for(tmp_path, two_backends_config(beta.url), alpha.url,
+                               cluster=pods) as adapter:
             beta.stop()
-            down = await adapter.get(f"{CUSTOM}/namespaces/shop/pods/web-0/beta_requests")
+            down = await adapter.get(f"{CUSTOM}/namespaces/{SHOP}/pods/web-0/beta_requests")
             assert down.status == 503, down
             assert str(beta.port) not in down.text
-            assert (await adapter.get(f"{EXTERNAL}/namespaces/shop/beta_queue")).status == 503
-            up = await adapter.get(f"{CUSTOM}/namespaces/shop/pods/web-0/alpha_requests")
+            assert (await adapter.get(f"{EXTERNAL}/namespaces/{SHOP}/beta_queue")).status == 503
+            up = await adapter.get(f"{CUSTOM}/namespaces/{SHOP}/pods/web-0/alpha_requests")
             assert value_of(up.json()) == "3"
             # Discovery on the other backend goes on; the stopped one keeps its snapshot.
-            alpha_exporter.set("alpha_late", {"namespace": "shop", "pod": "web-0"}, 5)
+            alpha_exporter.set("alpha_late", {"namespace": SHOP, "pod": "web-0"}, 5)
             await wait_for_series(alpha, "alpha_late", 1)
             assert await adapter.relister.step() is False
             names = {resource["name"] for resource in
                      (await adapter.get(CUSTOM)).json()["resources"]}
             assert {"pods/alpha_late", "pods/beta_requests"} <= names
-            late = await adapter.get(f"{CUSTOM}/namespaces/shop/pods/web-0/alpha_late")
+            late = await adapter.get(f"{CUSTOM}/namespaces/{SHOP}/pods/web-0/alpha_late")
             assert value_of(late.json()) == "5"
             assert (await adapter.get("/readyz")).status == 200
             # /metrics tells the backends' discovery apart: beta's pass failed, its snapshot
@@ -189,7 +195,7 @@ def recording_proxy(upstream: str, seen: list[tuple[str, str | None]],
 def tenant_config(proxy_url: str) -> str:
     return ("backends:\n- name: mimir\n  url: " + proxy_url + "\n"
             "  headers:\n    X-Scope-OrgID: {value: \"<<.Namespace>>\", default: platform}\n"
-            "  tenants: [shop, bank]\nrules:"
+            f"  tenants: [{SHOP}, {BANK}]\nrules:"
             + POD_RULE.format(name="tenant_requests", backend="backend: mimir")
             + """- seriesQuery: 'tenant_node_load{node!=""}'
   backend: mimir
@@ -199,19 +205,20 @@ def tenant_config(proxy_url: str) -> str:
 
 
 async def test_a_tenant_header_carries_each_requests_namespace_or_the_default(
-        prometheus_factory: PrometheusFactory, tmp_path: Path) -> None:
+        prometheus_factory: PrometheusFactory, tmp_path: Path, pods: ModuleCluster) -> None:
     seen: list[tuple[str, str | None]] = []
     with Exporter() as exporter:
-        for namespace in ("shop", "bank", "other"):
+        for namespace in (SHOP, BANK, OTHER):
             exporter.set("tenant_requests", {"namespace": namespace, "pod": "web-0"}, 2)
         exporter.set("tenant_node_load", {"node": "n1"}, 4)
         prometheus = serving(prometheus_factory, exporter)
         await wait_for_series(prometheus, '{__name__=~"tenant_.*"}', 4)
         async with recording_proxy(prometheus.url, seen) as proxy_url, \
-                adapter_for(tmp_path, tenant_config(proxy_url), prometheus.url) as adapter:
+                adapter_for(tmp_path, tenant_config(proxy_url), prometheus.url,
+                            cluster=pods) as adapter:
             assert {tenant for path, tenant in seen if path.endswith("/series")} == {
-                "shop", "bank", "platform"}
-            for namespace in ("shop", "bank"):
+                SHOP, BANK, "platform"}
+            for namespace in (SHOP, BANK):
                 seen.clear()
                 reply = await adapter.get(
                     f"{CUSTOM}/namespaces/{namespace}/pods/web-0/tenant_requests")
@@ -223,6 +230,6 @@ async def test_a_tenant_header_carries_each_requests_namespace_or_the_default(
             assert seen == [("/api/v1/query", "platform")]
             # A namespace whose tenant is not listed: its tenant has no metric, nothing is asked.
             seen.clear()
-            other = await adapter.get(f"{CUSTOM}/namespaces/other/pods/web-0/tenant_requests")
+            other = await adapter.get(f"{CUSTOM}/namespaces/{OTHER}/pods/web-0/tenant_requests")
             assert other.status == 404
             assert seen == []

@@ -18,15 +18,16 @@ import pytest
 import pytest_asyncio
 
 from adapter.prometheus.relisting import Relisting
-from testbed.fakes import kube_objects
 from testbed.fakes.exporter import Exporter
-from testbed.fakes.kube_api import FakeKubeAPI
 from testbed.fakes.prometheus import PrometheusServer
 from testbed.fakes.prometheus_fixtures import PrometheusFactory
+from tests.adapter.cluster import ModuleCluster, Names, pod_manifest
 from tests.adapter.harness import RunningAdapter, running_adapter, wait_for_series
 
 pytestmark = [pytest.mark.prometheus, pytest.mark.shipped_interpreter]
 
+NAMES = Names.unique("hold")
+SHOP = NAMES.namespace("shop")
 CONFIG = """
 rules:
 - seriesQuery: 'hold_requests'
@@ -92,24 +93,22 @@ class World:
 
 
 @pytest_asyncio.fixture
-async def world(prometheus_factory: PrometheusFactory, tmp_path: Path) -> AsyncIterator[World]:
+async def world(cluster: ModuleCluster, prometheus_factory: PrometheusFactory,
+                tmp_path: Path) -> AsyncIterator[World]:
     with Exporter() as exporter:
         for pod in ("web-0", "web-1"):
-            exporter.set("hold_requests", {"namespace": "shop", "pod": pod}, 3)
-            exporter.set("hold_errors", {"namespace": "shop", "pod": pod}, 1)
-        exporter.set("hold_queue", {"namespace": "shop", "queue": "q"}, 8)
+            exporter.set("hold_requests", {"namespace": SHOP, "pod": pod}, 3)
+            exporter.set("hold_errors", {"namespace": SHOP, "pod": pod}, 1)
+        exporter.set("hold_queue", {"namespace": SHOP, "queue": "q"}, 8)
         server = prometheus_factory()
         server.add_target(exporter)
         await wait_for_series(server, ALL_SERIES, 5)
         clock = Clock()
-        async with FakeKubeAPI(workdir=tmp_path / "kube") as kube:
-            kube.create("", "v1", "pods", kube_objects.pod("web-0", namespace="shop",
-                                                           now=kube.clock()))
-            async with running_adapter(workdir=tmp_path / "adapter", config_text=CONFIG,
-                                       prometheus_url=server.url, clock=clock,
-                                       kubeconfig=kube.write_kubeconfig(tmp_path / "kc"),
-                                       ) as adapter:
-                yield World(server, exporter, adapter, clock)
+        cluster.control_plane.apply(pod_manifest("web-0", cluster.namespace("shop")))
+        async with running_adapter(workdir=tmp_path / "adapter", config_text=CONFIG,
+                                   prometheus_url=server.url, clock=clock,
+                                   kubeconfig=cluster.adapter_kubeconfig()) as adapter:
+            yield World(server, exporter, adapter, clock)
 
 
 EVERY_METRIC = {"pods/hold_requests", "namespaces/hold_requests", "pods/hold_errors",
@@ -175,7 +174,7 @@ async def test_a_smaller_drop_is_swapped_in_at_once(world: World) -> None:
     await asyncio.to_thread(world.prometheus.stop)
     world.prometheus.remove_target(world.exporter)
     shutil.rmtree(world.prometheus.data_dir)
-    world.exporter.remove("hold_queue", {"namespace": "shop", "queue": "q"})
+    world.exporter.remove("hold_queue", {"namespace": SHOP, "queue": "q"})
     await asyncio.to_thread(world.prometheus.start)
     world.prometheus.add_target(world.exporter)
     await wait_for_series(world.prometheus, ALL_SERIES, 4)

@@ -26,10 +26,9 @@ import pytest
 from adapter.http.app import METRICS_REGISTRY_KEY, RELOADER_KEY, SNAPSHOTS_KEY
 from adapter.http.reloading import POLL_SECONDS
 from adapter.http.snapshots import ConfigSnapshot
-from testbed.fakes import kube_objects
 from testbed.fakes.exporter import Exporter
-from testbed.fakes.kube_api import FakeKubeAPI
 from testbed.fakes.prometheus import PrometheusServer
+from tests.adapter.cluster import ModuleCluster, Names, pod_manifest
 from tests.adapter.harness import RunningAdapter, running_adapter, wait_for_series
 
 pytestmark = [pytest.mark.prometheus]
@@ -90,22 +89,23 @@ def pod_path(exporter: Exporter) -> str:
     return f"{CUSTOM}/namespaces/{namespace_of(exporter)}/pods/web-0"
 
 
+NAMES = Names.unique("hot")
+
+
 def namespace_of(exporter: Exporter) -> str:
     """A namespace of the test's own: the session Prometheus still holds other tests' series."""
-    return f"hr-{exporter.job}"
+    return NAMES.namespace(exporter.job)
 
 
 @contextlib.asynccontextmanager
 async def hot_adapter(tmp_path: Path, prometheus: PrometheusServer, exporter: Exporter, *,
+                      cluster: ModuleCluster,
                       workdir: Path | None = None) -> AsyncIterator[RunningAdapter]:
-    async with FakeKubeAPI(workdir=tmp_path / "kube") as kube:
-        kube.create("", "v1", "pods", kube_objects.pod("web-0", namespace=namespace_of(exporter),
-                                                       now=kube.clock()))
-        async with running_adapter(workdir=workdir or tmp_path / "adapter", config_text=OLD,
-                                   prometheus_url=prometheus.url,
-                                   kubeconfig=kube.write_kubeconfig(tmp_path / "kc"),
-                                   ) as adapter:
-            yield adapter
+    cluster.control_plane.apply(pod_manifest("web-0", cluster.namespace(exporter.job)))
+    async with running_adapter(workdir=workdir or tmp_path / "adapter", config_text=OLD,
+                               prometheus_url=prometheus.url,
+                               kubeconfig=cluster.adapter_kubeconfig()) as adapter:
+        yield adapter
 
 
 @pytest.fixture
@@ -124,8 +124,9 @@ async def serving_exporter(exporter: Exporter, prometheus: PrometheusServer,
 
 
 async def test_an_edit_under_load_answers_from_the_old_or_the_new_configuration_and_never_fails(
-        serving_exporter: Exporter, prometheus: PrometheusServer, tmp_path: Path) -> None:
-    async with hot_adapter(tmp_path, prometheus, serving_exporter) as adapter:
+        serving_exporter: Exporter, prometheus: PrometheusServer, tmp_path: Path,
+        cluster: ModuleCluster) -> None:
+    async with hot_adapter(tmp_path, prometheus, serving_exporter, cluster=cluster) as adapter:
         config_file = tmp_path / "adapter" / "config.yaml"
         first = adapter.app[SNAPSHOTS_KEY].current
         stop = asyncio.Event()
@@ -197,8 +198,8 @@ async def test_an_edit_under_load_answers_from_the_old_or_the_new_configuration_
 
 async def test_a_broken_edit_changes_nothing_and_sets_the_gauge_to_zero(
         serving_exporter: Exporter, prometheus: PrometheusServer, tmp_path: Path,
-        caplog: pytest.LogCaptureFixture) -> None:
-    async with hot_adapter(tmp_path, prometheus, serving_exporter) as adapter:
+        caplog: pytest.LogCaptureFixture, cluster: ModuleCluster) -> None:
+    async with hot_adapter(tmp_path, prometheus, serving_exporter, cluster=cluster) as adapter:
         config_file = tmp_path / "adapter" / "config.yaml"
         before: ConfigSnapshot = adapter.app[SNAPSHOTS_KEY].current
         started_at = sample(adapter, "metricscale_config_last_reload_success_timestamp_seconds")
@@ -230,8 +231,9 @@ async def test_a_broken_edit_changes_nothing_and_sets_the_gauge_to_zero(
 
 
 async def test_a_file_whose_first_discovery_fails_is_not_swapped_in(
-        serving_exporter: Exporter, prometheus: PrometheusServer, tmp_path: Path) -> None:
-    async with hot_adapter(tmp_path, prometheus, serving_exporter) as adapter:
+        serving_exporter: Exporter, prometheus: PrometheusServer, tmp_path: Path,
+        cluster: ModuleCluster) -> None:
+    async with hot_adapter(tmp_path, prometheus, serving_exporter, cluster=cluster) as adapter:
         config_file = tmp_path / "adapter" / "config.yaml"
         before = adapter.app[SNAPSHOTS_KEY].current
         unreachable = "backends:\n- name: gone\n  url: http://127.0.0.1:9\n" + NEW.replace(
@@ -263,13 +265,15 @@ def swap_data(directory: Path, version: str) -> None:
 
 
 async def test_a_configmap_symlink_swap_is_noticed_by_the_next_poll(
-        serving_exporter: Exporter, prometheus: PrometheusServer, tmp_path: Path) -> None:
+        serving_exporter: Exporter, prometheus: PrometheusServer, tmp_path: Path,
+        cluster: ModuleCluster) -> None:
     volume = tmp_path / "volume"
     volume.mkdir()
     first = configmap_version(volume, "01_00_00", OLD)
     (volume / "..data").symlink_to(first)
     (volume / "config.yaml").symlink_to("..data/config.yaml")
-    async with hot_adapter(tmp_path, prometheus, serving_exporter, workdir=volume) as adapter:
+    async with hot_adapter(tmp_path, prometheus, serving_exporter, workdir=volume,
+                           cluster=cluster) as adapter:
         assert "pods/hr_before" in listed((await adapter.get(CUSTOM)).json())
         second = configmap_version(volume, "01_05_00", NEW)
         swap_data(volume, second)
@@ -286,8 +290,9 @@ async def test_a_configmap_symlink_swap_is_noticed_by_the_next_poll(
 
 
 async def test_sighup_reloads_even_an_unchanged_file(
-        serving_exporter: Exporter, prometheus: PrometheusServer, tmp_path: Path) -> None:
-    async with hot_adapter(tmp_path, prometheus, serving_exporter) as adapter:
+        serving_exporter: Exporter, prometheus: PrometheusServer, tmp_path: Path,
+        cluster: ModuleCluster) -> None:
+    async with hot_adapter(tmp_path, prometheus, serving_exporter, cluster=cluster) as adapter:
         before = adapter.app[SNAPSHOTS_KEY].current
         # The function server.py installs as the SIGHUP handler.
         adapter.app[RELOADER_KEY].request_reload()
@@ -315,38 +320,38 @@ async def read_until(stream: asyncio.StreamReader, pattern: str, *, within: floa
 
 
 async def test_sighup_to_a_running_adapter_process_reloads_its_rule_file(
-        serving_exporter: Exporter, prometheus: PrometheusServer, tmp_path: Path) -> None:
+        serving_exporter: Exporter, prometheus: PrometheusServer, tmp_path: Path,
+        cluster: ModuleCluster) -> None:
     config_file = tmp_path / "config.yaml"
     config_file.write_text(OLD)
     port = free_port()
     env = {key: value for key, value in os.environ.items()
            if key != "KUBERNETES_SERVICE_HOST"}
-    async with FakeKubeAPI(workdir=tmp_path / "kube") as kube:
-        kubeconfig = kube.write_kubeconfig(tmp_path / "kc")
-        process = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "metricscale", "adapter", "--config", str(config_file),
-            "--prometheus-url", prometheus.url, "--kubeconfig", str(kubeconfig),
-            "--secure-port", str(port), "--bind-address", "127.0.0.1",
-            "--cert-dir", str(tmp_path / "certs"), "--self-managed-certs", "off",
-            "--insecure-disable-auth", stderr=asyncio.subprocess.PIPE, env=env)
-        assert process.stderr is not None
-        lines: list[str] = []
-        try:
-            await read_until(process.stderr, "pass took", within=30.0, lines=lines)
-            # The file changes without the watch noticing it (same size, same mtime): only
-            # SIGHUP can make the adapter read it.
-            stat = config_file.stat()
-            renamed = OLD.replace("hr_before", "hr_sighup")
-            assert len(renamed) == len(OLD)
-            with config_file.open("r+") as rewritten:
-                rewritten.write(renamed)
-            os.utime(config_file, ns=(stat.st_atime_ns, stat.st_mtime_ns))
-            process.send_signal(signal.SIGHUP)
-            await read_until(process.stderr, r"reloaded \(SIGHUP\)", within=10.0, lines=lines)
-            async with aiohttp.ClientSession() as session, session.get(
-                    f"https://127.0.0.1:{port}{CUSTOM}", ssl=False) as reply:
-                assert "pods/hr_sighup" in listed(await reply.json())
-        finally:
-            process.send_signal(signal.SIGTERM)
-            await asyncio.wait_for(process.wait(), timeout=15)
-        assert process.returncode == 0, "".join(lines)
+    kubeconfig = cluster.adapter_kubeconfig()  # the adapter's account
+    process = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "metricscale", "adapter", "--config", str(config_file),
+        "--prometheus-url", prometheus.url, "--kubeconfig", str(kubeconfig),
+        "--secure-port", str(port), "--bind-address", "127.0.0.1",
+        "--cert-dir", str(tmp_path / "certs"), "--self-managed-certs", "off",
+        "--insecure-disable-auth", stderr=asyncio.subprocess.PIPE, env=env)
+    assert process.stderr is not None
+    lines: list[str] = []
+    try:
+        await read_until(process.stderr, "pass took", within=30.0, lines=lines)
+        # The file changes without the watch noticing it (same size, same mtime): only
+        # SIGHUP can make the adapter read it.
+        stat = config_file.stat()
+        renamed = OLD.replace("hr_before", "hr_sighup")
+        assert len(renamed) == len(OLD)
+        with config_file.open("r+") as rewritten:
+            rewritten.write(renamed)
+        os.utime(config_file, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+        process.send_signal(signal.SIGHUP)
+        await read_until(process.stderr, r"reloaded \(SIGHUP\)", within=10.0, lines=lines)
+        async with aiohttp.ClientSession() as session, session.get(
+                f"https://127.0.0.1:{port}{CUSTOM}", ssl=False) as reply:
+            assert "pods/hr_sighup" in listed(await reply.json())
+    finally:
+        process.send_signal(signal.SIGTERM)
+        await asyncio.wait_for(process.wait(), timeout=15)
+    assert process.returncode == 0, "".join(lines)

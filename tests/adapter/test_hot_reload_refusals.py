@@ -13,10 +13,9 @@ from pathlib import Path
 import pytest
 
 from adapter.http.app import METRICS_REGISTRY_KEY, RELOADER_KEY, SNAPSHOTS_KEY
-from testbed.fakes import kube_objects
 from testbed.fakes.exporter import Exporter
-from testbed.fakes.kube_api import FakeKubeAPI
 from testbed.fakes.prometheus import PrometheusServer
+from tests.adapter.cluster import ModuleCluster, pod_manifest
 from tests.adapter.harness import RunningAdapter, running_adapter, wait_for_series
 
 pytestmark = [pytest.mark.prometheus]
@@ -64,25 +63,23 @@ def listed(reply_json: dict[str, object]) -> set[str]:
 
 @contextlib.asynccontextmanager
 async def adapter_from(tmp_path: Path, prometheus: PrometheusServer, exporter: Exporter,
-                       config_text: str) -> AsyncIterator[RunningAdapter]:
-    namespace = f"hrr-{exporter.job}"
+                       config_text: str, *, cluster: ModuleCluster,
+                       ) -> AsyncIterator[RunningAdapter]:
+    namespace = cluster.namespace(exporter.job)  # the test's own
     exporter.set("hrr_requests", {"namespace": namespace, "pod": "web-0"}, 3)
     await wait_for_series(prometheus, f'hrr_requests{{namespace="{namespace}"}}', 1)
-    async with FakeKubeAPI(workdir=tmp_path / "kube") as kube:
-        kube.create("", "v1", "pods", kube_objects.pod("web-0", namespace=namespace,
-                                                       now=kube.clock()))
-        async with running_adapter(workdir=tmp_path / "adapter", config_text=config_text,
-                                   prometheus_url=prometheus.url,
-                                   kubeconfig=kube.write_kubeconfig(tmp_path / "kc"),
-                                   ) as adapter:
-            yield adapter
+    cluster.control_plane.apply(pod_manifest("web-0", namespace))
+    async with running_adapter(workdir=tmp_path / "adapter", config_text=config_text,
+                               prometheus_url=prometheus.url,
+                               kubeconfig=cluster.adapter_kubeconfig()) as adapter:
+        yield adapter
 
 
 @pytest.mark.parametrize("text", RULE_LESS.values(), ids=RULE_LESS.keys())
 async def test_a_rule_less_file_is_refused_and_the_running_rules_keep_serving(
         exporter: Exporter, prometheus: PrometheusServer, tmp_path: Path,
-        caplog: pytest.LogCaptureFixture, text: str) -> None:
-    async with adapter_from(tmp_path, prometheus, exporter, RULES) as adapter:
+        caplog: pytest.LogCaptureFixture, text: str, cluster: ModuleCluster) -> None:
+    async with adapter_from(tmp_path, prometheus, exporter, RULES, cluster=cluster) as adapter:
         config_file = tmp_path / "adapter" / "config.yaml"
         before = adapter.app[SNAPSHOTS_KEY].current
         assert "pods/hrr_requests" in listed((await adapter.get(CUSTOM)).json())
@@ -108,8 +105,9 @@ async def test_a_rule_less_file_is_refused_and_the_running_rules_keep_serving(
 
 
 async def test_sighup_does_not_apply_an_emptied_file_either(
-        exporter: Exporter, prometheus: PrometheusServer, tmp_path: Path) -> None:
-    async with adapter_from(tmp_path, prometheus, exporter, RULES) as adapter:
+        exporter: Exporter, prometheus: PrometheusServer, tmp_path: Path,
+        cluster: ModuleCluster) -> None:
+    async with adapter_from(tmp_path, prometheus, exporter, RULES, cluster=cluster) as adapter:
         config_file = tmp_path / "adapter" / "config.yaml"
         before = adapter.app[SNAPSHOTS_KEY].current
         # Truncated in place (no rename): what `> config.yaml` or a crashed writer leaves.
@@ -121,8 +119,9 @@ async def test_sighup_does_not_apply_an_emptied_file_either(
 
 
 async def test_an_adapter_started_rule_less_reloads_rule_less_files(
-        exporter: Exporter, prometheus: PrometheusServer, tmp_path: Path) -> None:
-    async with adapter_from(tmp_path, prometheus, exporter, "") as adapter:
+        exporter: Exporter, prometheus: PrometheusServer, tmp_path: Path,
+        cluster: ModuleCluster) -> None:
+    async with adapter_from(tmp_path, prometheus, exporter, "", cluster=cluster) as adapter:
         config_file = tmp_path / "adapter" / "config.yaml"
         replace_file(config_file, "# still no rules\nrules: []\n")
         await reload_now(adapter)
