@@ -4,7 +4,8 @@ Run with `.venv/bin/python bench/adapter.py` (needs prometheus, promtool and kub
 peers` for the real control plane and prometheus-adapter v0.12.0; about ten minutes). One run
 measures every target side by side, in turn, so that all of them see the same background load;
 `--skip-peer` leaves prometheus-adapter out, `--skip-latency`, `--skip-discovery` and
-`--skip-resource` leave out a part.
+`--skip-resource` leave out a part; `--variant "NAME DIR [FLAG ...]"` adds ours again from another
+source tree (a lever alone: the tree before the levers plus that lever's diff) to every part.
 
 1. Latency (a real control plane, testbed.ControlPlane): a real Prometheus scrapes one gauge
    for 100 pods, which exist as Pods in the control plane. `metricscale adapter` and the real
