@@ -10,10 +10,9 @@ from pathlib import Path
 import pytest
 import pytest_asyncio
 
-from testbed.fakes import kube_objects
 from testbed.fakes.exporter import Exporter
-from testbed.fakes.kube_api import FakeKubeAPI
 from testbed.fakes.prometheus import PrometheusServer
+from tests.adapter.cluster import ModuleCluster, Names, Objects, pod_manifest
 from tests.adapter.harness import RunningAdapter, running_adapter, wait_for_series
 
 # Also run on the image's Python (make test-shipped): a failed pass must not end the loop there.
@@ -49,15 +48,17 @@ resourceRules:
     containerLabel: container
   window: 1m
 """
-POD_METRIC = "/apis/custom.metrics.k8s.io/v1beta2/namespaces/shop/pods/web-0/down_requests"
-EXTERNAL_METRIC = "/apis/external.metrics.k8s.io/v1beta1/namespaces/shop/down_queue"
-POD_USAGE = "/apis/metrics.k8s.io/v1beta1/namespaces/shop/pods"
+NAMES = Names.unique("down")
+SHOP = NAMES.namespace("shop")
+POD_METRIC = f"/apis/custom.metrics.k8s.io/v1beta2/namespaces/{SHOP}/pods/web-0/down_requests"
+EXTERNAL_METRIC = f"/apis/external.metrics.k8s.io/v1beta1/namespaces/{SHOP}/down_queue"
+POD_USAGE = f"/apis/metrics.k8s.io/v1beta1/namespaces/{SHOP}/pods"
 
 
 @dataclass
 class World:
     prometheus: PrometheusServer
-    kube: FakeKubeAPI
+    cluster: ModuleCluster
     workdir: Path
 
 
@@ -65,9 +66,9 @@ class World:
 def private_prometheus(prometheus_binary: str) -> Iterator[PrometheusServer]:
     """A Prometheus of this module's own: the tests stop and start it."""
     with PrometheusServer(binary=prometheus_binary) as server, Exporter() as exporter:
-        exporter.set("down_requests", {"namespace": "shop", "pod": "web-0"}, 3)
-        exporter.set("down_queue", {"namespace": "shop", "queue": "q"}, 8)
-        usage = {"namespace": "shop", "pod": "web-0", "container": "app"}
+        exporter.set("down_requests", {"namespace": SHOP, "pod": "web-0"}, 3)
+        exporter.set("down_queue", {"namespace": SHOP, "queue": "q"}, 8)
+        usage = {"namespace": SHOP, "pod": "web-0", "container": "app"}
         exporter.set("down_cpu", usage, 0.5)
         exporter.set("down_memory", usage, 1024)
         server.add_target(exporter)
@@ -76,13 +77,13 @@ def private_prometheus(prometheus_binary: str) -> Iterator[PrometheusServer]:
 
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
-async def world(private_prometheus: PrometheusServer,
+async def world(cluster: ModuleCluster, private_prometheus: PrometheusServer,
                 tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[World]:
     workdir = tmp_path_factory.mktemp("prometheus-down")
-    async with FakeKubeAPI(workdir=workdir / "kube") as kube:
-        kube.create("", "v1", "pods", kube_objects.pod("web-0", namespace="shop",
-                                                       now=kube.clock()))
-        yield World(private_prometheus, kube, workdir)
+    cluster.namespace("shop")
+    async with Objects(cluster.control_plane) as objects:
+        await objects.run(pod_manifest("web-0", SHOP))  # Running, as metrics.k8s.io serves
+    yield World(private_prometheus, cluster, workdir)
 
 
 @pytest_asyncio.fixture(loop_scope="module")
@@ -92,8 +93,7 @@ async def adapter(world: World) -> AsyncIterator[RunningAdapter]:
     await wait_for_series(world.prometheus, '{__name__=~"down_.*"}', 4)
     async with running_adapter(workdir=world.workdir / "adapter", config_text=CONFIG,
                                prometheus_url=world.prometheus.url,
-                               kubeconfig=world.kube.write_kubeconfig(
-                                   world.workdir / "kubeconfig")) as running:
+                               kubeconfig=world.cluster.adapter_kubeconfig()) as running:
         yield running
 
 
@@ -151,7 +151,7 @@ async def test_not_ready_until_the_first_discovery_pass(world: World) -> None:
     world.prometheus.stop()
     async with running_adapter(workdir=world.workdir / "cold", config_text=CONFIG,
                                prometheus_url=world.prometheus.url,
-                               kubeconfig=world.kube.write_kubeconfig(world.workdir / "kc2"),
+                               kubeconfig=world.cluster.adapter_kubeconfig(),
                                wait_ready=False) as cold:
         reply = await cold.get("/readyz?verbose")
         assert reply.status == 500
