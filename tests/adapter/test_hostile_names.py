@@ -17,7 +17,6 @@ import re
 import urllib.parse
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
-from datetime import UTC, datetime
 
 import pytest
 import pytest_asyncio
@@ -25,10 +24,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from metricscale.core.selectors import SelectorError, parse_selector
-from testbed.fakes import kube_objects
-from testbed.fakes.kube_api import FakeKubeAPI
 from testbed.fakes.prometheus import ExporterPool, PrometheusServer
 from tests import raw_http
+from tests.adapter.cluster import ModuleCluster, Names, Objects, node_manifest, pod_manifest
 from tests.adapter.harness import (
     Reply,
     RunningAdapter,
@@ -78,6 +76,10 @@ resourceRules:
   window: 1m
 """
 
+NAMES = Names.unique("hostile")
+SHOP = NAMES.namespace("shop")
+NODE_1 = NAMES.cluster("node-1")
+GROUP = f"{NAMES.prefix}.example.com"  # the Widget CRD's group, the module's own
 CUSTOM = "/apis/custom.metrics.k8s.io/v1beta2"
 EXTERNAL = "/apis/external.metrics.k8s.io/v1beta1"
 RESOURCE = "/apis/metrics.k8s.io/v1beta1"
@@ -93,7 +95,7 @@ def _is_label(text: str) -> bool:
 @dataclass(frozen=True)
 class Position:
     """What a path shape's segment names: which segments answer 200 (the fixture's pod web-0
-    in namespace shop, node node-1, the series hn_requests{pod="web-0"} and hn_queue), and
+    in namespace SHOP, node NODE_1, the series hn_requests{pod="web-0"} and hn_queue), and
     whether `*` there means every namespace (a 400: one namespace at a time)."""
 
     found: Callable[[str], bool]
@@ -106,18 +108,18 @@ def _one_of(*names: str) -> Callable[[str], bool]:
 
 # Each takes one hostile path segment.
 POSITIONS: dict[str, Position] = {
-    CUSTOM + "/namespaces/shop/pods/{}/hn_requests": Position(_one_of("web-0", "*")),
-    CUSTOM + "/namespaces/{}/pods/web-0/hn_requests": Position(_one_of("shop"), True),
-    CUSTOM + "/namespaces/{}/pods/*/hn_requests": Position(_one_of("shop"), True),
+    CUSTOM + "/namespaces/" + SHOP + "/pods/{}/hn_requests": Position(_one_of("web-0", "*")),
+    CUSTOM + "/namespaces/{}/pods/web-0/hn_requests": Position(_one_of(SHOP), True),
+    CUSTOM + "/namespaces/{}/pods/*/hn_requests": Position(_one_of(SHOP), True),
     CUSTOM + "/namespaces/{}/metrics/hn_requests": Position(_one_of()),  # no namespace series
     CUSTOM + "/nodes/{}/hn_requests": Position(_one_of()),  # no node series
-    CUSTOM + "/widgets.example.com/{}/hn_requests": Position(_one_of()),
-    CUSTOM + "/namespaces/shop/pods/web-0/{}": Position(_one_of("hn_requests")),
-    EXTERNAL + "/namespaces/{}/hn_queue": Position(_one_of("shop"), True),
-    EXTERNAL + "/namespaces/shop/{}": Position(_one_of("hn_queue")),
+    CUSTOM + "/widgets." + GROUP + "/{}/hn_requests": Position(_one_of()),
+    CUSTOM + "/namespaces/" + SHOP + "/pods/web-0/{}": Position(_one_of("hn_requests")),
+    EXTERNAL + "/namespaces/{}/hn_queue": Position(_one_of(SHOP), True),
+    EXTERNAL + "/namespaces/" + SHOP + "/{}": Position(_one_of("hn_queue")),
     # A namespace's pod list answers for any namespace that could exist (empty when none).
     RESOURCE + "/namespaces/{}/pods": Position(_is_label),
-    RESOURCE + "/namespaces/shop/pods/{}": Position(_one_of()),  # no resource series
+    RESOURCE + "/namespaces/" + SHOP + "/pods/{}": Position(_one_of()),  # no resource series
     RESOURCE + "/nodes/{}": Position(_one_of()),
 }
 PATH_SHAPES = tuple(POSITIONS)
@@ -127,12 +129,13 @@ LIST_KINDS = {CUSTOM: "MetricValueList", EXTERNAL: "ExternalMetricValueList",
 MAX_LINE = 8190
 # Each takes one hostile selector value.
 SELECTOR_SHAPES = (
-    (CUSTOM + "/namespaces/shop/pods/*/hn_requests", "labelSelector", "app={}"),
-    (CUSTOM + "/namespaces/shop/pods/web-0/hn_requests", "metricLabelSelector", "code={}"),
-    (CUSTOM + "/namespaces/shop/pods/web-0/hn_requests", "metricLabelSelector", "code in ({})"),
-    (EXTERNAL + "/namespaces/shop/hn_queue", "labelSelector", "queue={}"),
-    (EXTERNAL + "/namespaces/shop/hn_queue", "labelSelector", "queue notin ({})"),
-    (RESOURCE + "/namespaces/shop/pods", "labelSelector", "app={}"),
+    (CUSTOM + "/namespaces/" + SHOP + "/pods/*/hn_requests", "labelSelector", "app={}"),
+    (CUSTOM + "/namespaces/" + SHOP + "/pods/web-0/hn_requests", "metricLabelSelector", "code={}"),
+    (CUSTOM + "/namespaces/" + SHOP + "/pods/web-0/hn_requests", "metricLabelSelector",
+     "code in ({})"),
+    (EXTERNAL + "/namespaces/" + SHOP + "/hn_queue", "labelSelector", "queue={}"),
+    (EXTERNAL + "/namespaces/" + SHOP + "/hn_queue", "labelSelector", "queue notin ({})"),
+    (RESOURCE + "/namespaces/" + SHOP + "/pods", "labelSelector", "app={}"),
 )
 
 HOSTILE = ("\ufffd", "\ud800", "[", ".*", "(?i)web-0", "a\nb", "\x00", "x" * 10_000, "web-0\ufffd",
@@ -146,29 +149,29 @@ class World:
 
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
-async def world(prometheus: PrometheusServer, exporter_pool: ExporterPool,
+async def world(cluster: ModuleCluster, prometheus: PrometheusServer,
+                exporter_pool: ExporterPool,
                 tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[World]:
     workdir = tmp_path_factory.mktemp("hostile-names")
     with exporter_pool.exporter() as exporter:
-        exporter.set("hn_requests", {"namespace": "shop", "pod": "web-0"}, 1)
-        exporter.set("hn_queue", {"namespace": "shop", "queue": "orders"}, 2)
-        async with FakeKubeAPI(workdir=workdir / "kube") as kube:
-            kube.create_namespace("shop")
-            kube.create("", "v1", "pods", kube_objects.pod(
-                "web-0", namespace="shop", now=datetime.now(UTC), labels={"app": "web"}))
-            kube.create("", "v1", "nodes", {"metadata": {"name": "node-1"}})
-            kube.create_crd(group="example.com", kind="Widget", plural="widgets",
-                            scope="Cluster")
-            await asyncio.sleep(0)
-            await wait_for_series(prometheus, f'hn_requests{{job="{exporter.job}"}}', 1)
-            await wait_for_series(prometheus, f'hn_queue{{job="{exporter.job}"}}', 1)
-            queue_series = await asyncio.to_thread(
-                prometheus.series, '{__name__="hn_queue",namespace="shop"}')
-            async with running_adapter(
-                    workdir=workdir / "adapter", config_text=CONFIG.format(job=exporter.job),
-                    prometheus_url=prometheus.url,
-                    kubeconfig=kube.write_kubeconfig(workdir / "kubeconfig")) as adapter:
-                yield World(adapter, queue_series)
+        exporter.set("hn_requests", {"namespace": SHOP, "pod": "web-0"}, 1)
+        exporter.set("hn_queue", {"namespace": SHOP, "queue": "orders"}, 2)
+        cluster.namespace("shop")
+        node = node_manifest(NODE_1)
+        cluster.cleanup.add(node)
+        async with Objects(cluster.control_plane) as objects:
+            await objects.create(pod_manifest("web-0", SHOP, labels={"app": "web"}), node)
+            cluster.cleanup.add(await objects.crd(group=GROUP, kind="Widget",
+                                                  plural="widgets", scope="Cluster"))
+        await wait_for_series(prometheus, f'hn_requests{{job="{exporter.job}"}}', 1)
+        await wait_for_series(prometheus, f'hn_queue{{job="{exporter.job}"}}', 1)
+        queue_series = await asyncio.to_thread(
+            prometheus.series, f'{{__name__="hn_queue",namespace="{SHOP}"}}')
+        async with running_adapter(
+                workdir=workdir / "adapter", config_text=CONFIG.format(job=exporter.job),
+                prometheus_url=prometheus.url,
+                kubeconfig=cluster.adapter_kubeconfig()) as adapter:
+            yield World(adapter, queue_series)
 
 
 def encode_segment(text: str) -> str:
@@ -273,7 +276,7 @@ async def get_selector(world: World, shape: tuple[str, str, str], value: str) ->
 async def test_a_name_no_object_can_carry_is_not_found(world: World, shape: str,
                                                        segment: str) -> None:
     reply = await world.adapter.get(shape.format(encode_segment(segment)))
-    if segment in ("[", ".*", "(?i)web-0") and "/namespaces/shop/pods/web-0/{}" in shape:
+    if segment in ("[", ".*", "(?i)web-0") and "/namespaces/" + SHOP + "/pods/web-0/{}" in shape:
         assert reply.status == 404  # an unknown metric
         return
     assert reply.status == 404, (shape, reply.status, reply.body[:300])
@@ -306,9 +309,9 @@ async def test_an_invalid_selector_value_is_a_bad_request(world: World,
 
 
 async def test_the_valid_names_still_answer(world: World) -> None:
-    assert (await world.adapter.get(CUSTOM + "/namespaces/shop/pods/web-0/hn_requests")
+    assert (await world.adapter.get(CUSTOM + "/namespaces/" + SHOP + "/pods/web-0/hn_requests")
             ).status == 200
-    assert (await world.adapter.get(EXTERNAL + "/namespaces/shop/hn_queue")).status == 200
+    assert (await world.adapter.get(EXTERNAL + "/namespaces/" + SHOP + "/hn_queue")).status == 200
 
 
 # ------------------------------------------------------------------------------ properties
