@@ -36,8 +36,8 @@ from adapter.settings import (
     settings_from_args,
 )
 from metricscale import pki
-from testbed.fakes.kube_api import FakeKubeAPI
 from testbed.fakes.prometheus import ExporterPool, PrometheusServer
+from tests.adapter.cluster import ModuleCluster, pod_manifest
 from tests.adapter.harness import (
     HPA_ACCEPT,
     make_serving_pair,
@@ -388,14 +388,14 @@ rules:
 
 @pytest.mark.prometheus
 async def test_an_adapter_passes_on_only_the_custom_metrics_it_does_not_serve(
-        tmp_path: Path, prometheus: PrometheusServer, exporter_pool: ExporterPool) -> None:
+        tmp_path: Path, prometheus: PrometheusServer, exporter_pool: ExporterPool,
+        cluster: ModuleCluster) -> None:
+    shop = cluster.namespace("shop")
+    cluster.control_plane.apply(pod_manifest("web-0", shop, labels={"app": "web"}))
     with exporter_pool.exporter() as exporter:
-        exporter.set("dlg_requests", {"namespace": "shop", "pod": "web-0"}, 3)
+        exporter.set("dlg_requests", {"namespace": shop, "pod": "web-0"}, 3)
         await wait_for_series(prometheus, f'dlg_requests{{job="{exporter.job}"}}', 1)
-        async with fake_delegate(tmp_path) as delegate, \
-                FakeKubeAPI(workdir=tmp_path / "kube") as kube:
-            kube.create_namespace("shop")
-            kube.create_pod("web-0", namespace="shop", labels={"app": "web"})
+        async with fake_delegate(tmp_path) as delegate:
 
             def answer(request: web.Request) -> web.Response:
                 if request.path == f"{CUSTOM}/v1beta2":
@@ -413,15 +413,15 @@ async def test_an_adapter_passes_on_only_the_custom_metrics_it_does_not_serve(
                     workdir=tmp_path / "adapter", args=args,
                     config_text=CUSTOM_CONFIG.format(job=exporter.job),
                     prometheus_url=prometheus.url,
-                    kubeconfig=kube.write_kubeconfig(tmp_path / "kubeconfig")) as adapter:
+                    kubeconfig=cluster.adapter_kubeconfig()) as adapter:
                 ours = await adapter.get(
-                    f"{CUSTOM}/v1beta2/namespaces/shop/pods/%2A/dlg_requests"
+                    f"{CUSTOM}/v1beta2/namespaces/{shop}/pods/%2A/dlg_requests"
                     "?labelSelector=app%3Dweb", accept=HPA_ACCEPT)
                 assert ours.status == 200, ours
                 assert ours.json()["items"][0]["value"] == "3"
                 assert not [s for s in delegate.seen if "dlg_requests" in s.path]
 
-                theirs_path = (f"{CUSTOM}/v1beta2/namespaces/shop/pods/%2A/their_metric"
+                theirs_path = (f"{CUSTOM}/v1beta2/namespaces/{shop}/pods/%2A/their_metric"
                                "?labelSelector=app%3Dweb&metricLabelSelector=a%3Db")
                 theirs = await adapter.get(theirs_path, accept=HPA_ACCEPT)
                 assert theirs.status == 200, theirs
@@ -440,5 +440,5 @@ async def test_an_adapter_passes_on_only_the_custom_metrics_it_does_not_serve(
 
                 # External metrics are not delegated: ours (none) answer 404.
                 external = await adapter.get(
-                    "/apis/external.metrics.k8s.io/v1beta1/namespaces/shop/s0-prometheus")
+                    f"/apis/external.metrics.k8s.io/v1beta1/namespaces/{shop}/s0-prometheus")
                 assert external.status == 404, external
