@@ -4,12 +4,9 @@ cluster and agree with it."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 import subprocess
 import sys
-import time
-from collections.abc import Callable
 from typing import Any
 
 from testbed.binaries import CHECKOUT
@@ -17,23 +14,7 @@ from testbed.controlplane import ControlPlane, Kubelet
 from testbed.fakes.exporter import Exporter
 from testbed.install import NAMESPACE, Installation
 from testbed.load import Load
-
-
-async def until(check: Callable[[], bool], *, what: str, within: float = 180) -> None:
-    deadline = time.monotonic() + within
-    while not check():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"not within {within:.0f} s: {what}")
-        await asyncio.sleep(0.25)
-
-
-def web(namespace: str) -> dict[str, Any]:
-    return {"apiVersion": "apps/v1", "kind": "Deployment",
-            "metadata": {"name": "web", "namespace": namespace},
-            "spec": {"replicas": 1, "selector": {"matchLabels": {"app": "web"}},
-                     "template": {"metadata": {"labels": {"app": "web"}},
-                                  "spec": {"containers": [{
-                                      "name": "app", "image": "registry.invalid/app:1"}]}}}}
+from tests.cluster.support import deployment, until
 
 
 def orders_autoscaler(namespace: str) -> dict[str, Any]:
@@ -66,7 +47,7 @@ async def test_the_autoscaler_scales_and_explain_and_replay_agree(
         installation: Installation, kubelet: Kubelet, exporter: Exporter,
         namespace: str) -> None:
     cluster = installation.cluster
-    cluster.apply(web(namespace))
+    cluster.apply(deployment(namespace))
     with Load(cluster, kubelet, namespace=namespace, selector={"app": "web"},
               exporter=exporter, metric="orders_pending", metric_total=25):
         cluster.apply(orders_autoscaler(namespace))

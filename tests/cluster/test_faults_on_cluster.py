@@ -20,23 +20,15 @@ from metricscale.kube.requests import KubeRequests
 from metricscale.kube.retry import Backoff, RetryPolicy
 from testbed.controlplane import ControlPlane
 from testbed.faultproxy import FaultProxy, ServerError, StallWatch, TooManyRequests
+from tests.cluster.support import deployment
 
 FAST: dict[str, Any] = {"backoff": Backoff(initial=0.01, cap=0.02), "jitter": lambda: 0.0}
 STALL = 0.8
 
 
-def deployment(namespace: str, replicas: int) -> dict[str, Any]:
-    return {"apiVersion": "apps/v1", "kind": "Deployment",
-            "metadata": {"name": "web", "namespace": namespace},
-            "spec": {"replicas": replicas, "selector": {"matchLabels": {"app": "web"}},
-                     "template": {"metadata": {"labels": {"app": "web"}},
-                                  "spec": {"containers": [{
-                                      "name": "app", "image": "registry.invalid/a:1"}]}}}}
-
-
 async def test_429_and_503_are_retried_until_the_real_answer(
         control_plane: ControlPlane, fault_proxy: FaultProxy, namespace: str) -> None:
-    control_plane.apply(deployment(namespace, 2))
+    control_plane.apply(deployment(namespace, replicas=2))
     path = f"/apis/apps/v1/namespaces/{namespace}/deployments/web"
     fault_proxy.add_fault(path + "$", TooManyRequests(retry_after=1), method="GET")
     fault_proxy.add_fault(path + "$", ServerError(503), method="GET")
@@ -50,7 +42,7 @@ async def test_429_and_503_are_retried_until_the_real_answer(
 
 async def test_a_stalled_rewatch_is_restarted_and_the_change_arrives(
         control_plane: ControlPlane, fault_proxy: FaultProxy, namespace: str) -> None:
-    control_plane.apply(deployment(namespace, 2))
+    control_plane.apply(deployment(namespace, replicas=2))
     configuration = control_plane.api_client_configuration(server=fault_proxy.server)
     async with open_kube_http(configuration, user_agent="metricscale-tests") as http:
         informer: Informer[Mapping[str, Any]] = Informer(

@@ -3,34 +3,14 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
-import time
-from collections.abc import Callable
 from typing import Any
 
 from testbed.controlplane import ControlPlane, Kubelet
 from testbed.fakes.exporter import Exporter
 from testbed.install import Installation
 from testbed.load import Load
-
-
-async def until(check: Callable[[], bool], *, what: str, within: float = 120) -> None:
-    deadline = time.monotonic() + within
-    while not check():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"not within {within:.0f} s: {what}")
-        await asyncio.sleep(0.25)
-
-
-def web(namespace: str, replicas: int = 2) -> dict[str, Any]:
-    return {"apiVersion": "apps/v1", "kind": "Deployment",
-            "metadata": {"name": "web", "namespace": namespace},
-            "spec": {"replicas": replicas, "selector": {"matchLabels": {"app": "web"}},
-                     "template": {"metadata": {"labels": {"app": "web"}},
-                                  "spec": {"containers": [{
-                                      "name": "app", "image": "registry.invalid/app:1",
-                                      "resources": {"requests": {"cpu": "500m"}}}]}}}}
+from tests.cluster.support import deployment, until
 
 
 def raw(cluster: ControlPlane, path: str) -> Any:
@@ -45,7 +25,7 @@ def items(answer: Any) -> list[dict[str, Any]]:
 async def test_get_raw_answers_on_all_three_groups(installation: Installation, kubelet: Kubelet,
                                                    exporter: Exporter, namespace: str) -> None:
     cluster = installation.cluster
-    cluster.apply(web(namespace))
+    cluster.apply(deployment(namespace, replicas=2, cpu_request="500m"))
     exporter.set("queue_depth", {"namespace": namespace, "queue": "mail"}, 7, type="gauge")
     with Load(cluster, kubelet, namespace=namespace, selector={"app": "web"}, cpu="0.4",
               exporter=exporter, metric="sessions", metric_total=30):
@@ -73,7 +53,7 @@ async def test_get_raw_answers_on_all_three_groups(installation: Installation, k
 async def test_kubectl_top_pods_containers_and_nodes(installation: Installation,
                                                      kubelet: Kubelet, namespace: str) -> None:
     cluster = installation.cluster
-    cluster.apply(web(namespace, replicas=3))
+    cluster.apply(deployment(namespace, replicas=3, cpu_request="500m"))
     with Load(cluster, kubelet, namespace=namespace, selector={"app": "web"}, cpu="0.6"):
         def top() -> list[list[str]]:
             result = cluster.kubectl("top", "pods", "-n", namespace, "--no-headers",

@@ -4,10 +4,8 @@ acts on a native autoscaling/v2 HorizontalPodAutoscaler, writes its scale and it
 
 from __future__ import annotations
 
-import asyncio
 import tempfile
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +18,7 @@ from testbed.fakes.prometheus import PrometheusServer
 from testbed.install import Installation
 from testbed.load import Load
 from testbed.pytest_plugin import require_peers
+from tests.cluster.support import deployment, until
 
 WITHOUT_HPA = tuple(c for c in CONTROLLERS if c != "horizontal-pod-autoscaler-controller")
 
@@ -48,29 +47,12 @@ def native(prometheus: PrometheusServer) -> Iterator[Installation]:
             prometheus.remove_target(kubelet.address)
 
 
-async def until(check: Callable[[], bool], *, what: str, within: float = 180) -> None:
-    deadline = time.monotonic() + within
-    while not check():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"not within {within:.0f} s: {what}")
-        await asyncio.sleep(0.25)
-
-
-def deployment(namespace: str) -> dict[str, Any]:
-    return {"apiVersion": "apps/v1", "kind": "Deployment",
-            "metadata": {"name": "api", "namespace": namespace},
-            "spec": {"replicas": 1, "selector": {"matchLabels": {"app": "api"}},
-                     "template": {"metadata": {"labels": {"app": "api"}},
-                                  "spec": {"containers": [{
-                                      "name": "app", "image": "registry.invalid/app:1"}]}}}}
-
-
 async def test_a_native_hpa_is_scaled_by_our_controller(native: Installation,
                                                         exporter: Exporter) -> None:
     cluster = native.cluster
     namespace = "native"
     cluster.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}})
-    cluster.apply(deployment(namespace))
+    cluster.apply(deployment(namespace, name="api"))
     assert native.kubelet is not None
     with Load(cluster, native.kubelet, namespace=namespace, selector={"app": "api"},
               exporter=exporter, metric="calls_in_flight", metric_total=35):
