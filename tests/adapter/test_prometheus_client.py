@@ -426,7 +426,7 @@ async def test_basic_auth_sends_the_password_file(backend: Backend, tmp_path: Pa
 
 # ---------------------------------------------------------------------------------------------
 # Proxies from the environment: decided once, at start (which proxy is chosen is tested once,
-# in tests/unit/test_proxies.py)
+# in tests/metricscale/test_proxies.py)
 
 
 @pytest.fixture
