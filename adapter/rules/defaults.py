@@ -86,7 +86,7 @@ externalRules: []
 # metrics.k8s.io (kubectl top, CPU and memory HPAs), all from cAdvisor's series (the kubelet's
 # /metrics/cadvisor): containers by pod and container, minus the pause container (POD) and the
 # pod-level cgroup (container=""); nodes from the root cgroup (id="/"), whose node name must be
-# in a `node` label (see the README: "Resource metrics").
+# in a `node` label (see docs/reference/resource-rules.md, "The node name").
 resourceRules:
   cpu:
     containerQuery: |
@@ -129,7 +129,7 @@ def default_config() -> AdapterConfig:
 
 _CONFIGMAP_HEAD = """\
 # Generated from adapter/rules/defaults.py by `make manifests`: edit that file, not this one.
-# The adapter's rules, in prometheus-adapter's configuration format (see the README: "Rules").
+# The adapter's rules, in prometheus-adapter's configuration format (see docs/reference/rules.md).
 apiVersion: v1
 kind: ConfigMap
 metadata:

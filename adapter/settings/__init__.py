@@ -2,7 +2,7 @@
 
 Flag names follow prometheus-adapter and the generic Kubernetes API server, so a Deployment
 written for prometheus-adapter keeps working after the image is swapped; the differences are
-listed in the README ("Running it"). The flags of the Prometheus connection, shared with
+listed in docs/reference/flags.md. The flags of the Prometheus connection, shared with
 `metricscale replay`, are in `adapter.settings.prometheus` (and importable from here).
 """
 

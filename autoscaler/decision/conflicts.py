@@ -34,7 +34,7 @@ CONFLICT_WINDOW = timedelta(minutes=10)
 CONFLICT_MESSAGE = (
     "another writer keeps changing the target's replicas (at least twice within {minutes} "
     "minutes), fighting this autoscaler; remove spec.replicas from the workload's manifest "
-    "(see the README, \"Conflicting writers\")")
+    "(see docs/reference/autoscaler.md, \"Conflicting writers\")")
 
 
 @dataclass(frozen=True)
