@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any, Protocol
@@ -40,16 +40,16 @@ from autoscaler.decision.shadow import (
     DIFFER,
     RESULTS,
     UNJUDGED,
-    Probe,
     ShadowDecision,
     ShadowState,
     Verdict,
     consistency_wait,
+    decision_moment,
     difference_event,
     entry_key,
     hpa_decision,
-    judge_probe,
     judgement_grace,
+    next_decision_in,
     note_status,
     observe_status,
     record_decision,
@@ -64,7 +64,7 @@ from autoscaler.model.history import History
 from autoscaler.model.metrics import MetricInput
 from autoscaler.model.objects import HPA_API_VERSION, HPA_KIND, Autoscaler
 from autoscaler.model.pods import Pod, Scale
-from autoscaler.model.times import format_time_precise, parse_time
+from autoscaler.model.times import parse_time
 from metricscale.kube.discovery import ResourceMapping
 from metricscale.kube.errors import Conflict, KubeError, KubeUnavailable
 from metricscale.kube.informer import InformerEvent
@@ -173,9 +173,8 @@ class ShadowReconciler:
     # -- the watch: the HPA's decisions and rescales --
 
     def observe(self, event: InformerEvent[AutoscalerEntry]) -> None:
-        """Informer callback: a status kube-controller-manager wrote, seen now. A rescale
-        becomes a scale event and a probe (decided again from the same replicas, with the
-        pods as they are now, before the rescale's new pods or deletions reach the cache)."""
+        """Informer callback: a status kube-controller-manager wrote, seen now (a rescale
+        becomes a scale event; the write tells its sync phase)."""
         new = event.new
         if new is None or new.autoscaler is None or new.key.kind != HPA_KIND:
             return
@@ -188,22 +187,14 @@ class ShadowReconciler:
         after = new.autoscaler.status
         if before == after:
             return
-        now = self._clock()
-        probes = len(state.probes)
         state, verdicts = observe_status(state, before=before, after=after,
-                                         behavior=new.autoscaler.spec.behavior, now=now,
-                                         keep=self._keep)
-        if len(state.probes) > probes:
-            selector = self._watching.registry.selector_of(key)
-            pods = tuple(self._watching.select_pods(key.namespace, selector)) \
-                if selector else None
-            state = state._replace(probes=(*state.probes[:-1],
-                                           state.probes[-1]._replace(pods=pods)))
+                                         behavior=new.autoscaler.spec.behavior,
+                                         now=self._clock(), keep=self._keep)
         for verdict in verdicts:  # agreements only: no Event to post
             state, _ = difference_event(state, verdict, reference="")
             self._count(key, verdict)
         self._memory[key] = state
-        if (state.probes or state.waiting_since is not None) and self.wake is not None:
+        if state.waiting_since is not None and self.wake is not None:
             self.wake(key)
 
     # -- the step --
@@ -226,10 +217,11 @@ class ShadowReconciler:
         await self._report(entry, hpa, verdicts, now=now)
 
         ref = hpa.spec.scale_target_ref
+        namespace = key.namespace
         try:
             mapping = await self._kube.resolve_scale_target(
                 ScaleTargetRef(api_version=ref.api_version, kind=ref.kind, name=ref.name))
-            scale = await self._kube.get_scale(mapping, namespace=key.namespace, name=ref.name)
+            scale = await self._kube.get_scale(mapping, namespace=namespace, name=ref.name)
         except KubeError as err:
             # The HPA reads it (or says why not in its status): ours failing is a problem of
             # the shadow (its RBAC, say), not a decision to compare.
@@ -244,21 +236,8 @@ class ShadowReconciler:
         # brought a rescale of kube-controller-manager's: decide from what is known now.
         entry = self._watching.get(key) or entry
         hpa = entry.autoscaler or hpa
-        # Our own annotations (pause, dry run) mean nothing to kube-controller-manager.
-        autoscaler = replace(hpa, metadata=replace(hpa.metadata, annotations=()))
         state = self._memory.get(key, state)
-        reads = _Reads(watching=self._watching, settings=self._settings,
-                       fetch=self._fetch_metrics, autoscaler=autoscaler, key=key, scale=scale)
-        if state.probes:
-            await self._probe(entry, autoscaler, state.probes, reads=reads)
-            state = self._memory.get(key, state)
         period = self._settings.sync_period
-        if state.decided_at is not None and state.waiting_since is None \
-                and now < state.decided_at + period:
-            # Woken for a probe between two periodic decisions: keep the period's phase.
-            remaining = (state.decided_at + period - now).total_seconds()
-            return ReconcileResult("shadow_probed", requeue_after=remaining)
-
         state, wait = consistency_wait(state, scale_replicas=scale.spec_replicas,
                                        hpa=hpa_decision(hpa.status), now=now, limit=period)
         self._memory[key] = state
@@ -266,67 +245,51 @@ class ShadowReconciler:
             return ReconcileResult("shadow_waiting",
                                    requeue_after=min(1.0, period.total_seconds() / 5))
         history = state.history._replace(scale_watch=None)
-        pods, others, inputs, replica_sets = await reads.inputs(scale)
+
+        # Our own annotations (pause, dry run) mean nothing to kube-controller-manager.
+        autoscaler = replace(hpa, metadata=replace(hpa.metadata, annotations=()))
+        pods: list[Pod] = []
+        others: dict[str, str] = {}
+        inputs: list[MetricInput] = [None] * len(autoscaler.spec.metrics)
+        if scale.selector:
+            self._watching.registry.update(key, scale.selector)
+            pods = self._watching.select_pods(namespace, scale.selector)
+            others = self._watching.registry.others_for(key, pods)
+            if needs_metrics(autoscaler, scale, settings=self._settings):
+                inputs = await self._fetch_metrics(autoscaler, scale.selector)
+        replica_sets: Mapping[str, ReplicaSetOwner] | None = None
+        if autoscaler.spec.pod_selection_strategy != LABEL_SELECTOR:
+            replica_sets = self._watching.replica_sets(namespace)
+        # Decided as of the HPA's sync it precedes: their windows and rate limits then end
+        # alike (a rate limit's period ending within the lead would otherwise hold ours only).
+        moment = decision_moment(state, now=now, period=period)
         decision = decide(autoscaler=autoscaler, scale=scale, pods=pods, metrics=inputs,
-                          history=history, now=now, settings=self._settings,
+                          history=history, now=moment, settings=self._settings,
                           other_selectors=others, replica_sets=replica_sets)
         replicas = decision.new_replicas if decision.rescale else decision.desired_replicas
         if self._stats is not None:
-            self._stats.replicas.labels(key.namespace, key.name).set(replicas)
+            self._stats.replicas.labels(namespace, key.name).set(replicas)
 
         # Our recommendation joins the history; the scale events stay upstream's, including
         # any the watch brought while the metrics were read.
         state = self._memory.get(key, state)
-        state = state._replace(decided_at=now, history=decision.history._replace(
+        state = state._replace(history=decision.history._replace(
             scale_up_events=state.history.scale_up_events,
             scale_down_events=state.history.scale_down_events, scale_watch=None))
+        warmup = state.warmup_until is not None and now < state.warmup_until
         shadow = ShadowDecision(at=now, current=scale.spec_replicas, replicas=replicas,
                                 reason=decision.rescale_reason, due=now + self._grace,
-                                warmup=self._warming(state, now),
-                                why=decision.explanation)
+                                warmup=warmup, why=decision.explanation,
+                                metrics=decision.status.current_metrics,
+                                same_by=now + period)
         logger.debug("shadow: from %d replicas, %d (%s)", scale.spec_replicas, replicas,
                      " ".join(decision.explanation))
         state, verdicts = record_decision(state, shadow)
         self._memory[key] = state
         await self._report(entry, hpa, verdicts, now=now)
-        return ReconcileResult("shadow_decided")
-
-    @staticmethod
-    def _warming(state: ShadowState, now: datetime) -> bool:
-        return state.warmup_until is not None and now < state.warmup_until
-
-    async def _probe(self, entry: AutoscalerEntry, autoscaler: Autoscaler,
-                     probes: Sequence[Probe], *, reads: _Reads) -> None:
-        """Decide each of upstream's rescales again, from the replicas it started from, at the
-        moment it was seen (and a sync period later), with the history the shadow had then."""
-        key = entry.key
-        later = self._settings.sync_period
-        for probe in probes:
-            scale = replace(reads.scale, spec_replicas=probe.current,
-                            status_replicas=probe.current)
-            pods, others, inputs, replica_sets = await reads.inputs(scale, pods=probe.pods)
-            history = probe.history._replace(scale_watch=None)
-            decided = [decide(autoscaler=autoscaler, scale=scale, pods=pods, metrics=inputs,
-                              history=history, now=moment, settings=self._settings,
-                              other_selectors=others, replica_sets=replica_sets)
-                       for moment in (probe.at, probe.at + later)]
-            replicas = [d.new_replicas if d.rescale else d.desired_replicas for d in decided]
-            state = self._memory.get(key)
-            if state is None:
-                return
-            why = (f"probe of the HPA's rescale from {probe.current} to {probe.desired}, "
-                   f"{len(probe.pods) if probe.pods is not None else 'the cached'} pods; at "
-                   f"{format_time_precise(probe.at)}:", *decided[0].explanation,
-                   "a sync period later:", *decided[1].explanation)
-            state, verdicts = judge_probe(state, probe, replicas=replicas[0],
-                                          replicas_later=replicas[1],
-                                          reason=decided[0].rescale_reason,
-                                          warmup=self._warming(state, probe.at), why=why)
-            self._memory[key] = state
-            if self._stats is not None:
-                self._stats.replicas.labels(key.namespace, key.name).set(
-                    verdicts[0].decision.replicas)
-            await self._report(entry, autoscaler, verdicts, now=probe.at)
+        # The next decision just before the HPA's next sync: from the same replicas.
+        later = next_decision_in(state, now=now, period=period)
+        return ReconcileResult("shadow_decided", requeue_after=later.total_seconds())
 
     async def _fetch_metrics(self, autoscaler: Autoscaler, selector: str) -> list[MetricInput]:
         return list(await asyncio.gather(*(
@@ -396,44 +359,6 @@ class ShadowReconciler:
                 rendered = published[1]
             found[entry_key(key.namespace, key.name)] = render_entry(state, history=rendered)
         return found
-
-
-class _Reads:
-    """The reads of one shadow reconcile: the pods from the cache, the other HPAs' selectors,
-    and one metrics read per metric, made once and shared by its decisions."""
-
-    def __init__(self, *, watching: Caches, settings: Settings,
-                 fetch: Callable[[Autoscaler, str], Awaitable[list[MetricInput]]],
-                 autoscaler: Autoscaler, key: AutoscalerKey, scale: Scale) -> None:
-        self._watching = watching
-        self._settings = settings
-        self._fetch = fetch
-        self._autoscaler = autoscaler
-        self._key = key
-        self.scale = scale
-        self._metrics: list[MetricInput] | None = None
-
-    async def inputs(self, scale: Scale, *, pods: Sequence[Pod] | None = None
-                     ) -> tuple[list[Pod], dict[str, str], list[MetricInput],
-                                Mapping[str, ReplicaSetOwner] | None]:
-        autoscaler, key = self._autoscaler, self._key
-        watching = self._watching
-        found: list[Pod] = []
-        others: dict[str, str] = {}
-        inputs: list[MetricInput] = [None] * len(autoscaler.spec.metrics)
-        if scale.selector:
-            watching.registry.update(key, scale.selector)
-            found = list(pods) if pods is not None \
-                else watching.select_pods(key.namespace, scale.selector)
-            others = watching.registry.others_for(key, found)
-            if needs_metrics(autoscaler, scale, settings=self._settings):
-                if self._metrics is None:
-                    self._metrics = await self._fetch(autoscaler, scale.selector)
-                inputs = self._metrics
-        replica_sets: Mapping[str, ReplicaSetOwner] | None = None
-        if autoscaler.spec.pod_selection_strategy != LABEL_SELECTOR:
-            replica_sets = watching.replica_sets(key.namespace)
-        return found, others, inputs, replica_sets
 
 
 def within_budget(data: Mapping[str, str], budget: int) -> tuple[dict[str, str], int]:

@@ -12,15 +12,20 @@ scaled from and `desiredReplicas` the size it scaled to), and is stored as
 `storeScaleEvent` stores it, at the moment the shadow sees it. Our own decisions write
 nothing and so store no event.
 
-Judging: a shadow decision "from C replicas, S" agrees when the HPA's status says "from C, S"
-while it is made, or within `judgement_grace` after it (the HPA syncs on its own schedule, at
-most a sync period away); otherwise it differs. When the HPA rescales before the shadow's next
-sync, the shadow never decides from the size the HPA started from, so each rescale it sees
-is also a probe: decided again from those replicas at that moment (or a sync period later,
-the same tolerance), and judged against the size the HPA chose. Decisions made before the
-shadow's history can be the HPA's (the warm-up) and decisions about an HPA
-kube-controller-manager never reconciled are counted apart, so the agreement rate reads
-agree / (agree + differ).
+Judging: a shadow decision "from C replicas, S" is judged against the HPA's decision on the
+same inputs: from C, on the same metric values (the HPA's status.currentMetrics says what
+upstream read), at the HPA's sync next to it (a later sync that happened to read the same
+values decided at another moment). It agrees when that decision is S, and differs when it is
+not; where the metrics moved between the two reads (a CPU rate), it agrees with any of the
+HPA's decisions from C within `judgement_grace` (a sync period and a half), and differs
+otherwise. A shadow
+that synced just after the HPA would only ever decide from the sizes the HPA had already
+chosen and never judge the HPA's own steps, so the shadow syncs just before it: `phase_lead`
+ahead of the next sync the HPA's status writes announce (`next_decision_in`), and decides as
+of that sync (`decision_moment`), so that a window or a rate limit ending within the lead ends
+for both. Decisions made
+before the shadow's history can be the HPA's (the warm-up) and decisions with nothing to be
+judged by are counted apart, so the agreement rate reads agree / (agree + differ).
 
 All of it is pure: values in, values out, `now` given.
 """
@@ -38,9 +43,8 @@ from autoscaler.decision.persistence import history_horizon, render_persisted_hi
 from autoscaler.decision.settings import Settings
 from autoscaler.model.fields import ModelError, read_int, read_object, read_str
 from autoscaler.model.history import History, parse_history
-from autoscaler.model.pods import Pod
 from autoscaler.model.spec import AutoscalerSpec, Behavior
-from autoscaler.model.status import AutoscalerStatus
+from autoscaler.model.status import AutoscalerStatus, MetricStatus
 from autoscaler.model.times import format_time_precise, parse_time
 
 __all__ = [
@@ -52,21 +56,23 @@ __all__ = [
     "UNJUDGED",
     "WARMUP",
     "HpaDecision",
-    "Probe",
+    "Seen",
     "ShadowDecision",
     "ShadowEntry",
     "ShadowState",
     "Verdict",
     "consistency_wait",
+    "decision_moment",
     "describe_entry",
     "difference_event",
     "entry_key",
     "hpa_decision",
-    "judge_probe",
     "judgement_grace",
+    "next_decision_in",
     "note_status",
     "observe_status",
     "parse_entry",
+    "phase_lead",
     "record_decision",
     "render_entry",
     "rendered_history",
@@ -109,13 +115,23 @@ def warmup_period(spec: AutoscalerSpec, settings: Settings) -> timedelta:
     return longest
 
 
+class Seen(NamedTuple):
+    """An HPA decision as its status shows it: from `current` replicas, `desired`, on these
+    metric values (status.currentMetrics: what upstream read)."""
+
+    current: int
+    desired: int
+    metrics: tuple[MetricStatus, ...] = ()
+
+
 class HpaDecision(NamedTuple):
-    """One decision of the HPA as its status shows it: from `current` replicas, `desired`;
-    in force from `since` (when the shadow saw it) until the next one."""
+    """One decision of the HPA as its status shows it: from `current` replicas, `desired`, on
+    `metrics`; in force from `since` (when the shadow saw it) until the next one."""
 
     since: datetime
     current: int
     desired: int
+    metrics: tuple[MetricStatus, ...] = ()
 
 
 class ShadowDecision(NamedTuple):
@@ -128,6 +144,10 @@ class ShadowDecision(NamedTuple):
     due: datetime  # judged by then
     warmup: bool = False
     why: tuple[str, ...] = ()  # the decision's explanation, for the log of a difference
+    metrics: tuple[MetricStatus, ...] = ()  # the metric values it decided on
+    # The HPA's decision on the same inputs is the one of its next sync, seen by then (a
+    # later sync that read the same values decided at another moment); None: any within `due`.
+    same_by: datetime | None = None
 
 
 class Verdict(NamedTuple):
@@ -136,23 +156,11 @@ class Verdict(NamedTuple):
     hpa: HpaDecision | None  # the HPA's decision it was judged against (the latest one)
 
 
-class Probe(NamedTuple):
-    """A rescale of kube-controller-manager's, to decide again from the replicas it started
-    from (the shadow's periodic decision may never see them: the HPA acted first)."""
-
-    at: datetime  # when the shadow saw it
-    current: int
-    desired: int
-    history: History  # the shadow's, before the rescale's scale event
-    pods: tuple[Pod, ...] | None = None  # the pods as the shadow saw them then
-
-
 class ShadowState(NamedTuple):
     """What the shadow remembers of one HPA."""
 
     history: History = History()
-    probes: tuple[Probe, ...] = ()
-    decided_at: datetime | None = None  # the latest periodic decision
+    upstream_at: datetime | None = None  # the latest status write of the HPA seen
     seen: tuple[HpaDecision, ...] = ()  # the HPA's decisions, oldest first
     pending: tuple[ShadowDecision, ...] = ()
     warmup_until: datetime | None = None
@@ -177,7 +185,7 @@ def start_state(*, created: datetime | None, now: datetime, spec: AutoscalerSpec
 # What the HPA decided
 
 
-def hpa_decision(status: AutoscalerStatus) -> tuple[int, int] | None:
+def hpa_decision(status: AutoscalerStatus) -> Seen | None:
     """(from, to) of the HPA's latest decision as its status shows it, or None while
     kube-controller-manager never reconciled it (every sync sets AbleToScale). When it could
     not compute (ScalingActive False: no usable metric, a scale-down a failing metric blocks)
@@ -187,8 +195,8 @@ def hpa_decision(status: AutoscalerStatus) -> tuple[int, int] | None:
         return None
     if any(c.type in {"AbleToScale", "ScalingActive"} and c.status == "False"
            for c in status.conditions):
-        return status.current_replicas, status.current_replicas
-    return status.current_replicas, status.desired_replicas
+        return Seen(status.current_replicas, status.current_replicas, status.current_metrics)
+    return Seen(status.current_replicas, status.desired_replicas, status.current_metrics)
 
 
 def upstream_rescale(before: AutoscalerStatus | None,
@@ -205,16 +213,17 @@ def upstream_rescale(before: AutoscalerStatus | None,
     return after.current_replicas, after.desired_replicas
 
 
-def _note(state: ShadowState, seen: tuple[int, int] | None, *, now: datetime,
+def _note(state: ShadowState, seen: Seen | None, *, now: datetime,
           keep: timedelta) -> tuple[ShadowState, HpaDecision | None]:
     """The HPA's decision `seen` now: appended when it is new; older ones pruned."""
     if seen is None:
         return state, None
     decisions = state.seen
     last = decisions[-1] if decisions else None
-    if last is not None and (last.current, last.desired) == seen:
+    if last is not None and Seen(last.current, last.desired, last.metrics) == seen:
         return state, None
-    added = HpaDecision(since=now, current=seen[0], desired=seen[1])
+    added = HpaDecision(since=now, current=seen.current, desired=seen.desired,
+                        metrics=seen.metrics)
     decisions = (*decisions, added)
     cutoff = now - keep
     # Keep the one in force at the cutoff and everything after it.
@@ -225,7 +234,7 @@ def _note(state: ShadowState, seen: tuple[int, int] | None, *, now: datetime,
     return state._replace(seen=decisions[first:]), added
 
 
-def note_status(state: ShadowState, seen: tuple[int, int] | None, *, now: datetime,
+def note_status(state: ShadowState, seen: Seen | None, *, now: datetime,
                 keep: timedelta) -> ShadowState:
     """The HPA's decision as read now (the first sight of an HPA; the watch brings the rest
     to observe_status)."""
@@ -240,16 +249,48 @@ def _in_force(decisions: Iterable[HpaDecision], at: datetime) -> HpaDecision | N
     return found
 
 
-def _agreeing(decision: ShadowDecision, seen: tuple[HpaDecision, ...]) -> HpaDecision | None:
-    """The first HPA decision in force at some moment from `decision.at` to `decision.due`
-    that decided the same from the same replicas."""
+def _candidates(decision: ShadowDecision,
+                seen: tuple[HpaDecision, ...]) -> list[HpaDecision]:
+    """The HPA's decisions from the same replicas in force at some moment from
+    `decision.at` to `decision.due`."""
+    found = []
     for index, hpa in enumerate(seen):
         ended = seen[index + 1].since if index + 1 < len(seen) else None
         if hpa.since > decision.due or (ended is not None and ended <= decision.at):
             continue
-        if (hpa.current, hpa.desired) == (decision.current, decision.replicas):
-            return hpa
-    return None
+        if hpa.current == decision.current:
+            found.append(hpa)
+    return found
+
+
+def _judge(decision: ShadowDecision, seen: tuple[HpaDecision, ...], *,
+           final: bool) -> Verdict | None:
+    """The verdict on a decision, or None while it cannot be given yet.
+
+    The HPA's decision on the same inputs (the same replicas, the same metric values in its
+    status.currentMetrics, at the HPA's sync next to the decision: in force when it was made,
+    or seen before `same_by`) is the one to agree with: it agrees at once, and once the grace
+    is over it decides. Without one (metrics that moved between the two reads: a CPU rate),
+    the decision agrees with any of the HPA's from the same replicas within the grace: the
+    two controllers then decided up to a sync period apart."""
+    candidates = _candidates(decision, seen)
+    same = [hpa for hpa in candidates if hpa.metrics == decision.metrics
+            and (decision.same_by is None or hpa.since < decision.same_by)]
+    agreeing = next((hpa for hpa in same if hpa.desired == decision.replicas), None)
+    if agreeing is not None:
+        return Verdict(decision, AGREE, agreeing)
+    if not final:
+        return None
+    if same:
+        return Verdict(decision, DIFFER, same[0])
+    agreeing = next((hpa for hpa in candidates if hpa.desired == decision.replicas), None)
+    if agreeing is not None:
+        return Verdict(decision, AGREE, agreeing)
+    if candidates:
+        return Verdict(decision, DIFFER, candidates[-1])
+    # Not one decision of the HPA from these replicas in a sync period and a half: upstream
+    # did not sync it (a status write always follows a change of size).
+    return Verdict(decision, UNJUDGED, _in_force(seen, decision.at))
 
 
 def _with_verdicts(state: ShadowState, verdicts: list[Verdict],
@@ -266,6 +307,15 @@ def _with_verdicts(state: ShadowState, verdicts: list[Verdict],
     return state
 
 
+def _judged(state: ShadowState, verdicts: list[Verdict], now: datetime) -> ShadowState:
+    """The state without the judged pending decisions, with the verdicts recorded."""
+    if not verdicts:
+        return state
+    judged = [v.decision for v in verdicts]
+    pending = tuple(p for p in state.pending if not any(p is j for j in judged))
+    return _with_verdicts(state._replace(pending=pending), verdicts, now)
+
+
 def observe_status(state: ShadowState, *, before: AutoscalerStatus | None,
                    after: AutoscalerStatus, behavior: Behavior | None, now: datetime,
                    keep: timedelta) -> tuple[ShadowState, list[Verdict]]:
@@ -277,77 +327,73 @@ def observe_status(state: ShadowState, *, before: AutoscalerStatus | None,
         up, down = rules.store_scale_event(
             behavior, up_events=history.scale_up_events, down_events=history.scale_down_events,
             previous_replicas=rescale[0], new_replicas=rescale[1], now=now)
-        probe = Probe(at=now, current=rescale[0], desired=rescale[1], history=history)
         state = state._replace(history=history._replace(scale_up_events=up,
-                                                        scale_down_events=down),
-                               probes=(*state.probes, probe))
+                                                        scale_down_events=down))
+    # kube-controller-manager writes the status at the end of a sync, and syncs an HPA again a
+    # sync period after (upstream's rate limiter): its phase.
+    state = state._replace(upstream_at=now)
     state, added = _note(state, hpa_decision(after), now=now, keep=keep)
     if added is None or not state.pending:
         return state, []
-    verdicts = []
-    for pending in state.pending:
-        agreeing = _agreeing(pending, state.seen)
-        if agreeing is not None:
-            verdicts.append(Verdict(pending, AGREE, agreeing))
-    if not verdicts:
-        return state, []
-    judged = {v.decision for v in verdicts}
-    state = state._replace(pending=tuple(p for p in state.pending if p not in judged))
-    return _with_verdicts(state, verdicts, now), verdicts
+    verdicts = [v for v in (_judge(p, state.seen, final=False) for p in state.pending)
+                if v is not None]
+    return _judged(state, verdicts, now), verdicts
 
 
 def record_decision(state: ShadowState,
                     decision: ShadowDecision) -> tuple[ShadowState, list[Verdict]]:
-    """A shadow decision made at `decision.at`: judged at once when an HPA decision seen
-    since agrees (or it is a warm-up one), else pending until `decision.due`."""
+    """A shadow decision made at `decision.at`: judged at once when the HPA decided the same
+    on the same inputs (or it is a warm-up one), else pending until `decision.due`."""
     if decision.warmup:
-        verdict = Verdict(decision, WARMUP, _in_force(state.seen, decision.at))
+        verdict: Verdict | None = Verdict(decision, WARMUP, _in_force(state.seen, decision.at))
     else:
-        agreeing = _agreeing(decision, state.seen)
-        if agreeing is None:
-            return state._replace(pending=(*state.pending, decision)), []
-        verdict = Verdict(decision, AGREE, agreeing)
+        verdict = _judge(decision, state.seen, final=False)
+    if verdict is None:
+        return state._replace(pending=(*state.pending, decision)), []
     return _with_verdicts(state, [verdict], decision.at), [verdict]
 
 
 def settle(state: ShadowState, now: datetime) -> tuple[ShadowState, list[Verdict]]:
-    """The pending decisions whose time is up: unless the HPA decided the same from the same
-    replicas within the grace, they differ (or, with no HPA decision at all, are
-    unjudged)."""
-    due = [p for p in state.pending if p.due < now]
-    if not due:
-        return state, []
-    verdicts = []
-    for decision in due:
-        agreeing = _agreeing(decision, state.seen)
-        if agreeing is not None:
-            verdicts.append(Verdict(decision, AGREE, agreeing))
-            continue
-        latest = _in_force(state.seen, decision.due)
-        verdicts.append(Verdict(decision, DIFFER if latest is not None else UNJUDGED, latest))
-    state = state._replace(pending=tuple(p for p in state.pending if p.due >= now))
-    return _with_verdicts(state, verdicts, now), verdicts
+    """The pending decisions whose time is up, judged with what the HPA decided by then."""
+    verdicts = [_judge(p, state.seen, final=True) for p in state.pending if p.due < now]
+    found = [v for v in verdicts if v is not None]
+    return _judged(state, found, now), found
 
 
-def judge_probe(state: ShadowState, probe: Probe, *, replicas: int, replicas_later: int,
-                reason: str, warmup: bool,
-                why: tuple[str, ...] = ()) -> tuple[ShadowState, list[Verdict]]:
-    """The verdict on one of kube-controller-manager's rescales: what the shadow decides from
-    the same replicas at the same moment (`replicas`), or a sync period later
-    (`replicas_later`: the shadow's own recommendations are a sync phase apart from
-    upstream's, so its windows may end up to a period later), against the size upstream
-    chose."""
-    ours = replicas if replicas == probe.desired or replicas_later != probe.desired \
-        else replicas_later
-    decision = ShadowDecision(at=probe.at, current=probe.current, replicas=ours, reason=reason,
-                              due=probe.at, warmup=warmup, why=why)
-    result = WARMUP if warmup else AGREE if ours == probe.desired else DIFFER
-    verdict = Verdict(decision, result, HpaDecision(probe.at, probe.current, probe.desired))
-    state = state._replace(probes=tuple(p for p in state.probes if p is not probe))
-    return _with_verdicts(state, [verdict], probe.at), [verdict]
+def phase_lead(period: timedelta) -> timedelta:
+    """How long before the HPA's sync the shadow syncs: enough for its reads to come first
+    (a second, or a tenth of the period), at most half a period."""
+    return min(period / 2, max(timedelta(seconds=1), period / 10))
 
 
-def consistency_wait(state: ShadowState, *, scale_replicas: int, hpa: tuple[int, int] | None,
+def decision_moment(state: ShadowState, *, now: datetime, period: timedelta) -> datetime:
+    """The moment a decision made now is made as of: the HPA's next sync, when it is at most
+    twice `phase_lead` away (the shadow decided just before it), so that the windows and rate
+    limits are the ones upstream applies at that sync; otherwise now."""
+    if state.upstream_at is None:
+        return now
+    synced = state.upstream_at
+    periods = max(0, (now - synced) // period) + 1
+    upcoming = synced + periods * period
+    return upcoming if upcoming - now <= 2 * phase_lead(period) else now
+
+
+def next_decision_in(state: ShadowState, *, now: datetime, period: timedelta) -> timedelta:
+    """When to decide next, after a decision now: `phase_lead` before the HPA's next sync, as
+    its latest status write announces it (upstream syncs an HPA a period after its previous
+    sync, a little later rather than earlier, so the lead only grows between two writes);
+    without a write seen, a period from now. Never sooner than half a period."""
+    if state.upstream_at is None:
+        return period
+    synced = state.upstream_at
+    periods = max(0, (now - synced) // period) + 1
+    target = synced + periods * period - phase_lead(period)
+    if target - now < period / 2:
+        target += period
+    return target - now
+
+
+def consistency_wait(state: ShadowState, *, scale_replicas: int, hpa: Seen | None,
                      now: datetime, limit: timedelta) -> tuple[ShadowState, bool]:
     """Whether to wait before deciding: the target's size is not the one the HPA's status
     says it decided, so either kube-controller-manager's rescale is on its way (the status
@@ -355,11 +401,11 @@ def consistency_wait(state: ShadowState, *, scale_replicas: int, hpa: tuple[int,
     the new size, or it would decide without upstream's rate limit) or someone else changed
     the size (kube-controller-manager's next sync reads it). Each such mismatch is waited for
     once, at most `limit` (a sync period)."""
-    if hpa is None or scale_replicas == hpa[1]:
+    if hpa is None or scale_replicas == hpa.desired:
         if state.waited is None:
             return state, False
         return state._replace(waited=None, waiting_since=None), False
-    mismatch = (scale_replicas, hpa[1])
+    mismatch = (scale_replicas, hpa.desired)
     if state.waited != mismatch or state.waiting_since is None:
         return state._replace(waited=mismatch, waiting_since=now), True
     return state, now - state.waiting_since < limit

@@ -15,16 +15,20 @@ from autoscaler.decision.shadow import (
     SHADOW_EVENT_REASON,
     UNJUDGED,
     WARMUP,
+    Seen,
     ShadowDecision,
     ShadowState,
     consistency_wait,
+    decision_moment,
     describe_entry,
     difference_event,
     hpa_decision,
     judgement_grace,
+    next_decision_in,
     note_status,
     observe_status,
     parse_entry,
+    phase_lead,
     record_decision,
     render_entry,
     rendered_history,
@@ -33,10 +37,22 @@ from autoscaler.decision.shadow import (
     upstream_rescale,
     warmup_period,
 )
-from autoscaler.model.fields import ModelError
+from autoscaler.model.fields import ModelError, Quantity
 from autoscaler.model.history import History, Recommendation
-from autoscaler.model.spec import Behavior, ScalingPolicy, ScalingRules, parse_spec
-from autoscaler.model.status import AutoscalerStatus, Condition
+from autoscaler.model.spec import (
+    Behavior,
+    MetricIdentifier,
+    ScalingPolicy,
+    ScalingRules,
+    parse_spec,
+)
+from autoscaler.model.status import (
+    AutoscalerStatus,
+    Condition,
+    MetricStatus,
+    MetricValueStatus,
+    PodsMetricStatus,
+)
 
 T0 = datetime(2026, 11, 21, 10, 0, 0, tzinfo=UTC)
 SYNC = timedelta(seconds=15)
@@ -61,15 +77,23 @@ def status(current: int, desired: int, *, scaled_at: float | None = None,
                             conditions=ABLE if reconciled else ())
 
 
-def decision(seconds: float, current: int, replicas: int, *,
-             warmup: bool = False) -> ShadowDecision:
+def decision(seconds: float, current: int, replicas: int, *, warmup: bool = False,
+             metrics: tuple[MetricStatus, ...] = ()) -> ShadowDecision:
     return ShadowDecision(at=at(seconds), current=current, replicas=replicas,
                           reason="pods metric qps above target" if replicas > current else "",
-                          due=at(seconds) + GRACE, warmup=warmup)
+                          due=at(seconds) + GRACE, warmup=warmup, metrics=metrics)
 
 
-def seen_at(state: ShadowState, seconds: float, current: int, desired: int) -> ShadowState:
-    return note_status(state, (current, desired), now=at(seconds), keep=KEEP)
+def seen_at(state: ShadowState, seconds: float, current: int, desired: int,
+            metrics: tuple[MetricStatus, ...] = ()) -> ShadowState:
+    return note_status(state, Seen(current, desired, metrics), now=at(seconds), keep=KEEP)
+
+
+def pods_metric(average: str) -> tuple[MetricStatus, ...]:
+    """status.currentMetrics of one Pods metric `qps` at this average."""
+    return (MetricStatus(type="Pods", pods=PodsMetricStatus(
+        metric=MetricIdentifier(name="qps"),
+        current=MetricValueStatus(average_value=Quantity.parse(average)))),)
 
 
 def observe(state: ShadowState, seconds: float, before: AutoscalerStatus | None,
@@ -115,12 +139,14 @@ def test_the_hpas_decision_seen_while_ours_was_computed_still_counts() -> None:
 
 
 def test_a_decision_the_hpa_made_before_and_replaced_does_not_count() -> None:
+    # The HPA decided from 3 and moved on before the shadow's decision from 3: nothing from
+    # those replicas to judge it by.
     state = seen_at(ShadowState(), 0, 3, 5)
     state = seen_at(state, 4, 5, 5)
     state, verdicts = record_decision(state, decision(5, 3, 5))
     assert verdicts == []
     state, verdicts = settle(state, at(6) + GRACE)
-    assert [v.result for v in verdicts] == [DIFFER]
+    assert [v.result for v in verdicts] == [UNJUDGED]
 
 
 def test_a_different_size_from_other_replicas_does_not_agree() -> None:
@@ -128,6 +154,80 @@ def test_a_different_size_from_other_replicas_does_not_agree() -> None:
     state = seen_at(ShadowState(), 0, 4, 5)
     state, verdicts = record_decision(state, decision(5, 3, 5))
     assert verdicts == []
+
+
+def test_the_hpas_decision_on_the_same_metric_values_is_the_one_to_agree_with() -> None:
+    # The shadow read 13.5 a pod and kept 3 (a wider tolerance); the HPA had kept 3 on 10 a
+    # pod a period before, and scales to 4 on 13.5: on the same inputs, they differ.
+    state = seen_at(ShadowState(), 0, 3, 3, pods_metric("10"))
+    state, verdicts = record_decision(state, decision(4, 3, 3, metrics=pods_metric("13.5")))
+    assert verdicts == []
+    state, verdicts = observe(state, 5, status(3, 3), status(3, 4, scaled_at=5)._replace(
+        current_metrics=pods_metric("13.5")))
+    assert verdicts == []
+    state, settled = settle(state, at(5) + GRACE)
+    assert [(v.result, v.hpa.desired if v.hpa else None) for v in settled] == [(DIFFER, 4)]
+
+
+def test_a_later_sync_that_read_the_same_values_is_not_the_same_inputs() -> None:
+    # The shadow read 12 a pod at 4 and kept 3 (a rate limit), as the HPA did at its next sync
+    # (at 5, reading 12.1); a sync later (at 20) the HPA read 12 again and, its rate limit
+    # over, scaled: another moment, not the decision on the same inputs.
+    def judged(same_by: datetime | None) -> list[str]:
+        state = seen_at(ShadowState(), 0, 3, 3, pods_metric("11"))
+        state, _ = record_decision(state, decision(4, 3, 3, metrics=pods_metric("12"))._replace(
+            same_by=same_by))
+        state = seen_at(state, 5, 3, 3, pods_metric("12.1"))
+        state = seen_at(state, 20, 3, 4, pods_metric("12"))
+        state, settled = settle(state, at(4) + GRACE + timedelta(seconds=1))
+        return [v.result for v in settled]
+
+    assert judged(at(4) + SYNC) == [AGREE]
+    assert judged(None) == [DIFFER]  # the control: any sync within the grace
+
+
+def test_the_shadow_decides_as_of_the_hpas_sync_it_precedes() -> None:
+    state = ShadowState()
+    assert decision_moment(state, now=at(3), period=SYNC) == at(3)  # no phase known yet
+    state = state._replace(upstream_at=at(10))
+    # The HPA syncs at 25: from 23.5 (the lead), the decision is as of 25.
+    assert decision_moment(state, now=at(23.5), period=SYNC) == at(25)
+    assert decision_moment(state, now=at(23.9), period=SYNC) == at(25)
+    # Woken long before it (a status write awaited): as of now.
+    assert decision_moment(state, now=at(12), period=SYNC) == at(12)
+
+
+def test_a_load_step_between_the_two_reads_is_not_a_difference() -> None:
+    # The shadow read 10 a pod (before the step) and kept 3, as the HPA did on 10; the HPA's
+    # next sync read 13.5 and scaled: the same inputs agreed.
+    state = seen_at(ShadowState(), 0, 3, 3, pods_metric("10"))
+    state, verdicts = record_decision(state, decision(4, 3, 3, metrics=pods_metric("10")))
+    assert [v.result for v in verdicts] == [AGREE]
+
+
+def test_without_the_same_metric_values_any_hpa_decision_within_the_grace_agrees() -> None:
+    # A CPU rate moves between any two reads: the HPA's decision a sync later counts.
+    state = seen_at(ShadowState(), 0, 3, 3, pods_metric("12.1"))
+    state, _ = record_decision(state, decision(4, 3, 4, metrics=pods_metric("12.4")))
+    state, verdicts = observe(state, 5, status(3, 3), status(3, 4, scaled_at=5)._replace(
+        current_metrics=pods_metric("12.6")))
+    assert verdicts == []  # not yet: the same inputs may still come
+    state, settled = settle(state, at(5) + GRACE)
+    assert [v.result for v in settled] == [AGREE]
+
+
+def test_the_shadow_decides_just_before_the_hpas_next_sync() -> None:
+    assert phase_lead(timedelta(seconds=15)) == timedelta(seconds=1.5)
+    assert phase_lead(timedelta(seconds=5)) == timedelta(seconds=1)
+    assert phase_lead(timedelta(seconds=1)) == timedelta(seconds=0.5)
+    state = ShadowState()
+    assert next_decision_in(state, now=at(3), period=SYNC) == SYNC  # no phase known yet
+    state = state._replace(upstream_at=at(10))
+    # The HPA syncs at 25, 40, ...: the shadow at 23.5, 38.5.
+    assert next_decision_in(state, now=at(12), period=SYNC) == timedelta(seconds=11.5)
+    assert next_decision_in(state, now=at(23.5), period=SYNC) == timedelta(seconds=15)
+    # Never sooner than half a period: from 20, the sync at 23.5 is skipped.
+    assert next_decision_in(state, now=at(20), period=SYNC) == timedelta(seconds=18.5)
 
 
 def test_an_hpa_kube_controller_manager_never_reconciled_leaves_decisions_unjudged() -> None:
@@ -141,12 +241,12 @@ def test_an_hpa_that_could_not_compute_or_rescale_kept_its_size() -> None:
     failed = AutoscalerStatus(current_replicas=3, desired_replicas=0, conditions=(
         Condition("AbleToScale", "True", "SucceededGetScale"),
         Condition("ScalingActive", "False", "FailedGetPodsMetric")))
-    assert hpa_decision(failed) == (3, 3)
+    assert hpa_decision(failed) == Seen(3, 3)
     refused = AutoscalerStatus(current_replicas=3, desired_replicas=2, conditions=(
         Condition("AbleToScale", "False", "FailedUpdateScale"),
         Condition("ScalingActive", "True", "ValidMetricFound")))
-    assert hpa_decision(refused) == (3, 3)
-    assert hpa_decision(status(3, 5)) == (3, 5)
+    assert hpa_decision(refused) == Seen(3, 3)
+    assert hpa_decision(status(3, 5)) == Seen(3, 5)
 
 
 def test_the_grace_is_a_sync_period_and_a_half_or_three_seconds_more() -> None:
@@ -266,24 +366,24 @@ def test_a_difference_after_an_agreement_is_reported_again() -> None:
 ])
 def test_a_size_the_hpas_status_does_not_show_is_waited_for(
         scale: int, hpa: tuple[int, int] | None, waits: bool) -> None:
-    _, wait = consistency_wait(ShadowState(), scale_replicas=scale, hpa=hpa, now=T0,
-                               limit=SYNC)
+    _, wait = consistency_wait(ShadowState(), scale_replicas=scale,
+                               hpa=Seen(*hpa) if hpa else None, now=T0, limit=SYNC)
     assert wait is waits
 
 
 def test_one_mismatch_is_waited_for_at_most_a_sync_period_and_only_once() -> None:
-    state, wait = consistency_wait(ShadowState(), scale_replicas=5, hpa=(3, 3), now=at(0),
+    state, wait = consistency_wait(ShadowState(), scale_replicas=5, hpa=Seen(3, 3), now=at(0),
                                    limit=SYNC)
     assert wait
-    state, wait = consistency_wait(state, scale_replicas=5, hpa=(3, 3), now=at(14), limit=SYNC)
+    state, wait = consistency_wait(state, scale_replicas=5, hpa=Seen(3, 3), now=at(14), limit=SYNC)
     assert wait
-    state, wait = consistency_wait(state, scale_replicas=5, hpa=(3, 3), now=at(15), limit=SYNC)
+    state, wait = consistency_wait(state, scale_replicas=5, hpa=Seen(3, 3), now=at(15), limit=SYNC)
     assert not wait
-    state, wait = consistency_wait(state, scale_replicas=5, hpa=(3, 3), now=at(30), limit=SYNC)
+    state, wait = consistency_wait(state, scale_replicas=5, hpa=Seen(3, 3), now=at(30), limit=SYNC)
     assert not wait  # the same mismatch: kube-controller-manager does not act on it
-    state, wait = consistency_wait(state, scale_replicas=5, hpa=(5, 5), now=at(31), limit=SYNC)
+    state, wait = consistency_wait(state, scale_replicas=5, hpa=Seen(5, 5), now=at(31), limit=SYNC)
     assert not wait and state.waited is None
-    _, wait = consistency_wait(state, scale_replicas=6, hpa=(5, 5), now=at(40), limit=SYNC)
+    _, wait = consistency_wait(state, scale_replicas=6, hpa=Seen(5, 5), now=at(40), limit=SYNC)
     assert wait
 
 

@@ -132,17 +132,20 @@ class Bed:
             "metricscale_shadow_decisions_total",
             {"namespace": NS, "horizontalpodautoscaler": "web", "result": result}) or 0
 
-    async def run(self, profile: list[tuple[int, int]], *, offset: float = 7) -> None:
-        """Each (seconds, total load) from then on; both sync every 15 s, `offset` apart."""
+    async def run(self, profile: list[tuple[int, int]], *, offset: float = -1.5) -> None:
+        """Each (seconds, total load) from then on; both sync every 15 s, the shadow `offset`
+        from upstream (by default as the controller schedules it: just before)."""
         end = profile[-1][0]
         for start in range(0, end + 1, 15):
             self.total = next(total for when, total in reversed(profile) if when <= start)
             self.follow_scale()
-            await self.upstream_sync(start)
-            await self.shadow_sync(start + offset)
+            for _, sync in sorted([(start, self.upstream_sync), (start + offset,
+                                                                  self.shadow_sync)],
+                                  key=lambda step: step[0]):
+                await sync(start if sync == self.upstream_sync else start + offset)
 
 
-@pytest.mark.parametrize("offset", [0.5, 7, 14.5])
+@pytest.mark.parametrize("offset", [-1.5, 0.5, 7, 14.5])
 async def test_the_shadow_agrees_with_upstream_step_for_step_under_rate_limits(
         offset: float) -> None:
     bed = Bed(replicas=2, total=20)
@@ -159,8 +162,10 @@ async def test_without_upstreams_rescales_as_scale_events_the_shadow_would_diffe
     """The control: the same run, the shadow blind to the HPA's status changes."""
     bed = Bed(replicas=2, total=20)
     bed.shadow.observe = lambda event: None  # type: ignore[method-assign]
-    await bed.run([(0, 20), (60, 90), (300, 90)])
-    assert bed.count("differ") > 0
+    await bed.run([(0, 20), (60, 90), (300, 90)], offset=7)
+    # Without upstream's scale events, no rate limit: 6 while the HPA holds 4.
+    assert bed.hpa_desired == [2, 4, 6, 8, 9]
+    assert bed.shadow_replicas[:3] == [2, 6, 8]
 
 
 async def test_the_shadow_writes_nothing_but_events() -> None:
@@ -171,10 +176,11 @@ async def test_the_shadow_writes_nothing_but_events() -> None:
     assert bed.kube.annotation_writes == []
 
 
-async def test_a_persistent_difference_is_one_event_on_the_hpa_and_a_count_per_decision(
+async def test_a_step_the_shadow_would_not_take_is_one_event_on_the_hpa(
         ) -> None:
     # 27 over 2 pods at 10 a pod: ratio 1.35; upstream's tolerance (0.1) scales to 3, a
-    # shadow told 0.5 keeps 2; from 3 pods (ratio 0.9) both keep 3, and agree again.
+    # shadow told 0.5 keeps 2 (decided just before, on the same metric values); from 3 pods
+    # (ratio 0.9) both keep 3, and agree again.
     bed = Bed(replicas=2, total=20, shadow_settings=Settings(tolerance=0.5), behavior=None)
     await bed.run([(0, 20), (60, 27), (300, 27)])
     assert bed.hpa_desired == [2, 3]
@@ -302,3 +308,15 @@ def test_what_does_not_fit_in_a_configmap_is_left_out_in_key_order() -> None:
     data = {f"ns.hpa-{i}": "x" * 100 for i in range(10)}
     kept, left_out = within_budget(data, 500)
     assert list(kept) == [f"ns.hpa-{i}" for i in range(4)] and left_out == 6
+
+
+async def test_the_shadow_decides_next_just_before_the_hpas_next_sync() -> None:
+    bed = Bed(replicas=2, total=20)
+    first = await bed.shadow.reconcile_once(KEY, at(1))
+    assert first.requeue_after == 15  # no status write seen yet: a sync period
+    bed.total = 40
+    bed.follow_scale()
+    await bed.upstream_sync(15)  # a status write: kube-controller-manager syncs at 15, 30, ...
+    bed.now = at(17)
+    later = await bed.shadow.reconcile_once(KEY, at(17))
+    assert later.requeue_after == pytest.approx(30 - 1.5 - 17)
