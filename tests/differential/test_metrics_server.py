@@ -137,11 +137,18 @@ def test_the_same_pod_usage_shows_the_same_figures_or_a_listed_difference(
                            expect=expect, ms_warnings=ms_direct.warnings,
                            our_warnings=our_direct.warnings)
     assert_listed(found)
-    # What this usage must show: windows and timestamps always differ; 12.5m is 12500u
-    # against our 12m, and kubectl shows 13m against our 12m (and 413m against 412m for web-1).
-    assert {"window", "timestamp", "cpu-precision", "cpu-rounding"} <= rows(found)
-    sidecar = [d for d in found if d.row == "cpu-rounding" and "sidecar" in d.where]
-    assert sidecar and all((d.metrics_server, d.ours) == ("13m", "12m") for d in sidecar)
+    # What this usage must show: windows and timestamps always differ. The CPU figures differ
+    # only in what metrics-server's rate keeps below a millicore, and that depends on when its
+    # two scrapes fell: 12.5m is 12500u against our 12m (kubectl 13m against 12m) when the two
+    # kubelet samples are exactly the sidecar's rate apart, 12499u (kubectl 12m, the same) when
+    # they are a hair further. So the CPU rows may or may not show, but never more than that.
+    # web-1's two containers come in Go's map order from metrics-server: sometimes ours.
+    assert {"window", "timestamp"} <= rows(found)
+    assert rows(found) <= {"window", "timestamp", "cpu-precision", "cpu-rounding",
+                           "container-order"}
+    for difference in found:
+        if difference.row == "cpu-rounding" and "sidecar" in difference.where:
+            assert (difference.metrics_server, difference.ours) == ("13m", "12m"), difference
     for answer in (ms_list, our_list):
         web_1 = next(i for i in answer["items"] if i["metadata"]["name"] == "web-1")
         assert {c["name"]: c["usage"]["memory"] for c in web_1["containers"]} == \
