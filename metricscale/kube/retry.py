@@ -8,6 +8,7 @@ wait for an answer that asks for more: it hands the error back, and the caller r
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from metricscale.kube.errors import KubeError, KubeUnavailable
@@ -23,12 +24,22 @@ class Backoff:
     factor: float = 2.0
     cap: float = 30.0
 
+    @property
+    def _steps_to_cap(self) -> int:
+        """How many growths take `initial` to `cap`: past them the step stays at the cap, and
+        `factor ** failures` itself would overflow a float after about 1,000 failures (an
+        informer failing for hours), so the exponent stops there."""
+        if self.factor <= 1 or self.initial <= 0 or self.initial >= self.cap:
+            return 0
+        return math.ceil(math.log(self.cap / self.initial, self.factor))
+
     def delay(self, failures: int, *, jitter: float, retry_after: float | None = None) -> float:
         """Seconds to wait after `failures` consecutive failures (>= 1); `jitter` is in [0, 1).
 
         Never less than `retry_after`, when the server sent one.
         """
-        step = min(self.cap, self.initial * self.factor ** max(0, failures - 1))
+        step = min(self.cap, self.initial * self.factor ** min(max(0, failures - 1),
+                                                               self._steps_to_cap))
         return honour_retry_after(step / 2 + step / 2 * jitter, retry_after)
 
 
