@@ -55,18 +55,23 @@ UNSCHEDULED = "metricscale-tests-unscheduled"
 DAY = 24 * 3600
 _SERIAL = itertools.count(1)
 _CONCURRENCY = 32
+# What makes names unique to a run: under pytest-xdist, the test run id all workers share.
+_RUN = (os.environ.get("PYTEST_XDIST_TESTRUNUID", "")[:5].lower()
+        or str(os.getpid() % 100000))
 
 
 @dataclass(frozen=True)
 class Names:
     """Names of one module's own in the shared cluster: `names.namespace("shop")` and
-    `names.cluster("node-1")` are unique to the module and the process."""
+    `names.cluster("node-1")` are unique to the module and the run. Under pytest-xdist every
+    worker must collect the same test ids, and some ids carry these names: the run's part is
+    then xdist's test run id, which all the workers share, instead of the process id."""
 
     prefix: str
 
     @classmethod
     def unique(cls, stem: str) -> Names:
-        return cls(f"{stem}-{os.getpid() % 100000}-{next(_SERIAL)}")
+        return cls(f"{stem}-{_RUN}-{next(_SERIAL)}")
 
     def namespace(self, name: str) -> str:
         return f"{self.prefix}-{name}"
