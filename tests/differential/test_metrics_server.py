@@ -108,9 +108,9 @@ def wait_phases(cluster: ControlPlane, namespace: str, phases: dict[str, str]) -
 # The same usage
 
 
-def test_the_same_pod_usage_shows_the_same_figures_or_a_listed_difference(
-        side: SideBySide, namespace: str) -> None:
-    create_steady(side, namespace)
+def _compare_pod_usage(side: SideBySide, namespace: str
+                       ) -> tuple[list[Difference], Any, Any]:
+    """The steady pods through kubectl (metrics-server's, then ours) and straight to both."""
     expect = side.expect
     found: list[Difference] = []
     commands = [("get", "--raw", f"{METRICS}/namespaces/{namespace}/pods"),
@@ -136,6 +136,33 @@ def test_the_same_pod_usage_shows_the_same_figures_or_a_listed_difference(
     found += compare_lists(ms_direct.json(), our_direct.json(), where="direct pods",
                            expect=expect, ms_warnings=ms_direct.warnings,
                            our_warnings=our_direct.warnings)
+    return found, ms_list, our_list
+
+
+# Through the aggregator only, metrics-server's CPU figures were seen a millicore or two low
+# (248m for 250m, 399m for 400m) about once in twenty runs on the busy CI machine, while the
+# direct answers of the same moment agreed; its stored points, asked again by hand, gave the
+# exact figures. The cause is not found. Such a pair is asked again, up to ATTEMPTS times in all:
+# a real difference shows every time, and any other unexplained difference fails at once.
+ATTEMPTS = 3
+
+
+def _aggregated_cpu_only(unexplained: Sequence[Difference]) -> bool:
+    return bool(unexplained) and all(
+        d.row in ("unexplained: cpu figure", "unexplained: CPU(cores)")
+        and not d.where.startswith("direct") for d in unexplained)
+
+
+def test_the_same_pod_usage_shows_the_same_figures_or_a_listed_difference(
+        side: SideBySide, namespace: str) -> None:
+    create_steady(side, namespace)
+    for attempt in range(1, ATTEMPTS + 1):
+        found, ms_list, our_list = _compare_pod_usage(side, namespace)
+        unexplained = unlisted(found, listed_rows(DOC.read_text()))
+        if attempt < ATTEMPTS and _aggregated_cpu_only(unexplained):
+            print(f"attempt {attempt}: asked again after", *unexplained, sep="\n  ")
+            continue
+        break
     assert_listed(found)
     # What this usage must show: windows and timestamps always differ. The CPU figures differ
     # only in what metrics-server's rate keeps below a millicore, and that depends on when its
