@@ -53,8 +53,22 @@ chart: venv
 dashboards: venv
 	$(BIN)/python -m monitoring.dashboards
 
-test: venv prometheus peers image-tools lint docs
-	$(BIN)/pytest
+# `make test` in stages, quickest first, so a broken change fails in a minute or two: lint,
+# types, import layers and the docs site; the unit and decision tests (no Prometheus, kubectl,
+# image or control plane); only then Prometheus, the peers and the image tools, and what waits
+# on Prometheus scrapes, kubectl, sync periods and the real control plane, on two pytest-xdist
+# workers (most of it is waiting: each worker starts its own session Prometheus and control
+# plane, and a module's shared fixture stays on one worker); then the container image; then the
+# shipped interpreter. The stages' times are in docs/getting-started/development.md.
+FAST_TESTS := not prometheus and not kubectl and not image and not cluster
+SLOW_TESTS := (prometheus or kubectl or cluster) and not image
+XDIST := -n 2 --dist loadgroup
+
+test: venv lint docs
+	$(BIN)/pytest $(XDIST) -m "$(FAST_TESTS)"
+	$(MAKE) prometheus peers image-tools
+	$(BIN)/pytest $(XDIST) -m "$(SLOW_TESTS)"
+	$(BIN)/pytest -m image tests/image
 	$(MAKE) test-shipped
 
 # The tests marked shipped_interpreter again on the Python the image ships (Debian's python3,
@@ -70,7 +84,7 @@ $(SHIPPED_VENV)/.installed: pyproject.toml
 
 .PHONY: test-shipped
 test-shipped: $(SHIPPED_VENV)/.installed prometheus
-	$(SHIPPED_VENV)/bin/pytest -m shipped_interpreter
+	$(SHIPPED_VENV)/bin/pytest $(XDIST) -m shipped_interpreter
 
 # The documentation site (mkdocs.yml, docs/), built with --strict: a broken link, a missing page or
 # a page left out of the nav fails. Into site/ (git-ignored); `make docs-serve` serves it on

@@ -1,7 +1,8 @@
 """Pytest fixtures of the real control plane: one per session, shared by the tests that use it.
 
 Tests share the cluster as they would share a real one: each works in a namespace of its own
-(`namespace`), and cluster-scoped objects carry names no other test uses.
+(`namespace`), and cluster-scoped objects carry names no other test uses. Every test that uses
+the control plane is marked `cluster`, so a run can leave them out (`-m "not cluster"`).
 """
 
 from __future__ import annotations
@@ -16,9 +17,18 @@ from testbed.binaries import missing_peers, where
 from testbed.controlplane import ControlPlane, Kubelet
 from testbed.faultproxy import FaultProxy
 
-__all__ = ["control_plane", "fault_proxy", "kubelet", "namespace", "require_peers"]
+__all__ = ["control_plane", "fault_proxy", "kubelet", "namespace",
+           "pytest_collection_modifyitems", "require_peers"]
 
 _NAMESPACES = itertools.count(1)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Mark `cluster` every test whose fixtures reach the control plane."""
+    for item in items:
+        if "control_plane" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.cluster)
 
 
 def _in_ci() -> bool:

@@ -1,4 +1,6 @@
-"""Pytest fixtures for the real Prometheus test double: a session server, exporters, a factory."""
+"""Pytest fixtures for the real Prometheus test double: a session server, exporters, a factory.
+
+Every test that uses them is marked `prometheus`, so a run can leave them out."""
 
 from __future__ import annotations
 
@@ -9,6 +11,14 @@ import pytest
 from testbed.fakes.exporter import Exporter
 from testbed.fakes.prometheus import ExporterPool, MetricFamily, PrometheusServer, find_promtool
 from testbed.fakes.tools import require_tool
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Mark `prometheus` every test whose fixtures reach a Prometheus binary."""
+    for item in items:
+        if "prometheus_binary" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.prometheus)
 
 
 @pytest.fixture(scope="session")

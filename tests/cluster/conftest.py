@@ -1,4 +1,5 @@
-"""Fixtures of the tests on the real control plane: metricscale installed from its manifests."""
+"""Fixtures of the tests on the real control plane: metricscale installed from its manifests.
+Every test here is marked `cluster` (some start control planes of their own)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,14 @@ import pytest
 from testbed.controlplane import ControlPlane, Kubelet
 from testbed.fakes.prometheus import PrometheusServer
 from testbed.install import Installation
+
+HERE = Path(__file__).resolve().parent
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if item.path.is_relative_to(HERE):
+            item.add_marker(pytest.mark.cluster)
 
 
 @pytest.fixture(scope="session")
