@@ -55,13 +55,14 @@ dashboards: venv
 
 # `make test` in stages, quickest first, so a broken change fails in a minute or two: lint,
 # types, import layers and the docs site; the unit and decision tests (no Prometheus, kubectl,
-# image or control plane); only then Prometheus, the peers and the image tools, and what waits
-# on Prometheus scrapes, kubectl, sync periods and the real control plane, on two pytest-xdist
-# workers (most of it is waiting: each worker starts its own session Prometheus and control
-# plane, and a module's shared fixture stays on one worker); then the container image; then the
-# shipped interpreter. The stages' times are in docs/getting-started/development.md.
-FAST_TESTS := not prometheus and not kubectl and not image and not cluster
-SLOW_TESTS := (prometheus or kubectl or cluster) and not image
+# peer program, image or control plane); only then Prometheus, the peers and the image tools,
+# and what waits on Prometheus scrapes, kubectl, sync periods and the real control plane, on
+# two pytest-xdist workers (most of it is waiting: each worker starts its own session
+# Prometheus and control plane, and a module's shared fixture stays on one worker); then the
+# container image; then the shipped interpreter. The stages' times are in
+# docs/getting-started/development.md.
+FAST_TESTS := not prometheus and not kubectl and not peers and not cluster and not image
+SLOW_TESTS := (prometheus or kubectl or peers or cluster) and not image
 XDIST := -n 2 --dist loadgroup
 
 test: venv lint docs

@@ -15,9 +15,11 @@ from testbed.fakes.tools import require_tool
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Mark `prometheus` every test whose fixtures reach a Prometheus binary."""
+    """Mark `prometheus` every test whose fixtures reach a Prometheus or promtool binary (both
+    come with Debian's package, which `make test` installs only after its fast stage)."""
+    wanted = {"prometheus_binary", "promtool_binary", "promtool"}
     for item in items:
-        if "prometheus_binary" in getattr(item, "fixturenames", ()):
+        if wanted & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.prometheus)
 
 

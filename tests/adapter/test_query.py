@@ -543,6 +543,7 @@ def test_escape_regex_leaves_no_live_metacharacter(text: str) -> None:
     assert literal_alternatives(escape_regex(text)) == [text]
 
 
+@pytest.mark.prometheus  # promtool, from the prometheus package
 def test_promtool_parses_queries_built_from_hostile_names(tmp_path: Path) -> None:
     """Syntax check by Prometheus' own parser (promtool, no server): the escapes are PromQL's."""
     promtool = require_tool("promtool", env_var="PROMTOOL")

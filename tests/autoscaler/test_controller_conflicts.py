@@ -36,4 +36,4 @@ async def test_external_replica_changes_raise_an_event_then_a_condition() -> Non
     assert found is not None
     status, reason, message = found
     assert (status, reason) == ("True", "ExternalScaleChanges")
-    assert "README" in message
+    assert "Conflicting writers" in message

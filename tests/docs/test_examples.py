@@ -150,6 +150,7 @@ def test_kustomization_examples_build_over_the_manifests(block: Block, tmp_path:
                for doc in yaml.safe_load_all(result.stdout))
 
 
+@pytest.mark.peers  # helm
 @pytest.mark.parametrize("block", of_kind("helm-values"))
 def test_helm_values_examples_render_the_chart(block: Block, tmp_path: Path) -> None:
     helm = find_peer("helm")

@@ -34,6 +34,9 @@ from cli.certs import CertsOptions, ensure_certificates
 from testbed.binaries import find_peer
 from testbed.pytest_plugin import require_peers
 
+# helm and kubectl are peers (tests/peers/bin): these run after `make peers`, in its stage.
+pytestmark = pytest.mark.peers
+
 REPO = Path(__file__).resolve().parents[2]
 CHART = REPO / "charts" / "metricscale"
 MANIFESTS = REPO / "manifests"
