@@ -926,12 +926,19 @@ class Story:
         """Until Ctrl-C, with everything running; a program that exits ends the demo."""
         for line in keep_lines(kubeconfig=self.kubeconfig, prometheus_url=self.prometheus.url):
             print(f"        {line}" if line else "", flush=True)
+        # Ctrl-C is Python's KeyboardInterrupt only when SIGINT was not ignored at start, and a
+        # shell without job control starts a background command with it ignored: the handler
+        # is set here, as the fake cluster's keep sets its own, so Ctrl-C (or kill -INT) stops
+        # the demo however it was started.
+        previous = signal.signal(signal.SIGINT, signal.default_int_handler)
         try:
             while True:
                 self.alive()
                 time.sleep(1.0)
         except KeyboardInterrupt:
             print("\nmetricscale demo: Ctrl-C: stopping everything", flush=True)
+        finally:
+            signal.signal(signal.SIGINT, previous)
 
 
 class Table:

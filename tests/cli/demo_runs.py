@@ -20,18 +20,21 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 @contextmanager
-def demo_process(workdir: Path, *extra: str, fake: bool = True
+def demo_process(workdir: Path, *extra: str, fake: bool = True, sigint_ignored: bool = False
                  ) -> Iterator[subprocess.Popen[str]]:
     """`metricscale demo --fast` in its own process group, so that whatever it starts can be
     found (and, if the test fails, killed) by that group; on the fake cluster (`--fake`, with
-    the PATH's kubectl) unless told otherwise."""
+    the PATH's kubectl) unless told otherwise. `sigint_ignored` starts it as a shell without
+    job control starts `cmd &`: with SIGINT ignored, which Python then leaves ignored."""
     require_tool("prometheus", env_var="PROMETHEUS")
     backend = ["--fake", "--kubectl", require_tool("kubectl", env_var="KUBECTL")] if fake else []
     process = subprocess.Popen(
         [sys.executable, "-m", "metricscale", "demo", "--fast", "--workdir", str(workdir),
          *backend, *extra],
         cwd=REPO, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-        text=True, start_new_session=True)
+        text=True, start_new_session=True,
+        preexec_fn=(lambda: signal.signal(signal.SIGINT, signal.SIG_IGN)) if sigint_ignored
+        else None)
     try:
         yield process
     finally:

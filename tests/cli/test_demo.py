@@ -170,7 +170,7 @@ def run(*command: str, kubeconfig: str) -> subprocess.CompletedProcess[str]:
 
 def test_keep_leaves_the_cluster_up_for_commands_until_ctrl_c(tmp_path: Path) -> None:
     workdir = tmp_path / "demo"
-    with demo_process(workdir, "--keep") as process:
+    with demo_process(workdir, "--keep", sigint_ignored=True) as process:
         lines = Lines(process)
         export = lines.until("export KUBECONFIG=")
         kubeconfig = export.split("export KUBECONFIG=", 1)[1].strip()

@@ -95,7 +95,7 @@ def check_story(output: str) -> None:
 
 def test_keep_upstreams_hpa_and_ours_agree_and_ctrl_c_leaves_nothing(tmp_path: Path) -> None:
     workdir = tmp_path / "demo"
-    with demo_process(workdir, "--keep", fake=False) as process:
+    with demo_process(workdir, "--keep", fake=False, sigint_ignored=True) as process:
         lines = Lines(process)
         export = lines.until("export KUBECONFIG=")
         kubeconfig = export.split("export KUBECONFIG=", 1)[1].strip()
