@@ -329,6 +329,12 @@ class KubeletStandIn:
         gone = self.pods.pop(key, None)
         if gone is not None:
             self.by_node[gone.node].pop(key, None)
+            root = self.node_root.get(gone.node)
+            if root is not None and gone.running:
+                # The node's counter is its root cgroup's: the CPU a pod used stays in it after
+                # the pod is gone, as on a real node, so the counter never goes back (a rate
+                # over a window in which another pod left would read low otherwise).
+                root.base_ns += sum(u.cpu_ns(_now_ms()) for u in gone.all_usages())
 
     def _spawn(self, work: Any) -> None:
         task: asyncio.Task[None] = asyncio.create_task(work)
