@@ -182,6 +182,27 @@ def test_the_same_pod_usage_shows_the_same_figures_or_a_listed_difference(
             {"app": "96Mi", "sidecar": "100000000"}
 
 
+def _compare_nodes(side: SideBySide, ghost: str
+                   ) -> tuple[list[Difference], list[tuple[KubectlRun, KubectlRun]]]:
+    """The nodes through kubectl, metrics-server's then ours."""
+    found: list[Difference] = []
+    commands = [("get", "--raw", f"{METRICS}/nodes"),
+                ("get", "--raw", f"{METRICS}/nodes/node-a"),
+                ("top", "nodes"), ("top", "node", "node-b"), ("top", "node", ghost),
+                ("top", "node", "no-such-node")]
+    (list_ms, list_ours), (one_ms, one_ours), *tops = side.kubectl_many(*commands)
+    ms_list, ms_warnings = raw(list_ms)
+    our_list, our_warnings = raw(list_ours)
+    found += compare_lists(ms_list, our_list, where="get --raw nodes", expect=side.expect,
+                           ms_warnings=ms_warnings, our_warnings=our_warnings)
+    found += compare_items(raw(one_ms)[0], raw(one_ours)[0], where="get --raw node-a",
+                           expect=side.expect)
+    for command, (ms, ours) in zip(commands[2:], tops, strict=True):
+        found += compare_top(ms, ours, where="kubectl " + " ".join(command),
+                             expect=side.expect)
+    return found, tops
+
+
 def test_nodes_show_the_same_figures_and_a_node_without_a_kubelet_is_unknown_in_both(
         side: SideBySide, control_plane: ControlPlane) -> None:
     ghost = f"ghost-{int(time.time())}"
@@ -203,21 +224,17 @@ def test_nodes_show_the_same_figures_and_a_node_without_a_kubelet_is_unknown_in_
         wait_until(lambda: bool(side.adapter.request(f"{METRICS}/nodes/{ghost}").warnings),
                    what=f"our node cache holding {ghost}", timeout=SETTLE_SECONDS,
                    interval=0.2)
-        found: list[Difference] = []
-        commands = [("get", "--raw", f"{METRICS}/nodes"),
-                    ("get", "--raw", f"{METRICS}/nodes/node-a"),
-                    ("top", "nodes"), ("top", "node", "node-b"), ("top", "node", ghost),
-                    ("top", "node", "no-such-node")]
-        (list_ms, list_ours), (one_ms, one_ours), *tops = side.kubectl_many(*commands)
-        ms_list, ms_warnings = raw(list_ms)
-        our_list, our_warnings = raw(list_ours)
-        found += compare_lists(ms_list, our_list, where="get --raw nodes", expect=side.expect,
-                               ms_warnings=ms_warnings, our_warnings=our_warnings)
-        found += compare_items(raw(one_ms)[0], raw(one_ours)[0], where="get --raw node-a",
-                               expect=side.expect)
-        for command, (ms, ours) in zip(commands[2:], tops, strict=True):
-            found += compare_top(ms, ours, where="kubectl " + " ".join(command),
-                                 expect=side.expect)
+        for attempt in range(1, ATTEMPTS + 1):
+            found, tops = _compare_nodes(side, ghost)
+            unexplained = unlisted(found, listed_rows(DOC.read_text()))
+            if attempt < ATTEMPTS and _aggregated_cpu_only(unexplained):
+                # The stand-in's nodes are shared with the other tests of the worker, whose
+                # pods come and go: metrics-server's 15-30 s window and our 10 s one then
+                # average different stretches. Once they agree again, asked again.
+                print(f"attempt {attempt}: asked again after", *unexplained, sep="\n  ")
+                side.wait_nodes_agree()
+                continue
+            break
         assert_listed(found)
         for top in tops[0]:
             assert any(line.split()[:2] == [ghost, "<unknown>"]
