@@ -246,7 +246,8 @@ def test_nodes_show_the_same_figures_and_a_node_without_a_kubelet_is_unknown_in_
         nothing_ms, nothing_ours = tops[3]
         assert nothing_ms.code == nothing_ours.code == 1
         assert nothing_ms.stderr == nothing_ours.stderr
-        assert {"window", "timestamp", "warning-header"} <= rows(found)
+        # Timestamps differ unless both answers fall in the same second.
+        assert {"window", "warning-header"} <= rows(found)
     finally:
         control_plane.delete({"apiVersion": "v1", "kind": "Node", "metadata": {"name": ghost}})
 
