@@ -324,8 +324,9 @@ class ShadowReconciler:
         for verdict in verdicts:
             if verdict.result == DIFFER:
                 # One line a difference (not only a new one): why metricscale decided so.
-                logger.info("shadow: differs from the HPA (%s): %s", verdict.hpa,
-                            " ".join(verdict.decision.why))
+                logger.info("shadow: differs from the HPA %s (%s): %s",
+                            "on values read apart" if verdict.moved else "on the same values",
+                            verdict.hpa, " ".join(verdict.decision.why))
         for event in events:
             logger.info("%s", event.message)
             if self._leader is not None:

@@ -154,6 +154,9 @@ class Verdict(NamedTuple):
     decision: ShadowDecision
     result: str  # AGREE, DIFFER, WARMUP or UNJUDGED
     hpa: HpaDecision | None  # the HPA's decision it was judged against (the latest one)
+    # Judged against a decision the HPA made on other metric values (the values moved between
+    # the two reads: no decision of the HPA had the shadow's); False: on the same values.
+    moved: bool = False
 
 
 class ShadowState(NamedTuple):
@@ -285,9 +288,9 @@ def _judge(decision: ShadowDecision, seen: tuple[HpaDecision, ...], *,
         return Verdict(decision, DIFFER, same[0])
     agreeing = next((hpa for hpa in candidates if hpa.desired == decision.replicas), None)
     if agreeing is not None:
-        return Verdict(decision, AGREE, agreeing)
+        return Verdict(decision, AGREE, agreeing, moved=True)
     if candidates:
-        return Verdict(decision, DIFFER, candidates[-1])
+        return Verdict(decision, DIFFER, candidates[-1], moved=True)
     # Not one decision of the HPA from these replicas in a sync period and a half: upstream
     # did not sync it (a status write always follows a change of size).
     return Verdict(decision, UNJUDGED, _in_force(seen, decision.at))

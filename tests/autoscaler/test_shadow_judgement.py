@@ -167,6 +167,18 @@ def test_the_hpas_decision_on_the_same_metric_values_is_the_one_to_agree_with() 
     assert verdicts == []
     state, settled = settle(state, at(5) + GRACE)
     assert [(v.result, v.hpa.desired if v.hpa else None) for v in settled] == [(DIFFER, 4)]
+    assert not settled[0].moved  # a difference on the same values: a real one
+
+
+def test_a_difference_on_values_read_apart_says_so() -> None:
+    # A rate: the HPA had just scaled from 2 to 3; the shadow read 12 a pod and kept 3, the
+    # HPA read 13.5 a moment later and scaled to 4. No decision of the HPA on the shadow's
+    # values, and its only one from 3 differs: judged on values read apart.
+    state = seen_at(ShadowState(), 0, 2, 3, pods_metric("15"))
+    state, _ = record_decision(state, decision(4, 3, 3, metrics=pods_metric("12")))
+    state = seen_at(state, 5, 3, 4, pods_metric("13.5"))
+    state, settled = settle(state, at(4) + GRACE + timedelta(seconds=1))
+    assert [(v.result, v.moved) for v in settled] == [(DIFFER, True)]
 
 
 def test_a_later_sync_that_read_the_same_values_is_not_the_same_inputs() -> None:
