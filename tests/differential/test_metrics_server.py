@@ -203,6 +203,16 @@ def _compare_nodes(side: SideBySide, ghost: str
     return found, tops
 
 
+def _ghost_report(side: SideBySide, ghost: str) -> str:
+    """What our adapter says of the ghost now, and its log's lines about nodes: a required
+    row missing means we did not know the ghost when kubectl asked."""
+    reply = side.adapter.request(f"{METRICS}/nodes/{ghost}")
+    child = side.adapter.child
+    log = child.tail(400) if child is not None else ""
+    lines = [line for line in log.splitlines() if "node" in line.lower()][-40:]
+    return "\n".join([f"our {ghost} now: {reply.status} warnings={reply.warnings}", *lines])
+
+
 def test_nodes_show_the_same_figures_and_a_node_without_a_kubelet_is_unknown_in_both(
         side: SideBySide, control_plane: ControlPlane) -> None:
     ghost = f"ghost-{int(time.time())}"
@@ -221,7 +231,8 @@ def test_nodes_show_the_same_figures_and_a_node_without_a_kubelet_is_unknown_in_
         # Our node cache learns of the ghost from its watch, which a busy machine delays:
         # until then we know nothing to warn about (once we know it, its NodeMetrics is a 404
         # with a Warning saying why, and the list counts it in its Warning).
-        wait_until(lambda: bool(side.adapter.request(f"{METRICS}/nodes/{ghost}").warnings),
+        wait_until(lambda: bool(side.adapter.request(f"{METRICS}/nodes/{ghost}").warnings)
+                   and bool(side.adapter.request(f"{METRICS}/nodes").warnings),
                    what=f"our node cache holding {ghost}", timeout=SETTLE_SECONDS,
                    interval=0.2)
         for attempt in range(1, ATTEMPTS + 1):
@@ -233,6 +244,16 @@ def test_nodes_show_the_same_figures_and_a_node_without_a_kubelet_is_unknown_in_
                 # average different stretches. Once they agree again, asked again.
                 print(f"attempt {attempt}: asked again after", *unexplained, sep="\n  ")
                 side.wait_nodes_agree()
+                continue
+            if attempt < ATTEMPTS and not unexplained and "warning-header" not in rows(found):
+                # Once in a busy CI run our answers through kubectl carried no Warning about
+                # the ghost although our cache had held it a moment before; what we say of
+                # it then is printed, and it is asked again once we warn about it directly.
+                print(f"attempt {attempt}: no Warning about {ghost} through kubectl:",
+                      _ghost_report(side, ghost), sep="\n")
+                wait_until(lambda: bool(side.adapter.request(f"{METRICS}/nodes").warnings),
+                           what=f"our node list warning about {ghost}",
+                           timeout=SETTLE_SECONDS, interval=0.2)
                 continue
             break
         assert_listed(found)
@@ -247,7 +268,7 @@ def test_nodes_show_the_same_figures_and_a_node_without_a_kubelet_is_unknown_in_
         assert nothing_ms.code == nothing_ours.code == 1
         assert nothing_ms.stderr == nothing_ours.stderr
         # Timestamps differ unless both answers fall in the same second.
-        assert {"window", "warning-header"} <= rows(found)
+        assert {"window", "warning-header"} <= rows(found), _ghost_report(side, ghost)
     finally:
         control_plane.delete({"apiVersion": "v1", "kind": "Node", "metadata": {"name": ghost}})
 
