@@ -1,10 +1,12 @@
-"""The leader publishes its decision settings on the Lease it writes (for `explain --live`)."""
+"""The leader publishes its decision settings on the Lease it writes (for `explain --live`), on
+the real kube-apiserver."""
 
 from __future__ import annotations
 
 import json
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import pytest
 from prometheus_client import CollectorRegistry
@@ -20,82 +22,78 @@ from autoscaler.decision.settings import (
 )
 from autoscaler.kube.operations import KubeClient
 from metricscale.kube.http import open_kube_http
-from testbed.fakes.kube_api import FakeKubeAPI
+from testbed.controlplane import ControlPlane
 
 T0 = datetime(2024, 5, 1, 12, 0, 0, tzinfo=UTC)
-CONFIG = LeaderElectionConfig(resource_namespace="ops")
+LEASE = "metricscale-autoscaler"
 SETTINGS = Settings(downscale_stabilization_window=timedelta(seconds=20))
 
 
 @pytest.fixture
-async def client(fake_kube: FakeKubeAPI) -> AsyncIterator[KubeClient]:
-    async with open_kube_http(fake_kube.api_client_configuration()) as http:
+async def client(control_plane: ControlPlane) -> AsyncIterator[KubeClient]:
+    async with open_kube_http(control_plane.api_client_configuration()) as http:
         yield KubeClient(http, registry=CollectorRegistry(), reporting_instance="a")
 
 
-def stored_annotations(fake_kube: FakeKubeAPI) -> dict[str, str]:
-    lease = fake_kube.store.try_get("coordination.k8s.io", "v1", "leases",
-                                    "metricscale-autoscaler", namespace="ops")
-    assert lease is not None
-    annotations: dict[str, str] = lease["metadata"].get("annotations") or {}
+def stored(cluster: ControlPlane, namespace: str) -> dict[str, Any]:
+    lease: dict[str, Any] = cluster.get(
+        f"/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases/{LEASE}")
+    return lease
+
+
+def stored_annotations(cluster: ControlPlane, namespace: str) -> dict[str, str]:
+    annotations: dict[str, str] = stored(cluster, namespace)["metadata"].get("annotations") or {}
     return annotations
 
 
+def elector(client: KubeClient, namespace: str, *, at: datetime,
+            settings: Settings | None = None) -> LeaderElector:
+    return LeaderElector(client, config=LeaderElectionConfig(resource_namespace=namespace),
+                         identity="a", namespace=namespace, clock=lambda: at,
+                         settings=settings)
+
+
 async def test_created_lease_carries_the_settings_as_compact_json(
-        fake_kube: FakeKubeAPI, client: KubeClient) -> None:
-    elector = LeaderElector(client, config=CONFIG, identity="a", namespace="ops",
-                            clock=lambda: T0, settings=SETTINGS)
-    assert await elector.try_acquire_or_renew() is True
-    value = stored_annotations(fake_kube)[SETTINGS_ANNOTATION]
+        control_plane: ControlPlane, namespace: str, client: KubeClient) -> None:
+    assert await elector(client, namespace, at=T0, settings=SETTINGS).try_acquire_or_renew()
+    value = stored_annotations(control_plane, namespace)[SETTINGS_ANNOTATION]
     assert value == json.dumps(render_settings(SETTINGS), separators=(",", ":"))
     assert json.loads(value)["downscaleStabilizationWindowSeconds"] == 20
     assert parse_settings_annotation(value) == SETTINGS
 
 
 async def test_renewal_publishes_the_writers_settings(
-        fake_kube: FakeKubeAPI, client: KubeClient) -> None:
-    first = LeaderElector(client, config=CONFIG, identity="a", namespace="ops",
-                          clock=lambda: T0, settings=Settings())
-    await first.try_acquire_or_renew()
+        control_plane: ControlPlane, namespace: str, client: KubeClient) -> None:
+    await elector(client, namespace, at=T0, settings=Settings()).try_acquire_or_renew()
     later = T0 + timedelta(seconds=2)
     # The same identity with new settings (a reconfigured leader) renews: a PUT.
-    renewed = LeaderElector(client, config=CONFIG, identity="a", namespace="ops",
-                            clock=lambda: later, settings=SETTINGS)
-    assert await renewed.try_acquire_or_renew() is True
-    annotations = stored_annotations(fake_kube)
+    assert await elector(client, namespace, at=later, settings=SETTINGS).try_acquire_or_renew()
+    annotations = stored_annotations(control_plane, namespace)
     assert parse_settings_annotation(annotations[SETTINGS_ANNOTATION]) == SETTINGS
 
 
 async def test_without_settings_no_annotation_is_written(
-        fake_kube: FakeKubeAPI, client: KubeClient) -> None:
-    elector = LeaderElector(client, config=CONFIG, identity="a", namespace="ops",
-                            clock=lambda: T0)
-    await elector.try_acquire_or_renew()
-    assert SETTINGS_ANNOTATION not in stored_annotations(fake_kube)
+        control_plane: ControlPlane, namespace: str, client: KubeClient) -> None:
+    await elector(client, namespace, at=T0).try_acquire_or_renew()
+    assert SETTINGS_ANNOTATION not in stored_annotations(control_plane, namespace)
 
 
 async def test_without_election_the_settings_are_published_and_the_holder_left_alone(
-        fake_kube: FakeKubeAPI, client: KubeClient) -> None:
+        control_plane: ControlPlane, namespace: str, client: KubeClient) -> None:
     """--leader-elect=false: the single replica publishes its settings on the Lease all the
     same; a lease an elector holds keeps its holder and spec."""
-    await publish_settings(client, namespace="ops", name="metricscale-autoscaler",
+    await publish_settings(client, namespace=namespace, name=LEASE,
                            settings=SETTINGS)
-    assert parse_settings_annotation(stored_annotations(fake_kube)[SETTINGS_ANNOTATION]) == \
-        SETTINGS
-    lease = fake_kube.store.try_get("coordination.k8s.io", "v1", "leases",
-                                    "metricscale-autoscaler", namespace="ops")
-    assert lease is not None and not lease["spec"].get("holderIdentity")
+    published = stored_annotations(control_plane, namespace)[SETTINGS_ANNOTATION]
+    assert parse_settings_annotation(published) == SETTINGS
+    assert not stored(control_plane, namespace)["spec"].get("holderIdentity")
     # An elector takes the unheld lease at once, and a later publish leaves its holder alone.
-    elector = LeaderElector(client, config=CONFIG, identity="a", namespace="ops",
-                            clock=lambda: T0, settings=Settings())
-    assert await elector.try_acquire_or_renew() is True
-    await publish_settings(client, namespace="ops", name="metricscale-autoscaler",
+    assert await elector(client, namespace, at=T0, settings=Settings()).try_acquire_or_renew()
+    await publish_settings(client, namespace=namespace, name=LEASE,
                            settings=SETTINGS)
-    lease = fake_kube.store.try_get("coordination.k8s.io", "v1", "leases",
-                                    "metricscale-autoscaler", namespace="ops")
-    assert lease is not None and lease["spec"]["holderIdentity"] == "a"
-    assert parse_settings_annotation(stored_annotations(fake_kube)[SETTINGS_ANNOTATION]) == \
-        SETTINGS
+    assert stored(control_plane, namespace)["spec"]["holderIdentity"] == "a"
+    published = stored_annotations(control_plane, namespace)[SETTINGS_ANNOTATION]
+    assert parse_settings_annotation(published) == SETTINGS
 
 
 WINDOW = {"downscale_stabilization_window": timedelta(seconds=60)}
