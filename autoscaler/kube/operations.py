@@ -593,9 +593,9 @@ class KubeClient:
                                     retry=NO_RETRY, context=context)
             except AlreadyExists:
                 # Another process (a restarted replica) named one in the same nanosecond:
-                # let the server pick a free name.
+                # let the server pick a free name (a prefix may end in '-', not in '.').
                 metadata = body["metadata"]
-                metadata["generateName"] = f"{regarding.name}."
+                metadata["generateName"] = f"{regarding.name}-"
                 del metadata["name"]
                 await self._request("POST", path, operation="create_event",
                                     resource="events.events.k8s.io", body=body,

@@ -286,17 +286,26 @@ def prepare_for_status_update(new: JSONDict, old: JSONDict) -> JSONDict:
 def validate_metadata(resource_type: ResourceType, obj: JSONDict) -> list[FieldError]:
     metadata = obj.get("metadata") or {}
     problems: list[FieldError] = []
+
+    def name_errors(value: str) -> list[str]:
+        if resource_type.resource == "namespaces":
+            return label_errors(value)
+        if resource_type.resource == "services":
+            return dns1035_errors(value)
+        if resource_type.resource == "apiservices":
+            return []
+        return subdomain_errors(value)
+
     name = metadata.get("name", "")
     if name:
-        if resource_type.resource == "namespaces":
-            checks = label_errors(name)
-        elif resource_type.resource == "services":
-            checks = dns1035_errors(name)
-        elif resource_type.resource == "apiservices":
-            checks = []
-        else:
-            checks = subdomain_errors(name)
-        problems += [invalid_value("metadata.name", name, c) for c in checks]
+        problems += [invalid_value("metadata.name", name, c) for c in name_errors(name)]
+    generate_name = metadata.get("generateName", "")
+    if generate_name:
+        # As ValidateObjectMeta: the prefix is checked as a name, a trailing '-' masked
+        # (a trailing '.' is refused: "web." is not a prefix the server takes).
+        masked = generate_name[:-1] + "a" if generate_name.endswith("-") else generate_name
+        problems += [invalid_value("metadata.generateName", generate_name, c)
+                     for c in name_errors(masked)]
     for key, value in (metadata.get("labels") or {}).items():
         for check in label_key_errors(key):
             problems.append(invalid_value("metadata.labels", key, check))

@@ -371,7 +371,7 @@ async def test_hpa_v1_and_v2_share_storage(kube_http: KubeHTTPClient) -> None:
 
 async def test_events_api_and_core_events_share_storage(kube_http: KubeHTTPClient) -> None:
     event = {"apiVersion": "events.k8s.io/v1", "kind": "Event",
-             "metadata": {"generateName": "web.", "namespace": "demo"},
+             "metadata": {"generateName": "web-", "namespace": "demo"},
              "eventTime": "2026-01-01T00:00:00.000000Z", "reportingController": "example.com/x",
              "reportingInstance": "x-1", "action": "Scale", "reason": "SuccessfulRescale",
              "type": "Normal", "note": "New size: 4",
@@ -383,6 +383,10 @@ async def test_events_api_and_core_events_share_storage(kube_http: KubeHTTPClien
     bad = dict(event, eventTime="2026-01-01T00:00:00Z")
     reply = await kube_http.post("/apis/events.k8s.io/v1/namespaces/demo/events", bad)
     assert reply.status == 400  # MicroTime needs exactly six fractional digits
+    # As the real server: a generated name's prefix may end in '-', never in '.'.
+    dotted = dict(event, metadata={"generateName": "web.", "namespace": "demo"})
+    reply = await kube_http.post("/apis/events.k8s.io/v1/namespaces/demo/events", dotted)
+    assert reply.status == 422 and "metadata.generateName" in reply.text, reply.text
 
 
 async def test_unknown_routes_answer_like_the_apiserver(kube_http: KubeHTTPClient) -> None:
