@@ -1,33 +1,41 @@
 """What users type: `kubectl get --raw` straight at the adapter (a kubeconfig with the adapter's
-CA), and through the fake kube-apiserver's aggregator (APIServices verified by `caBundle`)."""
+CA), and through the real aggregator of the session's control plane (APIServices verified by
+`caBundle`, reaching the adapter through an ExternalName Service).
+
+The adapter is `metricscale adapter`, the process, under its manifests' RBAC, on the session's
+Prometheus (series of an exporter job of the module's own); the pods are real objects in a
+namespace of the module's own, and the three metrics APIServices are given back as they were
+(other modules of the session may own them).
+"""
 
 from __future__ import annotations
 
-import asyncio
 import json
-from collections.abc import AsyncIterator
+import urllib.parse
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-import pytest_asyncio
 import yaml
 
-from testbed.fakes import kube_objects
-from testbed.fakes.kube_api import FakeKubeAPI
-from testbed.fakes.prometheus import ExporterPool, PrometheusServer
-from testbed.fakes.tools import require_tool
-from tests.adapter.harness import (
-    SERVICE_NAME,
-    SERVICE_NAMESPACE,
-    RunningAdapter,
-    running_adapter,
-    wait_for_series,
+from testbed.controlplane import ControlPlane, KubeError
+from testbed.fakes.prometheus import ExporterPool, PrometheusServer, count_of
+from testbed.metricscale_adapter import MetricscaleAdapter
+from testbed.processes import wait_until
+from tests.adapter.cluster import (
+    GROUP_VERSIONS,
+    ModuleCluster,
+    Names,
+    apiservices_given_back,
+    pod_manifest,
+    running_status,
 )
 
-pytestmark = [pytest.mark.prometheus, pytest.mark.kubectl,
-              pytest.mark.asyncio(loop_scope="module")]
+pytestmark = [pytest.mark.prometheus, pytest.mark.kubectl]
 
+NAMES = Names.unique("kubectl")
+SHOP = NAMES.namespace("shop")
 CONFIG = """
 rules:
 - seriesQuery: '{{__name__="e2e_requests",job="{job}"}}'
@@ -45,66 +53,82 @@ externalRules:
     as: 'queueDepth'
   metricsQuery: 'sum(<<.Series>>{{<<.LabelMatchers>>}}) by (queue)'
 """
-PODS_PATH = ("/apis/custom.metrics.k8s.io/v1beta2/namespaces/shop/pods/*/e2e_requests"
+PODS_PATH = (f"/apis/custom.metrics.k8s.io/v1beta2/namespaces/{SHOP}/pods/*/e2e_requests"
              "?labelSelector=app%3Dweb")
-EXTERNAL_PATH = "/apis/external.metrics.k8s.io/v1beta1/namespaces/shop/queuedepth"
+EXTERNAL_PATH = f"/apis/external.metrics.k8s.io/v1beta1/namespaces/{SHOP}/queuedepth"
+APISERVICES = tuple(f"{version}.{group}" for group, version, _ in GROUP_VERSIONS)
+# Bounds on waits for conditions on a loaded machine (processes starting, scrapes, caches).
+SETTLE_SECONDS = 180
 
 
 @dataclass
 class World:
-    adapter: RunningAdapter
-    kube: FakeKubeAPI
+    cluster: ControlPlane
+    adapter: MetricscaleAdapter
     workdir: Path
-    kubectl: str
 
 
-@pytest_asyncio.fixture(scope="module", loop_scope="module")
-async def world(prometheus: PrometheusServer, exporter_pool: ExporterPool,
-                tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[World]:
-    kubectl = require_tool("kubectl")
+@pytest.fixture(scope="module")
+def world(control_plane: ControlPlane, cluster: ModuleCluster, prometheus: PrometheusServer,
+          exporter_pool: ExporterPool,
+          tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
     workdir = tmp_path_factory.mktemp("kubectl")
     with exporter_pool.exporter() as exporter:
-        exporter.set("e2e_requests", {"namespace": "shop", "pod": "web-0"}, 1.5)
-        exporter.set("e2e_requests", {"namespace": "shop", "pod": "web-1"}, 2)
-        exporter.set("e2e_requests", {"namespace": "shop", "pod": "db-0"}, 9)
-        exporter.set("e2e_queue", {"namespace": "shop", "queue": "orders"}, 12)
-        await wait_for_series(prometheus, f'{{job="{exporter.job}",__name__=~"e2e_.*"}}', 4)
-        async with FakeKubeAPI(workdir=workdir / "kube", availability_max_backoff=0.5) as kube:
-            for name, app in (("web-0", "web"), ("web-1", "web"), ("db-0", "db")):
-                kube.create("", "v1", "pods", kube_objects.pod(
-                    name, namespace="shop", now=kube.clock(), labels={"app": app}))
-            async with running_adapter(
-                    workdir=workdir / "adapter", config_text=CONFIG.format(job=exporter.job),
-                    prometheus_url=prometheus.url,
-                    kubeconfig=kube.write_kubeconfig(workdir / "kubeconfig")) as adapter:
-                yield World(adapter, kube, workdir, kubectl)
+        exporter.set("e2e_requests", {"namespace": SHOP, "pod": "web-0"}, 1.5)
+        exporter.set("e2e_requests", {"namespace": SHOP, "pod": "web-1"}, 2)
+        exporter.set("e2e_requests", {"namespace": SHOP, "pod": "db-0"}, 9)
+        exporter.set("e2e_queue", {"namespace": SHOP, "queue": "orders"}, 12)
+        prometheus.wait_for(f'{{job="{exporter.job}",__name__=~"e2e_.*"}}', count_of(4),
+                            timeout=60)
+        assert cluster.namespace("shop") == SHOP
+        for name, app in (("web-0", "web"), ("web-1", "web"), ("db-0", "db")):
+            pod = pod_manifest(name, SHOP, labels={"app": app})
+            control_plane.apply(pod)
+            # No kubelet runs them (they are never scheduled): their status is a kubelet's.
+            control_plane.request("PATCH", f"/api/v1/namespaces/{SHOP}/pods/{name}/status",
+                                  {"status": running_status()},
+                                  content_type="application/merge-patch+json")
+        with MetricscaleAdapter(control_plane, workdir=workdir / "adapter",
+                                config_text=CONFIG.format(job=exporter.job),
+                                prometheus_url=prometheus.url,
+                                namespace=cluster.namespace("adapter")) as adapter:
+            world = World(control_plane, adapter, workdir)
+            # Ready once its first discovery is done, but its pod cache may lag on a busy
+            # machine: until the adapter itself answers for both pods.
+            wait_until(lambda: _values_straight(world) == {"web-0": "1500m", "web-1": "2"},
+                       what="the adapter serving e2e_requests of the module's pods",
+                       timeout=SETTLE_SECONDS, children=[adapter.child] if adapter.child else [],
+                       interval=0.2)
+            yield world
 
 
-async def kubectl(world: World, kubeconfig: Path, *args: str) -> tuple[int, str, str]:
-    process = await asyncio.create_subprocess_exec(
-        world.kubectl, "--kubeconfig", str(kubeconfig), *args,
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
-    try:
-        async with asyncio.timeout(30):
-            stdout, stderr = await process.communicate()
-    except TimeoutError:
-        process.kill()
-        await process.wait()
-        raise
-    assert process.returncode is not None
-    return process.returncode, stdout.decode(), stderr.decode()
+def _values_straight(world: World) -> dict[str, str] | None:
+    path, _, query = PODS_PATH.partition("?")
+    reply = world.adapter.request(urllib.parse.quote(path) + "?" + query)
+    return values(reply.body.decode()) if reply.status == 200 else None
+
+
+def kubectl(world: World, kubeconfig: Path, *args: str) -> tuple[int, str, str]:
+    """The control plane's kubectl (its own version), with `kubeconfig`."""
+    done = world.cluster.kubectl(*args, kubeconfig=kubeconfig, check=False, timeout=60)
+    return done.returncode, done.stdout, done.stderr
 
 
 def adapter_kubeconfig(world: World) -> Path:
-    """A kubeconfig whose server is the adapter itself, trusted through its CA."""
+    """A kubeconfig whose server is the adapter itself, trusted through its CA (the cluster's,
+    which issued its serving certificate). The real adapter authenticates its callers (the
+    harness the fake served let everyone in with any token): the admin's client certificate,
+    which it verifies against the cluster's client CA and authorizes with a
+    SubjectAccessReview, as it does for any user that calls it directly."""
+    admin = world.cluster.admin
     config = {
         "apiVersion": "v1", "kind": "Config",
         "clusters": [{"name": "adapter", "cluster": {
-            "server": world.adapter.url,
-            "certificate-authority": str(world.adapter.pair.ca_file)}}],
-        # Some credential, or kubectl prompts for a username; the harness lets everyone in.
-        "users": [{"name": "nobody", "user": {"token": "any-token"}}],
-        "contexts": [{"name": "adapter", "context": {"cluster": "adapter", "user": "nobody"}}],
+            "server": f"https://127.0.0.1:{world.adapter.port}",
+            "certificate-authority": str(world.cluster.ca_file)}}],
+        "users": [{"name": "admin", "user": {"client-certificate": str(admin.cert),
+                                             "client-key": str(admin.key)}}],
+        "contexts": [{"name": "adapter", "context": {"cluster": "adapter", "user": "admin"}}],
         "current-context": "adapter"}
     path = world.workdir / "adapter.kubeconfig"
     path.write_text(yaml.safe_dump(config))
@@ -116,46 +140,56 @@ def values(output: str) -> dict[str, str]:
     return {item["describedObject"]["name"]: item["value"] for item in body["items"]}
 
 
-async def test_kubectl_get_raw_straight_at_the_adapter(world: World) -> None:
+def test_kubectl_get_raw_straight_at_the_adapter(world: World) -> None:
     config = adapter_kubeconfig(world)
-    code, out, err = await kubectl(world, config, "get", "--raw", PODS_PATH)
+    code, out, err = kubectl(world, config, "get", "--raw", PODS_PATH)
     assert code == 0, err
     assert values(out) == {"web-0": "1500m", "web-1": "2"}
-    code, out, err = await kubectl(world, config, "get", "--raw", EXTERNAL_PATH)
+    code, out, err = kubectl(world, config, "get", "--raw", EXTERNAL_PATH)
     assert code == 0, err
     assert json.loads(out)["items"][0]["metricName"] == "queueDepth"
 
 
-async def test_kubectl_shows_the_status_message_of_an_error(world: World) -> None:
+def test_kubectl_shows_the_status_message_of_an_error(world: World) -> None:
     config = adapter_kubeconfig(world)
-    code, _, err = await kubectl(
+    code, _, err = kubectl(
         world, config, "get", "--raw",
-        "/apis/custom.metrics.k8s.io/v1beta2/namespaces/shop/pods/*/nope")
+        f"/apis/custom.metrics.k8s.io/v1beta2/namespaces/{SHOP}/pods/*/nope")
     assert code != 0
     assert "the server could not find the metric nope for pods" in err
 
 
-async def test_kubectl_get_raw_through_the_aggregator(world: World) -> None:
-    kube = world.kube
-    for group, version, priority in (("custom.metrics.k8s.io", "v1beta1", 100),
-                                     ("custom.metrics.k8s.io", "v1beta2", 200),
-                                     ("external.metrics.k8s.io", "v1beta1", 100)):
-        kube.create_apiservice(group=group, version=version, service_namespace=SERVICE_NAMESPACE,
-                               service_name=SERVICE_NAME, ca_bundle=world.adapter.pair.ca_pem,
-                               version_priority=priority)
-    kube.set_service_endpoint(SERVICE_NAMESPACE, SERVICE_NAME, "127.0.0.1", world.adapter.port)
-    for name in ("v1beta2.custom.metrics.k8s.io", "v1beta1.custom.metrics.k8s.io",
-                 "v1beta1.external.metrics.k8s.io"):
-        await kube.wait_for_apiservice(name)
-    cluster = kube.write_kubeconfig(world.workdir / "cluster.kubeconfig")
-    code, out, err = await kubectl(world, cluster, "get", "--raw", PODS_PATH)
-    assert code == 0, err
-    assert values(out) == {"web-0": "1500m", "web-1": "2"}
-    code, out, err = await kubectl(world, cluster, "get", "--raw",
-                                   "/apis/custom.metrics.k8s.io/v1beta1")
-    assert code == 0, err
-    names = {r["name"] for r in json.loads(out)["resources"]}
-    assert "pods/e2e_requests" in names
-    code, out, err = await kubectl(world, cluster, "get", "--raw", EXTERNAL_PATH)
-    assert code == 0, err
-    assert json.loads(out)["items"][0]["value"] == "12"
+def test_kubectl_get_raw_through_the_aggregator(world: World) -> None:
+    cluster, adapter = world.cluster, world.adapter
+    with apiservices_given_back(cluster, APISERVICES):
+        for group, version, priority in GROUP_VERSIONS:
+            cluster.register_apiservice(group, version, port=adapter.port,
+                                        ca_pem=cluster.ca_file.read_bytes(),
+                                        namespace=adapter.namespace, service=adapter.service,
+                                        priority=(100, priority))
+        for group, version, _ in GROUP_VERSIONS:
+            cluster.wait_apiservice_available(group, version, timeout=SETTLE_SECONDS)
+
+        def routed_to_us() -> bool:
+            # Available says the adapter answers; the aggregator's proxy may still send a
+            # moment longer to whoever had the APIServices before (the cluster is shared).
+            try:
+                answer = cluster.get(EXTERNAL_PATH)
+            except (KubeError, OSError):
+                return False
+            return [i.get("metricName") for i in answer.get("items") or []] == ["queueDepth"]
+
+        wait_until(routed_to_us, what="the aggregator proxying to the module's adapter",
+                   timeout=SETTLE_SECONDS, children=[adapter.child] if adapter.child else [],
+                   interval=0.2)
+        code, out, err = kubectl(world, cluster.kubeconfig, "get", "--raw", PODS_PATH)
+        assert code == 0, err
+        assert values(out) == {"web-0": "1500m", "web-1": "2"}
+        code, out, err = kubectl(world, cluster.kubeconfig, "get", "--raw",
+                                 "/apis/custom.metrics.k8s.io/v1beta1")
+        assert code == 0, err
+        names = {r["name"] for r in json.loads(out)["resources"]}
+        assert "pods/e2e_requests" in names
+        code, out, err = kubectl(world, cluster.kubeconfig, "get", "--raw", EXTERNAL_PATH)
+        assert code == 0, err
+        assert json.loads(out)["items"][0]["value"] == "12"

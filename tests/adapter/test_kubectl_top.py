@@ -1,70 +1,72 @@
-"""`kubectl top` through the fake aggregator, against the adapter running the default rules on a
-real Prometheus fed with cAdvisor's series: kubectl's own Go decoder is the client here.
+"""`kubectl top` through the real aggregator of the session's control plane, against the
+adapter (`metricscale adapter`, the process, under its manifests' RBAC) running the default
+rules on a real Prometheus that scrapes a kubelet stand-in's cAdvisor series: kubectl's own Go
+decoder is the client here, and kube-apiserver the proxy in between.
 
-The rules are the defaults with the `rate()` range (and `window`) cut from 5m to 5s: over 5m
+The rules are the defaults with the `rate()` range (and `window`) cut from 5m to RANGE: over 5m
 a series younger than five minutes reads low (Prometheus divides by the whole range), which a
 real cluster's long-lived cAdvisor series never shows but a test's fresh ones would. Every
 other byte of the rules is the default's. CPU figures come from counters advancing in real
 time and are compared within a tolerance; memory is a gauge and exact.
+
+The cluster is shared with the session's other modules: the pods live in namespaces of the
+module's own, on two Nodes of its own that a kubelet stand-in of its own runs (cordoned, so
+that the scheduler puts nobody else's pods there), and the Prometheus is the module's own and
+scrapes only that stand-in. `v1beta1.metrics.k8s.io` is given back as it was at the end.
 """
 
 from __future__ import annotations
 
-import asyncio
+import json
 import re
-from collections.abc import AsyncIterator
+from collections.abc import Iterator
 from dataclasses import dataclass
-from pathlib import Path
+from typing import Any
 
 import pytest
-import pytest_asyncio
 
 from adapter.rules.defaults import DEFAULT_CONFIG_YAML
-from testbed.fakes.cadvisor import CAdvisor
-from testbed.fakes.kube_api import FakeKubeAPI
-from testbed.fakes.prometheus import ExporterPool, PrometheusServer
-from testbed.fakes.tools import require_tool
-from tests.adapter.harness import (
-    SERVICE_NAME,
-    SERVICE_NAMESPACE,
-    RunningAdapter,
-    running_adapter,
-)
+from metricscale.core.quantity import parse_quantity
+from testbed.aggregated import apiservice_given_back
+from testbed.controlplane import ControlPlane, KubeError
+from testbed.fakes.prometheus import PrometheusServer, count_of
+from testbed.kubelet import ANNOTATION_PREFIX
+from testbed.metricscale_adapter import MetricscaleAdapter
+from testbed.processes import Child, wait_until
+from tests.adapter.cluster import ModuleCluster, Names, node_manifest, pod_manifest
 
-pytestmark = [pytest.mark.prometheus, pytest.mark.kubectl,
-              pytest.mark.asyncio(loop_scope="module")]
+pytestmark = [pytest.mark.prometheus, pytest.mark.kubectl]
 
+NAMES = Names.unique("kubectl-top")
 MI = 1024 * 1024
-# (namespace, pod, node, {container: (cores, bytes)}); names unique to this module, as the
-# session's Prometheus is shared and the default rules select by name only.
-PODS = [("top-a", "web-0", "top-n1", {"app": (0.25, 64 * MI), "sidecar": (0.05, 16 * MI)}),
-        ("top-a", "web-1", "top-n2", {"app": (0.4, 96 * MI)}),
-        ("top-b", "api-0", "top-n1", {"api": (0.1, 32 * MI)})]
-NODES = ("top-n1", "top-n2")
-CONFIG = DEFAULT_CONFIG_YAML.replace("[5m]", "[5s]").replace("window: 5m", "window: 5s")
+TOP_A, TOP_B = NAMES.namespace("top-a"), NAMES.namespace("top-b")
+N1, N2 = NAMES.cluster("n1"), NAMES.cluster("n2")
+NODES = (N1, N2)
+# (namespace, pod, node, {container: (cores, bytes)}): the stand-in's usage of each container.
+PODS = [(TOP_A, "web-0", N1, {"app": ("0.25", 64 * MI), "sidecar": ("0.05", 16 * MI)}),
+        (TOP_A, "web-1", N2, {"app": ("0.4", 96 * MI)}),
+        (TOP_B, "api-0", N1, {"api": ("0.1", 32 * MI)})]
+# Ten seconds (not the five the fake allowed): a rate needs two scrapes inside its range, and
+# a busy machine delays the 1 s scrapes now and then.
+RANGE = "10s"
+CONFIG = DEFAULT_CONFIG_YAML.replace("[5m]", f"[{RANGE}]").replace("window: 5m",
+                                                                     f"window: {RANGE}")
+APISERVICE = "v1beta1.metrics.k8s.io"
+METRICS = "/apis/metrics.k8s.io/v1beta1"
+# Bounds on waits for conditions on a loaded machine (processes starting, scrapes, caches).
+SETTLE_SECONDS = 180
 
 
 @dataclass
 class World:
-    adapter: RunningAdapter
-    kube: FakeKubeAPI
-    cluster: Path
-    kubectl: str
+    cluster: ControlPlane
+    adapter: MetricscaleAdapter
 
 
-async def run_kubectl(world: World, *args: str) -> tuple[int, str, str]:
-    process = await asyncio.create_subprocess_exec(
-        world.kubectl, "--kubeconfig", str(world.cluster), *args,
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
-    try:
-        async with asyncio.timeout(30):
-            stdout, stderr = await process.communicate()
-    except TimeoutError:
-        process.kill()
-        await process.wait()
-        raise
-    assert process.returncode is not None
-    return process.returncode, stdout.decode(), stderr.decode()
+def run_kubectl(world: World, *args: str) -> tuple[int, str, str]:
+    """The control plane's kubectl, as the admin."""
+    done = world.cluster.kubectl(*args, check=False, timeout=60)
+    return done.returncode, done.stdout, done.stderr
 
 
 def table(output: str) -> list[list[str]]:
@@ -81,52 +83,110 @@ def mebibytes(text: str) -> float:
     return float(text[:-2])
 
 
-@pytest_asyncio.fixture(scope="module", loop_scope="module")
-async def world(prometheus: PrometheusServer, exporter_pool: ExporterPool,
-                tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[World]:
-    kubectl = require_tool("kubectl")
+def usage_annotation(containers: dict[str, tuple[str, int]]) -> dict[str, str]:
+    return {ANNOTATION_PREFIX + "usage": json.dumps(
+        {name: {"cpu": cpu, "memory": memory} for name, (cpu, memory) in containers.items()})}
+
+
+def _served(document: Any) -> bool:
+    """Every pod of PODS in `document` (a PodMetricsList of all namespaces) with its
+    containers, their memory exact and their CPU settled near the usage given."""
+    items = {(i["metadata"]["namespace"], i["metadata"]["name"]): i
+             for i in document.get("items") or []}
+    for namespace, pod, _, containers in PODS:
+        item = items.get((namespace, pod))
+        if item is None:
+            return False
+        found = {c["name"]: c["usage"] for c in item.get("containers") or []}
+        if set(found) != set(containers):
+            return False
+        for name, (cores, memory) in containers.items():
+            if parse_quantity(found[name]["memory"]) != memory:
+                return False
+            if abs(float(parse_quantity(found[name]["cpu"])) - float(cores)) > 0.02:
+                return False
+    return True
+
+
+def _pods_gone(cluster: ControlPlane) -> bool:
+    return not any(cluster.get(f"/api/v1/pods?fieldSelector=spec.nodeName%3D{node}")["items"]
+                   for node in NODES)
+
+
+@pytest.fixture(scope="module")
+def world(control_plane: ControlPlane, cluster: ModuleCluster, prometheus_binary: str,
+          tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
     workdir = tmp_path_factory.mktemp("kubectl-top")
-    with exporter_pool.exporter() as exporter:
-        cadvisor = CAdvisor(exporter)
+    # A kubelet stand-in of the module's own for its two Nodes (the session's runs node-a and
+    # node-b for every module of the worker, whose pods would add to the nodes' figures). The
+    # Nodes are made cordoned before it registers them (it takes them over, status and
+    # taints): the scheduler never puts anybody else's pod there.
+    kubelet_child: Child | None = None
+    try:
         for node in NODES:
-            cadvisor.add_node(node, system_cpu=0.2, system_memory=512 * MI)
-        for namespace, pod, node, containers in PODS:
-            for container, (cores, memory) in containers.items():
-                cadvisor.set_container(namespace, pod, container, node=node, cpu=cores,
-                                       memory=memory)
-        async with cadvisor, FakeKubeAPI(workdir=workdir / "kube",
-                                         availability_max_backoff=0.5) as kube:
-            for namespace, pod, node, _ in PODS:
-                kube.create_pod(pod, namespace=namespace, node_name=node, labels={"app": pod})
-            kube.create_pod("done-0", namespace="top-a", node_name="top-n1", phase="Succeeded")
-            for node in NODES:
-                kube.create("", "v1", "nodes", {
-                    "apiVersion": "v1", "kind": "Node", "metadata": {"name": node},
-                    "status": {"capacity": {"cpu": "2", "memory": "4Gi", "pods": "110"},
-                               "allocatable": {"cpu": "2", "memory": "4Gi", "pods": "110"}}})
-            # Five seconds of scrapes make the 5s rate settle.
-            await prometheus.wait_for_async(
-                'rate(container_cpu_usage_seconds_total{namespace="top-a",pod="web-0",'
-                'container="app"}[5s])',
+            control_plane.apply(node_manifest(node))
+        kubelet = control_plane.start_kubelet(NODES)
+        kubelet_child = next(child for child in control_plane.children
+                             if f"--nodes={','.join(NODES)}" in child.argv)
+        with PrometheusServer(binary=prometheus_binary) as prometheus, \
+                apiservice_given_back(control_plane, APISERVICE):
+            prometheus.add_target(kubelet.address, job="kubelet")
+            namespaces = {name: cluster.namespace(name) for name in ("top-a", "top-b")}
+            assert set(namespaces.values()) == {TOP_A, TOP_B}
+            for namespace, pod, node, containers in PODS:
+                control_plane.apply(pod_manifest(
+                    pod, namespace, node=node, labels={"app": pod},
+                    containers=tuple(containers), annotations=usage_annotation(containers)))
+            # Ran to its end: Succeeded, and cAdvisor reports nothing of it.
+            control_plane.apply(pod_manifest(
+                "done-0", TOP_A, node=N1, annotations={ANNOTATION_PREFIX + "phase": "Succeeded"}))
+            # Two scrapes of every container's counter (and the nodes' root cgroups) make the
+            # rate; RANGE of them make it settle.
+            prometheus.wait_for(
+                f'rate(container_cpu_usage_seconds_total{{namespace="{TOP_A}",pod="web-0",'
+                f'container="app"}}[{RANGE}])',
                 lambda samples: len(samples) == 1 and abs(float(samples[0].value) - 0.25) < 0.03,
-                timeout=30)
-            async with running_adapter(
-                    workdir=workdir / "adapter", config_text=CONFIG,
-                    prometheus_url=prometheus.url,
-                    kubeconfig=kube.write_kubeconfig(workdir / "kubeconfig")) as adapter:
-                kube.create_apiservice(group="metrics.k8s.io", version="v1beta1",
-                                       service_namespace=SERVICE_NAMESPACE,
-                                       service_name=SERVICE_NAME,
-                                       ca_bundle=adapter.pair.ca_pem)
-                kube.set_service_endpoint(SERVICE_NAMESPACE, SERVICE_NAME, "127.0.0.1",
-                                          adapter.port)
-                await kube.wait_for_apiservice("v1beta1.metrics.k8s.io")
-                cluster = kube.write_kubeconfig(workdir / "cluster.kubeconfig")
-                yield World(adapter, kube, cluster, kubectl)
+                timeout=SETTLE_SECONDS)
+            prometheus.wait_for(
+                f'rate(container_cpu_usage_seconds_total{{id="/"}}[{RANGE}])', count_of(2),
+                timeout=SETTLE_SECONDS)
+            with MetricscaleAdapter(control_plane, workdir=workdir / "adapter",
+                                    config_text=CONFIG, prometheus_url=prometheus.url,
+                                    namespace=cluster.namespace("adapter")) as adapter:
+                adapter.point()
+                control_plane.wait_apiservice_available("metrics.k8s.io", "v1beta1",
+                                                        timeout=SETTLE_SECONDS)
+                children = [adapter.child] if adapter.child else []
 
+                def served() -> bool:
+                    try:
+                        return _served(control_plane.get(f"{METRICS}/pods"))
+                    except (KubeError, OSError):
+                        return False
 
-async def test_kubectl_top_pods_in_a_namespace(world: World) -> None:
-    code, out, err = await run_kubectl(world, "top", "pods", "-n", "top-a")
+                # Through the aggregator: the pods cache has them Running, the rates settled.
+                wait_until(served, what="the module's pods served through the aggregator",
+                           timeout=SETTLE_SECONDS, children=children, interval=0.2)
+                yield World(control_plane, adapter)
+    finally:
+        # The pods first (their kubelet finishes their deletion), then the stand-in and Nodes.
+        for namespace in (TOP_A, TOP_B):
+            control_plane.delete({"apiVersion": "v1", "kind": "Namespace",
+                                  "metadata": {"name": namespace}})
+        try:
+            if kubelet_child is not None:
+                wait_until(lambda: _pods_gone(control_plane), what="the module's pods deleted",
+                           timeout=SETTLE_SECONDS, children=[kubelet_child], interval=0.2)
+        finally:
+            if kubelet_child is not None:
+                kubelet_child.stop()
+                control_plane.children.remove(kubelet_child)
+            for node in NODES:
+                control_plane.delete({"apiVersion": "v1", "kind": "Node",
+                                      "metadata": {"name": node}})
+
+def test_kubectl_top_pods_in_a_namespace(world: World) -> None:
+    code, out, err = run_kubectl(world, "top", "pods", "-n", TOP_A)
     assert code == 0, err
     header, *rows = table(out)
     assert header == ["NAME", "CPU(cores)", "MEMORY(bytes)"]
@@ -139,8 +199,8 @@ async def test_kubectl_top_pods_in_a_namespace(world: World) -> None:
     assert mebibytes(by_name["web-1"][2]) == 96
 
 
-async def test_kubectl_top_pods_with_containers(world: World) -> None:
-    code, out, err = await run_kubectl(world, "top", "pods", "-n", "top-a", "--containers")
+def test_kubectl_top_pods_with_containers(world: World) -> None:
+    code, out, err = run_kubectl(world, "top", "pods", "-n", TOP_A, "--containers")
     assert code == 0, err
     header, *rows = table(out)
     assert header == ["POD", "NAME", "CPU(cores)", "MEMORY(bytes)"]
@@ -148,34 +208,40 @@ async def test_kubectl_top_pods_with_containers(world: World) -> None:
         ("web-0", "app", "64Mi"), ("web-0", "sidecar", "16Mi"), ("web-1", "app", "96Mi")]
 
 
-async def test_kubectl_top_pods_in_all_namespaces(world: World) -> None:
-    code, out, err = await run_kubectl(world, "top", "pods", "-A")
+def test_kubectl_top_pods_in_all_namespaces(world: World) -> None:
+    code, out, err = run_kubectl(world, "top", "pods", "-A")
     assert code == 0, err
     header, *rows = table(out)
     assert header == ["NAMESPACE", "NAME", "CPU(cores)", "MEMORY(bytes)"]
+    # Only the module's pods have series in its Prometheus; the shared cluster's other running
+    # pods (other modules', kube-system has none) are left out by the adapter, as before.
     assert [(row[0], row[1]) for row in rows] == [
-        ("top-a", "web-0"), ("top-a", "web-1"), ("top-b", "api-0")]
+        (TOP_A, "web-0"), (TOP_A, "web-1"), (TOP_B, "api-0")]
 
 
-async def test_kubectl_top_one_pod_and_a_missing_one(world: World) -> None:
-    code, out, err = await run_kubectl(world, "top", "pod", "api-0", "-n", "top-b")
+def test_kubectl_top_one_pod_and_a_missing_one(world: World) -> None:
+    code, out, err = run_kubectl(world, "top", "pod", "api-0", "-n", TOP_B)
     assert code == 0, err
     [_, row] = table(out)
     assert row[0] == "api-0" and mebibytes(row[2]) == 32
-    code, _, err = await run_kubectl(world, "top", "pod", "ghost", "-n", "top-b")
+    code, _, err = run_kubectl(world, "top", "pod", "ghost", "-n", TOP_B)
     assert code != 0
     assert 'pods "ghost" not found' in err
 
 
-async def test_kubectl_top_nodes(world: World) -> None:
-    code, out, err = await run_kubectl(world, "top", "nodes")
+def test_kubectl_top_nodes(world: World) -> None:
+    code, out, err = run_kubectl(world, "top", "nodes")
     assert code == 0, err
     header, *rows = table(out)
     assert header[:2] == ["NAME", "CPU(cores)"] and "MEMORY(bytes)" in header
     by_name = {row[0]: row for row in rows}
-    assert set(by_name) == set(NODES)
-    # top-n1: 0.2 system + web-0 (0.3) + api-0 (0.1) + two pause containers (0.001 each).
-    assert millicores(by_name["top-n1"][1]) == pytest.approx(602, rel=0.25)
+    # The real cluster is shared: kubectl lists every Node, those without metrics (other
+    # modules' Nodes, which no series of this module's Prometheus covers) as <unknown>.
+    measured = {name for name, row in by_name.items() if row[1] != "<unknown>"}
+    assert measured == set(NODES)
+    # n1: the stand-in's 0.1 system + web-0 (0.3) + api-0 (0.1) + two pause containers
+    # (0.001 each); the Succeeded pod uses nothing.
+    assert millicores(by_name[N1][1]) == pytest.approx(502, rel=0.25)
     n1_memory = 512 + 80 + 32 + 2 * 400 / 1024
-    assert mebibytes(by_name["top-n1"][3]) == pytest.approx(n1_memory, abs=1)
-    assert re.fullmatch(r"\d+%", by_name["top-n1"][2])  # from the Node's allocatable
+    assert mebibytes(by_name[N1][3]) == pytest.approx(n1_memory, abs=1)
+    assert re.fullmatch(r"\d+%", by_name[N1][2])  # from the Node's allocatable
