@@ -9,15 +9,19 @@ from __future__ import annotations
 
 import itertools
 import os
+import tempfile
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
 from testbed.binaries import missing_peers, where
 from testbed.controlplane import ControlPlane, Kubelet
+from testbed.fakes.prometheus import PrometheusServer
 from testbed.faultproxy import FaultProxy
+from testbed.install import Installation
 
-__all__ = ["control_plane", "fault_proxy", "kubelet", "namespace",
+__all__ = ["control_plane", "fault_proxy", "installation", "kubelet", "namespace",
            "pytest_collection_modifyitems", "require_peers"]
 
 _NAMESPACES = itertools.count(1)
@@ -77,3 +81,19 @@ def fault_proxy(control_plane: ControlPlane) -> Iterator[FaultProxy]:
     """A fault-injecting proxy in front of the session's kube-apiserver (token clients only)."""
     with FaultProxy(control_plane) as proxy:
         yield proxy
+
+
+@pytest.fixture(scope="session")
+def installation(control_plane: ControlPlane, kubelet: Kubelet,
+                 prometheus: PrometheusServer) -> Iterator[Installation]:
+    """metricscale installed from its manifests on the session's control plane (the adapter
+    reading the session's Prometheus, which scrapes the kubelet stand-in), once a session."""
+    prometheus.add_target(kubelet.address, job="kubelet")
+    with tempfile.TemporaryDirectory(prefix="metricscale-install-") as workdir:
+        installed = Installation(cluster=control_plane, workdir=Path(workdir),
+                                 prometheus_url=prometheus.url)
+        try:
+            installed.install()
+            yield installed
+        finally:
+            installed.stop()
