@@ -1,9 +1,18 @@
-"""The metrics client through the fake API server's aggregator to a real HTTPS metrics backend."""
+"""The metrics client through the real kube-apiserver's aggregator to an HTTPS metrics backend
+of the test's own (an APIService through an ExternalName Service for localhost, as
+testbed.controlplane registers them).
+
+The cluster is the session's: the metric APIServices may belong to other modules, so each test
+gives them back as they were (`apiservice_given_back`), and its own are told apart by a
+resource only its backend lists. The client's requests go through the fault proxy, which
+records them (no fault is injected)."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import ssl
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -16,9 +25,15 @@ from autoscaler.kube.metrics_api import MetricsClient, MetricsError
 from autoscaler.kube.operations import KubeClient
 from metricscale import pki
 from metricscale.kube.http import open_kube_http
-from testbed.fakes.kube_api import FakeKubeAPI
+from testbed.aggregated import apiservice_given_back
+from testbed.controlplane import ControlPlane, KubeError
+from testbed.faultproxy import FaultProxy
+from testbed.processes import free_port
 
-SERVICE = ("ops", "metrics-backend")
+SERVICE = "metrics-backend"
+GROUPS = [("custom.metrics.k8s.io", "v1beta2"), ("custom.metrics.k8s.io", "v1beta1"),
+          ("external.metrics.k8s.io", "v1beta1"), ("metrics.k8s.io", "v1beta1")]
+SETTLE_SECONDS = 240
 
 
 class Backend:
@@ -29,11 +44,21 @@ class Backend:
         self.received: list[tuple[str, list[tuple[str, str]]]] = []
         self.port = 0
 
+    @property
+    def marker(self) -> str:
+        """The resource only this backend lists: the aggregator routes to it once it shows."""
+        return f"probe-{self.port}"
+
     async def handle(self, request: web.Request) -> web.Response:
         parts = request.path.strip("/").split("/")
         if len(parts) == 3 and parts[0] == "apis":  # discovery (and availability checks)
-            return web.json_response({"kind": "APIResourceList", "apiVersion": "v1",
-                                      "groupVersion": f"{parts[1]}/{parts[2]}", "resources": []})
+            return web.json_response({
+                "kind": "APIResourceList", "apiVersion": "v1",
+                "groupVersion": f"{parts[1]}/{parts[2]}",
+                "resources": [{"name": self.marker, "singularName": "", "namespaced": False,
+                               "kind": "Probe", "verbs": ["get"]}]})
+        if parts[0] != "apis" or len(parts) < 3:  # the aggregator's OpenAPI and discovery
+            return web.json_response({}, status=404)
         self.received.append((request.path, list(request.query.items())))
         status, body = self.answers.get(request.path, (404, {
             "kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
@@ -43,11 +68,20 @@ class Backend:
 
 
 @pytest.fixture
-async def backend(tmp_path: Path) -> AsyncIterator[tuple[Backend, bytes]]:
+def given_back(control_plane: ControlPlane) -> Iterator[None]:
+    """Every metric APIService as it was before the test."""
+    with contextlib.ExitStack() as stack:
+        for group, version in GROUPS:
+            stack.enter_context(apiservice_given_back(control_plane, f"{version}.{group}"))
+        yield
+
+
+@pytest.fixture
+async def backend(tmp_path: Path, namespace: str) -> AsyncIterator[tuple[Backend, bytes]]:
     now = datetime.now(UTC) - timedelta(minutes=1)
     ca = pki.generate_ca(common_name="metrics-backend-ca", now=now, validity=timedelta(days=1))
     serving = pki.issue_serving_certificate(
-        ca, common_name="metrics-backend", dns_names=["metrics-backend.ops.svc"], now=now,
+        ca, common_name=SERVICE, dns_names=[f"{SERVICE}.{namespace}.svc"], now=now,
         validity=timedelta(days=1))
     cert = pki.write_certificate(tmp_path / "tls.crt", serving.certificate)
     key = pki.write_private_key(tmp_path / "tls.key", serving.private_key)
@@ -67,17 +101,59 @@ async def backend(tmp_path: Path) -> AsyncIterator[tuple[Backend, bytes]]:
         await runner.cleanup()
 
 
-async def register(fake_kube: FakeKubeAPI, backend: tuple[Backend, bytes],
-                   *services: tuple[str, str, int]) -> None:
-    """APIServices (group, version, versionPriority) for the backend; wait until Available."""
+def _routed(cluster: ControlPlane, group: str, version: str, marker: str) -> bool:
+    try:
+        found = cluster.get(f"/apis/{group}/{version}")
+    except (KubeError, OSError):
+        return False
+    return any(r.get("name") == marker for r in found.get("resources") or [])
+
+
+async def until(check: Callable[[], bool], *, what: str) -> None:
+    """Until `check` (a blocking call, run in a thread: the backend answers the aggregator on
+    this event loop) holds; SETTLE_SECONDS guards against a hang."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + SETTLE_SECONDS
+    while not await asyncio.to_thread(check):
+        if loop.time() > deadline:
+            raise AssertionError(f"not within {SETTLE_SECONDS} s: {what}")
+        await asyncio.sleep(0.2)
+
+
+async def register(cluster: ControlPlane, namespace: str, backend: tuple[Backend, bytes],
+                   *services: tuple[str, str, int], port: int | None = None) -> None:
+    """APIServices (group, version, versionPriority) for the backend, the other versions of
+    their groups removed; returns once the aggregator answers from the backend (with `port`:
+    the APIServices name that port instead, and it returns at once)."""
     server, ca_pem = backend
-    fake_kube.set_service_endpoint(*SERVICE, "127.0.0.1", server.port)
+    wanted = {(group, version) for group, version, _ in services}
+    for group, version in GROUPS:
+        if (group, version) not in wanted and group in {g for g, _ in wanted}:
+            await unregister(cluster, group, version)
     for group, version, priority in services:
-        fake_kube.create_apiservice(group=group, version=version, service_namespace=SERVICE[0],
-                                    service_name=SERVICE[1], ca_bundle=ca_pem,
-                                    version_priority=priority)
+        await asyncio.to_thread(
+            cluster.register_apiservice, group, version, port=port or server.port,
+            ca_pem=ca_pem, namespace=namespace, service=SERVICE, priority=(100, priority))
+    if port is not None:
+        return
     for group, version, _ in services:
-        await fake_kube.wait_for_apiservice(f"{version}.{group}")
+        await until(lambda group=group, version=version: _routed(  # type: ignore[misc]
+            cluster, group, version, server.marker),
+            what=f"the aggregator answering {group}/{version} from the test's backend")
+
+
+async def unregister(cluster: ControlPlane, group: str, version: str) -> None:
+    """No APIService for group/version, and the aggregator's discovery without it."""
+    await asyncio.to_thread(cluster.delete, {
+        "apiVersion": "apiregistration.k8s.io/v1", "kind": "APIService",
+        "metadata": {"name": f"{version}.{group}"}})
+
+    def gone() -> bool:
+        groups = cluster.get("/apis").get("groups") or []
+        return not any(g.get("name") == group and any(
+            v.get("version") == version for v in g.get("versions") or []) for g in groups)
+
+    await until(gone, what=f"{version}.{group} gone from discovery")
 
 
 class Sleeps:
@@ -89,8 +165,10 @@ class Sleeps:
 
 
 @pytest.fixture
-async def metrics(fake_kube: FakeKubeAPI) -> AsyncIterator[MetricsClient]:
-    async with open_kube_http(fake_kube.api_client_configuration()) as http:
+async def metrics(control_plane: ControlPlane, fault_proxy: FaultProxy,
+                  given_back: None) -> AsyncIterator[MetricsClient]:
+    configuration = control_plane.api_client_configuration(server=fault_proxy.server)
+    async with open_kube_http(configuration) as http:
         kube = KubeClient(http, registry=CollectorRegistry(), reporting_instance="a",
                           sleep=Sleeps())
         yield MetricsClient(kube)
@@ -116,29 +194,31 @@ CUSTOM_BOTH = [("custom.metrics.k8s.io", "v1beta2", 200), ("custom.metrics.k8s.i
 
 
 async def test_pods_metric_goes_to_v1beta2_with_exact_path_and_parameters(
-        fake_kube: FakeKubeAPI, backend: tuple[Backend, bytes], metrics: MetricsClient) -> None:
-    await register(fake_kube, backend, *CUSTOM_BOTH)
+        control_plane: ControlPlane, namespace: str, fault_proxy: FaultProxy,
+        backend: tuple[Backend, bytes], metrics: MetricsClient) -> None:
+    await register(control_plane, namespace, backend, *CUSTOM_BOTH)
     server = backend[0]
-    path = "/apis/custom.metrics.k8s.io/v1beta2/namespaces/shop/pods/*/http_requests"
+    path = f"/apis/custom.metrics.k8s.io/v1beta2/namespaces/{namespace}/pods/*/http_requests"
     server.answers[path] = (200, metric_value_list("v1beta2", ["web-1", "web-2"]))
     body = await metrics.get_pods_metric(
-        namespace="shop", metric_name="http_requests", pod_selector="app=web,tier=front",
+        namespace=namespace, metric_name="http_requests", pod_selector="app=web,tier=front",
         metric_selector={"matchLabels": {"verb": "GET"}})
     assert [i["describedObject"]["name"] for i in body["items"]] == ["web-1", "web-2"]
     expected = (path, [("labelSelector", "app=web,tier=front"),
                        ("metricLabelSelector", "verb=GET")])
     assert server.received == [expected]
-    [seen] = fake_kube.requests_to("^/apis/custom.metrics.k8s.io/v1beta2/namespaces")
-    assert (seen.path, list(seen.query)) == expected
+    [seen] = fault_proxy.requests_to("^/apis/custom.metrics.k8s.io/v1beta2/namespaces")
+    assert seen.path == expected[0]
 
 
 async def test_v1beta1_only_adapter_is_asked_in_v1beta1_and_decoded_to_v1beta2(
-        fake_kube: FakeKubeAPI, backend: tuple[Backend, bytes], metrics: MetricsClient) -> None:
-    await register(fake_kube, backend, ("custom.metrics.k8s.io", "v1beta1", 100))
+        control_plane: ControlPlane, namespace: str, fault_proxy: FaultProxy,
+        backend: tuple[Backend, bytes], metrics: MetricsClient) -> None:
+    await register(control_plane, namespace, backend, ("custom.metrics.k8s.io", "v1beta1", 100))
     server = backend[0]
-    path = "/apis/custom.metrics.k8s.io/v1beta1/namespaces/shop/pods/*/http_requests"
+    path = f"/apis/custom.metrics.k8s.io/v1beta1/namespaces/{namespace}/pods/*/http_requests"
     server.answers[path] = (200, metric_value_list("v1beta1", ["web-1"]))
-    body = await metrics.get_pods_metric(namespace="shop", metric_name="http_requests",
+    body = await metrics.get_pods_metric(namespace=namespace, metric_name="http_requests",
                                          pod_selector="app=web", metric_selector=None)
     assert server.received == [(path, [("labelSelector", "app=web")])]
     assert body["apiVersion"] == "custom.metrics.k8s.io/v1beta2"
@@ -147,93 +227,103 @@ async def test_v1beta1_only_adapter_is_asked_in_v1beta1_and_decoded_to_v1beta2(
 
 
 async def test_object_metric_path_has_the_group_qualified_resource(
-        fake_kube: FakeKubeAPI, backend: tuple[Backend, bytes], metrics: MetricsClient) -> None:
-    await register(fake_kube, backend, *CUSTOM_BOTH)
+        control_plane: ControlPlane, namespace: str, fault_proxy: FaultProxy,
+        backend: tuple[Backend, bytes], metrics: MetricsClient) -> None:
+    await register(control_plane, namespace, backend, *CUSTOM_BOTH)
     server = backend[0]
-    path = "/apis/custom.metrics.k8s.io/v1beta2/namespaces/shop/deployments.apps/web/rps"
+    path = f"/apis/custom.metrics.k8s.io/v1beta2/namespaces/{namespace}/deployments.apps/web/rps"
     server.answers[path] = (200, metric_value_list("v1beta2", ["web"]))
     await metrics.get_object_metric(
-        namespace="shop", metric_name="rps",
+        namespace=namespace, metric_name="rps",
         described_object={"apiVersion": "apps/v1", "kind": "Deployment", "name": "web"},
         metric_selector=None)
     assert server.received == [(path, [])]
 
 
 async def test_namespace_metric_uses_the_metrics_pseudo_resource(
-        fake_kube: FakeKubeAPI, backend: tuple[Backend, bytes], metrics: MetricsClient) -> None:
-    await register(fake_kube, backend, *CUSTOM_BOTH)
+        control_plane: ControlPlane, namespace: str, fault_proxy: FaultProxy,
+        backend: tuple[Backend, bytes], metrics: MetricsClient) -> None:
+    await register(control_plane, namespace, backend, *CUSTOM_BOTH)
     server = backend[0]
-    path = "/apis/custom.metrics.k8s.io/v1beta2/namespaces/shop/metrics/queue_length"
-    server.answers[path] = (200, metric_value_list("v1beta2", ["shop"]))
+    path = f"/apis/custom.metrics.k8s.io/v1beta2/namespaces/{namespace}/metrics/queue_length"
+    server.answers[path] = (200, metric_value_list("v1beta2", [namespace]))
     await metrics.get_object_metric(
-        namespace="shop", metric_name="queue_length",
-        described_object={"apiVersion": "v1", "kind": "Namespace", "name": "shop"},
+        namespace=namespace, metric_name="queue_length",
+        described_object={"apiVersion": "v1", "kind": "Namespace", "name": namespace},
         metric_selector={"matchExpressions": [{"key": "queue", "operator": "In",
                                                "values": ["b", "a"]}]})
     assert server.received == [(path, [("metricLabelSelector", "queue in (a,b)")])]
 
 
 async def test_external_metric_is_lower_cased_with_its_selector(
-        fake_kube: FakeKubeAPI, backend: tuple[Backend, bytes], metrics: MetricsClient) -> None:
-    await register(fake_kube, backend, ("external.metrics.k8s.io", "v1beta1", 100))
+        control_plane: ControlPlane, namespace: str, fault_proxy: FaultProxy,
+        backend: tuple[Backend, bytes], metrics: MetricsClient) -> None:
+    await register(control_plane, namespace, backend, ("external.metrics.k8s.io", "v1beta1", 100))
     server = backend[0]
-    path = "/apis/external.metrics.k8s.io/v1beta1/namespaces/shop/queue_messages_ready"
+    path = f"/apis/external.metrics.k8s.io/v1beta1/namespaces/{namespace}/queue_messages_ready"
     server.answers[path] = (200, {
         "kind": "ExternalMetricValueList", "apiVersion": "external.metrics.k8s.io/v1beta1",
         "metadata": {}, "items": [{"metricName": "queue_messages_ready",
                                    "metricLabels": {"queue": "orders"},
                                    "timestamp": "2024-05-01T12:00:00Z", "value": "1200"}]})
     body = await metrics.get_external_metric(
-        namespace="shop", metric_name="Queue_Messages_Ready",
+        namespace=namespace, metric_name="Queue_Messages_Ready",
         metric_selector={"matchLabels": {"queue": "orders"}})
     assert body["items"][0]["value"] == "1200"
     assert server.received == [(path, [("labelSelector", "queue=orders")])]
 
 
 async def test_resource_metrics_list_pod_metrics_by_selector(
-        fake_kube: FakeKubeAPI, backend: tuple[Backend, bytes], metrics: MetricsClient) -> None:
-    await register(fake_kube, backend, ("metrics.k8s.io", "v1beta1", 100))
+        control_plane: ControlPlane, namespace: str, fault_proxy: FaultProxy,
+        backend: tuple[Backend, bytes], metrics: MetricsClient) -> None:
+    await register(control_plane, namespace, backend, ("metrics.k8s.io", "v1beta1", 100))
     server = backend[0]
-    path = "/apis/metrics.k8s.io/v1beta1/namespaces/shop/pods"
+    path = f"/apis/metrics.k8s.io/v1beta1/namespaces/{namespace}/pods"
     server.answers[path] = (200, {
         "kind": "PodMetricsList", "apiVersion": "metrics.k8s.io/v1beta1", "metadata": {},
         "items": [{"metadata": {"name": "web-1", "namespace": "shop"},
                    "timestamp": "2024-05-01T12:00:00Z", "window": "30s",
                    "containers": [{"name": "app", "usage": {"cpu": "250m",
                                                             "memory": "64Mi"}}]}]})
-    body = await metrics.get_resource_metrics(namespace="shop", pod_selector="app in (web)")
+    body = await metrics.get_resource_metrics(namespace=namespace, pod_selector="app in (web)")
     assert body["items"][0]["containers"][0]["usage"]["cpu"] == "250m"
     assert server.received == [(path, [("labelSelector", "app in (web)")])]
 
 
 async def test_adapter_status_errors_reach_the_caller_with_upstreams_prefix(
-        fake_kube: FakeKubeAPI, backend: tuple[Backend, bytes], metrics: MetricsClient) -> None:
-    await register(fake_kube, backend, *CUSTOM_BOTH)
+        control_plane: ControlPlane, namespace: str, fault_proxy: FaultProxy,
+        backend: tuple[Backend, bytes], metrics: MetricsClient) -> None:
+    await register(control_plane, namespace, backend, *CUSTOM_BOTH)
     with pytest.raises(MetricsError) as caught:
-        await metrics.get_pods_metric(namespace="shop", metric_name="nope",
+        await metrics.get_pods_metric(namespace=namespace, metric_name="nope",
                                       pod_selector="app=web", metric_selector=None)
     assert str(caught.value) == ("unable to fetch metrics from custom metrics API: the server "
                                  "could not find the requested resource")
 
 
 async def test_unreachable_adapter_reads_like_the_hpas_familiar_error(
-        fake_kube: FakeKubeAPI, backend: tuple[Backend, bytes], metrics: MetricsClient) -> None:
-    await register(fake_kube, backend, *CUSTOM_BOTH)
-    fake_kube.remove_service_endpoint(*SERVICE)
+        control_plane: ControlPlane, namespace: str, fault_proxy: FaultProxy,
+        backend: tuple[Backend, bytes], metrics: MetricsClient) -> None:
+    # The APIServices name a port nothing listens on.
+    await register(control_plane, namespace, backend, *CUSTOM_BOTH, port=free_port())
+    await until(lambda: not control_plane.apiservice_available(
+        "custom.metrics.k8s.io", "v1beta2")[0], what="the APIService unavailable")
     with pytest.raises(MetricsError) as caught:
-        await metrics.get_pods_metric(namespace="shop", metric_name="http_requests",
+        await metrics.get_pods_metric(namespace=namespace, metric_name="http_requests",
                                       pod_selector="app=web", metric_selector=None)
     assert str(caught.value) == (
         "unable to fetch metrics from custom metrics API: the server is currently unable to "
         "handle the request (get pods.custom.metrics.k8s.io *)")
     # Not retried, as upstream's HPA does not: the next sync period is the retry.
-    assert len(fake_kube.requests_to("^/apis/custom.metrics.k8s.io/v1beta2/namespaces")) == 1
+    assert len(fault_proxy.requests_to("^/apis/custom.metrics.k8s.io/v1beta2/namespaces")) == 1
 
 
-async def test_no_custom_metrics_api_registered(fake_kube: FakeKubeAPI,
+async def test_no_custom_metrics_api_registered(control_plane: ControlPlane, namespace: str,
                                                 metrics: MetricsClient) -> None:
+    for group, version in GROUPS[:2]:
+        await unregister(control_plane, group, version)
     with pytest.raises(MetricsError) as caught:
-        await metrics.get_pods_metric(namespace="shop", metric_name="http_requests",
+        await metrics.get_pods_metric(namespace=namespace, metric_name="http_requests",
                                       pod_selector="app=web", metric_selector=None)
     assert str(caught.value) == ("unable to fetch metrics from custom metrics API: no custom "
                                  "metrics API (custom.metrics.k8s.io) registered")
