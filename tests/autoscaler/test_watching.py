@@ -1,12 +1,25 @@
 """autoscaler.controller.watching: the pod index answers exactly as a lister with a selector would,
 the selector registry never misses an autoscaler sharing pods, projections never kill a cache, and
-the informers follow the fake API server (lists, watches, 410 after compaction)."""
+the informers follow the session's real kube-apiserver (lists, watches, 410 after compaction).
+
+The informers talk to kube-apiserver through the fault proxy, which records their requests and
+stands in for what the server cannot be made to do on demand (a 410 on a re-watch: its watch
+cache still holds a history etcd compaction would have removed). The cluster is shared: the
+Autoscaler CRD is the shipped one, objects live in the test's namespace (or, for the one test
+that lists across namespaces, in namespaces named for this module), and the test's namespace is
+fenced off from the controllers that would write to its objects (tests.autoscaler.
+real_cluster_support)."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+import dataclasses
+import math
+from collections.abc import AsyncIterator, Iterator
+from contextlib import AbstractAsyncContextManager
 from typing import Any
+from urllib.parse import parse_qs
 
+import aiohttp
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -22,9 +35,13 @@ from autoscaler.controller.watching import (
     project_pod,
 )
 from autoscaler.model.pods import Pod
-from metricscale.kube.informer import InformerEvent, PathSource
-from testbed.fakes.kube_api import FakeKubeAPI, Latency
+from metricscale.kube.http import KubeHTTP, open_kube_http
+from metricscale.kube.informer import InformerEvent, PathSource, RequestOptions
+from testbed.controlplane import ControlPlane
+from testbed.faultproxy import FaultProxy, Latency, ServerError
+from tests.adapter.cluster import Names
 from tests.autoscaler.controller_support import eventually
+from tests.autoscaler.real_cluster_support import fenced_from, install_crd
 
 KEYS = ["app", "tier", "track"]
 VALUES = ["a", "b", "c"]
@@ -166,19 +183,9 @@ def test_list_items_without_kind_are_read_as_the_collection_kind() -> None:
     assert hpa.autoscaler is not None and hpa.autoscaler.api_version == "autoscaling/v2"
 
 
-# ---------------------------------------------------------------------- against the fake API
+# ---------------------------------------------------------------------- against the real API
 
-CRD_PATH = "manifests/autoscaler/crd.yaml"
-
-
-def install_crd(kube: FakeKubeAPI) -> None:
-    import pathlib
-
-    import yaml
-
-    root = pathlib.Path(__file__).resolve().parents[2]
-    kube.create("apiextensions.k8s.io", "v1", "customresourcedefinitions",
-                yaml.safe_load((root / CRD_PATH).read_text().split("\n---\n")[0]))
+SYNC_WITHIN = 120  # a guard against a hang, not a measure: a busy machine decides how long
 
 
 def autoscaler_object(name: str, namespace: str, target: str, **spec: Any) -> dict[str, Any]:
@@ -189,81 +196,167 @@ def autoscaler_object(name: str, namespace: str, target: str, **spec: Any) -> di
                      "maxReplicas": 5, **spec}}
 
 
+def pod_object(name: str, namespace: str, labels: dict[str, str]) -> dict[str, Any]:
+    """A pod no scheduler binds (it stays Pending), one container asking for 100m of CPU."""
+    return {"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": name, "namespace": namespace, "labels": labels},
+            "spec": {"schedulerName": "metricscale-tests-unscheduled",
+                     "terminationGracePeriodSeconds": 0,
+                     "containers": [{"name": "app", "image": "registry.invalid/app:1",
+                                     "resources": {"requests": {"cpu": "100m"}}}]}}
+
+
+def create(cluster: ControlPlane, obj: dict[str, Any], collection: str) -> None:
+    cluster.request("POST", collection, obj)
+
+
+def create_pod(cluster: ControlPlane, name: str, namespace: str,
+               labels: dict[str, str]) -> None:
+    create(cluster, pod_object(name, namespace, labels), f"/api/v1/namespaces/{namespace}/pods")
+
+
+class Selected:
+    """A source whose LISTs and WATCHes carry `selector` (the product's caches of a whole
+    cluster ask for everything; the session's cluster holds other modules' objects too)."""
+
+    def __init__(self, inner: PathSource, selector: str) -> None:
+        self.inner = inner
+        self.selector = selector
+
+    @property
+    def description(self) -> str:
+        return self.inner.description
+
+    def open(self, options: RequestOptions,
+             ) -> AbstractAsyncContextManager[aiohttp.ClientResponse]:
+        return self.inner.open(dataclasses.replace(options, label_selector=self.selector))
+
+
 @pytest.fixture
-async def watching(fake_kube: FakeKubeAPI, kube_session: Any) -> AsyncIterator[Watching]:
-    install_crd(fake_kube)
-    watch = Watching(lambda path: PathSource(kube_session, path), native_hpa=True,
-                     informer_options={"watch_timeout_seconds": 30})
+def crd(control_plane: ControlPlane) -> None:
+    install_crd(control_plane)
+
+
+@pytest.fixture
+def fenced(control_plane: ControlPlane, namespace: str) -> Iterator[None]:
+    with fenced_from(control_plane, namespace):
+        yield
+
+
+@pytest.fixture
+async def proxied(control_plane: ControlPlane, fault_proxy: FaultProxy
+                  ) -> AsyncIterator[KubeHTTP]:
+    """The admin's token, through the fault proxy."""
+    configuration = control_plane.api_client_configuration(server=fault_proxy.server)
+    async with open_kube_http(configuration) as http:
+        yield http
+
+
+@pytest.fixture
+async def watching(crd: None, fenced: None, namespace: str,
+                   proxied: KubeHTTP) -> AsyncIterator[Watching]:
+    watch = Watching(lambda path: PathSource(proxied, path), native_hpa=True,
+                     namespace=namespace, informer_options={"watch_timeout_seconds": 30})
     watch.start()
     try:
-        assert await watch.wait_synced(10)
+        assert await watch.wait_synced(SYNC_WITHIN)
         yield watch
     finally:
         await watch.stop()
 
 
-async def test_caches_fill_from_lists_and_follow_watches(fake_kube: FakeKubeAPI,
-                                                         watching: Watching) -> None:
+async def test_caches_fill_from_lists_and_follow_watches(
+        control_plane: ControlPlane, namespace: str, watching: Watching) -> None:
     events: list[InformerEvent[AutoscalerEntry]] = []
     watching.subscribe(events.append)
-    fake_kube.create_pod("web-1", namespace="shop", labels={"app": "web"})
-    fake_kube.create("metricscale.dev", "v1alpha1", "autoscalers",
-                     autoscaler_object("web", "shop", "web"))
-    fake_kube.create("autoscaling", "v2", "horizontalpodautoscalers", {
-        "metadata": {"name": "db", "namespace": "shop"},
+    create_pod(control_plane, "web-1", namespace, {"app": "web"})
+    create(control_plane, autoscaler_object("web", namespace, "web"),
+           f"/apis/metricscale.dev/v1alpha1/namespaces/{namespace}/autoscalers")
+    create(control_plane, {
+        "apiVersion": "autoscaling/v2", "kind": "HorizontalPodAutoscaler",
+        "metadata": {"name": "db", "namespace": namespace},
         "spec": {"scaleTargetRef": {"apiVersion": "apps/v1", "kind": "StatefulSet",
-                                    "name": "db"}, "maxReplicas": 3}})
-    await eventually(lambda: len(watching.keys()) == 2 and watching.select_pods("shop", "app=web"))
-    assert sorted(watching.keys()) == [AutoscalerKey("Autoscaler", "shop", "web"),
-                                       AutoscalerKey("HorizontalPodAutoscaler", "shop", "db")]
-    (pod,) = watching.select_pods("shop", "app=web")
+                                    "name": "db"}, "maxReplicas": 3}},
+        f"/apis/autoscaling/v2/namespaces/{namespace}/horizontalpodautoscalers")
+    await eventually(lambda: len(watching.keys()) == 2
+                     and watching.select_pods(namespace, "app=web"), within=SYNC_WITHIN)
+    assert sorted(watching.keys()) == [
+        AutoscalerKey("Autoscaler", namespace, "web"),
+        AutoscalerKey("HorizontalPodAutoscaler", namespace, "db")]
+    (pod,) = watching.select_pods(namespace, "app=web")
     assert pod.name == "web-1" and pod.containers[0].requests["cpu"].milli == 100
-    entry = watching.get(AutoscalerKey("Autoscaler", "shop", "web"))
+    entry = watching.get(AutoscalerKey("Autoscaler", namespace, "web"))
     assert entry is not None and entry.autoscaler is not None
     assert entry.autoscaler.spec.min_replicas == 1  # the CRD's default, applied by the server
+    # Only ADDED: the HPA controller and an installed autoscaler, which would write the two
+    # objects' status (MODIFIED), are fenced off from the namespace.
     assert {e.kind for e in events} == {"ADDED"}
 
 
 async def test_a_paged_list_across_namespaces_sharing_a_prefix_fills_every_pod(
-        fake_kube: FakeKubeAPI, kube_session: Any) -> None:
+        control_plane: ControlPlane, crd: None, proxied: KubeHTTP,
+        fault_proxy: FaultProxy) -> None:
     # "a" and "a-b": in key order (etcd's, `namespace/name`) "a-b/..." sorts before "a/...".
-    # A page boundary inside "a" must not lose the pods of "a-b".
-    install_crd(fake_kube)
-    for namespace in ("a", "a-b", "b"):
-        for index in range(3):
-            fake_kube.create_pod(f"p{index}", namespace=namespace, labels={"app": "web"})
-    watch = Watching(lambda path: PathSource(kube_session, path),
-                     informer_options={"page_size": 2, "watch_timeout_seconds": 30})
-    watch.start()
+    # A page boundary inside "a" must not lose the pods of "a-b" (pages of 2 over the
+    # namespaces' 3 pods each: every namespace's pods span a boundary).
+    names = Names.unique("watching")
+    namespaces = {short: names.namespace(short) for short in ("a", "a-b", "b")}
+    mine = {"metricscale-test": names.prefix}
     try:
-        assert await watch.wait_synced(10)
-        assert {ns: len(watch.select_pods(ns, "app=web")) for ns in ("a", "a-b", "b")} == {
-            "a": 3, "a-b": 3, "b": 3}
-        pages = fake_kube.requests_to("^/api/v1/pods$")
-        assert len([r for r in pages if r.param("watch") is None]) == 5
+        for namespace in namespaces.values():
+            control_plane.apply({"apiVersion": "v1", "kind": "Namespace",
+                                 "metadata": {"name": namespace}})
+            for index in range(3):
+                create_pod(control_plane, f"p{index}", namespace, {"app": "web", **mine})
+        # The session's cluster holds other modules' pods too: the caches ask for this test's
+        # alone, so that the pages are of its pods only (the product's ask for every pod).
+        selector = f"metricscale-test={names.prefix}"
+        watch = Watching(lambda path: Selected(PathSource(proxied, path), selector),
+                         informer_options={"page_size": 2, "watch_timeout_seconds": 30})
+        watch.start()
+        try:
+            assert await watch.wait_synced(SYNC_WITHIN)
+            assert {short: len(watch.select_pods(namespace, "app=web"))
+                    for short, namespace in namespaces.items()} == {"a": 3, "a-b": 3, "b": 3}
+            pages = [parse_qs(r.query) for r in fault_proxy.requests_to("^/api/v1/pods$")
+                     if "watch" not in parse_qs(r.query)]
+            assert len(pages) == math.ceil(9 / 2)
+            assert all(page["limit"] == ["2"] for page in pages)
+            assert ["continue" in page for page in pages] == [False, True, True, True, True]
+        finally:
+            await watch.stop()
     finally:
-        await watch.stop()
+        for namespace in namespaces.values():
+            control_plane.delete({"apiVersion": "v1", "kind": "Namespace",
+                                  "metadata": {"name": namespace}})
 
 
 async def test_a_watch_cut_by_compaction_relists_and_keeps_following(
-        fake_kube: FakeKubeAPI, kube_session: Any) -> None:
-    watch = Watching(lambda path: PathSource(kube_session, path),
+        control_plane: ControlPlane, crd: None, fenced: None, namespace: str,
+        proxied: KubeHTTP, fault_proxy: FaultProxy) -> None:
+    watch = Watching(lambda path: PathSource(proxied, path), namespace=namespace,
                      informer_options={"watch_timeout_seconds": 1})
-    install_crd(fake_kube)
-    fake_kube.create_pod("a", namespace="shop", labels={"app": "web"})
+    create_pod(control_plane, "a", namespace, {"app": "web"})
     watch.start()
     try:
-        assert await watch.wait_synced(10)
+        assert await watch.wait_synced(SYNC_WITHIN)
         assert watch.pod_informer.lists == 1
-        # The server ends the watch within 2 s; the reconnect is held back while a pod is
-        # created and the history compacted past the cache's resourceVersion: 410, re-list.
-        delayed = fake_kube.add_fault("^/api/v1/pods$", Latency(0.5), method="GET")
-        await eventually(lambda: delayed.hits == 1, within=5)
-        fake_kube.create_pod("b", namespace="shop", labels={"app": "web"})
-        fake_kube.compact()
-        await eventually(lambda: len(watch.select_pods("shop", "app=web")) == 2, within=10)
-        assert watch.pod_informer.lists == 2
-        fake_kube.store.delete("", "v1", "pods", "a", namespace="shop")
-        await eventually(lambda: [p.name for p in watch.select_pods("shop", "app=web")] == ["b"])
+        # The server ends the watch within 1 s. kube-apiserver's watch cache keeps a history
+        # that etcd compaction does not shorten, so the 410 its re-watch would get after a
+        # compaction comes from the fault proxy; the re-list after it is held back while a pod
+        # is created, which only that re-list can then bring.
+        pods = rf"^/api/v1/namespaces/{namespace}/pods\?"
+        gone = fault_proxy.add_fault(
+            pods + ".*watch=true", ServerError(410, "too old resource version: 1 (2)"),
+            method="GET")
+        held = fault_proxy.add_fault(pods + "(?!.*watch=true)", Latency(2.0), method="GET")
+        await eventually(lambda: held.hits == 1, within=SYNC_WITHIN)
+        create_pod(control_plane, "b", namespace, {"app": "web"})
+        await eventually(lambda: len(watch.select_pods(namespace, "app=web")) == 2,
+                         within=SYNC_WITHIN)
+        assert gone.hits == 1 and watch.pod_informer.lists == 2
+        control_plane.request("DELETE", f"/api/v1/namespaces/{namespace}/pods/a")
+        await eventually(lambda: [p.name for p in watch.select_pods(namespace, "app=web")]
+                         == ["b"], within=SYNC_WITHIN)
     finally:
         await watch.stop()
