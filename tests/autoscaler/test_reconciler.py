@@ -1,7 +1,7 @@
 """autoscaler.controller.reconciler: one reconcile, read-decide-write, against in-memory doubles of
 the Kubernetes and metrics APIs: what it asks, what it writes (and only when it changed), events,
 dry run, errors that leave everything else running, history that survives a restart; and the
-Kubernetes double held to what the real client answers against the fake API server."""
+Kubernetes double held to what the real client answers against the real kube-apiserver."""
 
 from __future__ import annotations
 
@@ -23,7 +23,8 @@ from autoscaler.model.history import parse_history
 from autoscaler.model.metrics import MetricFetchError, MetricValueList
 from metricscale.kube.discovery import ResourceMapping
 from metricscale.kube.errors import KindNotFound, TooManyRequests
-from metricscale.kube.http import KubeHTTP
+from metricscale.kube.http import open_kube_http
+from testbed.controlplane import ControlPlane
 from testbed.fakes.kube_objects import Container, pod
 from tests.autoscaler.controller_support import (
     DEPLOYMENTS,
@@ -441,21 +442,24 @@ async def test_a_failing_metric_with_a_fallback_counts_its_failures_on_metrics()
 
 @pytest.mark.parametrize("kind", ["Deployment", "Rollout"])
 async def test_the_kube_double_resolves_scale_targets_as_the_real_client_does(
-        kind: str, kube_session: KubeHTTP) -> None:
+        kind: str, control_plane: ControlPlane) -> None:
     """Every test above stands on MemoryKube's resolve_scale_target: the real client, against
-    the fake kube-apiserver's discovery, answers the same (the mapping, or the error's text)."""
-    real = KubeClient(kube_session, registry=CollectorRegistry(), reporting_instance="a")
-    double = MemoryKube(MemoryCaches())
-    ref = ScaleTargetRef(api_version="apps/v1", kind=kind, name="web")
+    the session's real kube-apiserver's discovery, answers the same (the mapping, or the
+    error's text: the group apps has no kind Rollout)."""
+    async with open_kube_http(control_plane.api_client_configuration(),
+                              user_agent="metricscale-tests") as http:
+        real = KubeClient(http, registry=CollectorRegistry(), reporting_instance="a")
+        double = MemoryKube(MemoryCaches())
+        ref = ScaleTargetRef(api_version="apps/v1", kind=kind, name="web")
 
-    async def answer(kube: KubeClient | MemoryKube) -> ResourceMapping | str:
-        try:
-            return await kube.resolve_scale_target(ref)
-        except KindNotFound as error:
-            return f"KindNotFound: {error}"
+        async def answer(kube: KubeClient | MemoryKube) -> ResourceMapping | str:
+            try:
+                return await kube.resolve_scale_target(ref)
+            except KindNotFound as error:
+                return f"KindNotFound: {error}"
 
-    expected: ResourceMapping | str = (
-        DEPLOYMENTS if kind == "Deployment"
-        else f'KindNotFound: no matches for kind "{kind}" in group "apps"')
-    assert await answer(real) == expected
-    assert await answer(double) == expected
+        expected: ResourceMapping | str = (
+            DEPLOYMENTS if kind == "Deployment"
+            else f'KindNotFound: no matches for kind "{kind}" in group "apps"')
+        assert await answer(real) == expected
+        assert await answer(double) == expected

@@ -17,12 +17,10 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
-import yaml
 
-from testbed.binaries import CHECKOUT
 from testbed.controlplane import ControlPlane, KubeError
-from testbed.processes import wait_until
 from tests.autoscaler.fake_cluster import GROUP, PLURAL, VERSION, autoscaler, pods_metric, until
+from tests.autoscaler.real_cluster_support import install_crd
 
 LEASE = "metricscale-autoscaler"
 
@@ -31,19 +29,6 @@ def free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         return int(probe.getsockname()[1])
-
-
-def install_crd(cluster: ControlPlane) -> None:
-    crd = yaml.safe_load((CHECKOUT / "manifests/autoscaler/crd.yaml").read_text())
-    cluster.apply(crd)
-
-    def established() -> bool:
-        found = cluster.get(f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/"
-                            f"{crd['metadata']['name']}")
-        return any(c.get("type") == "Established" and c.get("status") == "True"
-                   for c in (found.get("status") or {}).get("conditions") or [])
-
-    wait_until(established, what="the Autoscaler CRD established", timeout=120)
 
 
 def deployment(name: str, namespace: str, replicas: int) -> dict[str, Any]:

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import math
+import shutil
 import struct
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -15,9 +17,11 @@ import yaml
 
 from cli.main import main
 from cli.replay_sim import Observation, simulate, summarize
+from testbed.controlplane import ControlPlane
 from testbed.fakes.prometheus import MetricFamily, PrometheusServer, SeriesSamples
 from testbed.fakes.prometheus_fixtures import PrometheusFactory
 from testbed.fakes.tools import in_ci
+from tests.autoscaler.real_cluster_support import install_crd
 
 pytestmark = pytest.mark.prometheus
 
@@ -379,26 +383,54 @@ def test_plot_to_an_unknown_format_exits_2(
     assert ".png or .svg" in capsys.readouterr().err
 
 
-@pytest.mark.usefixtures("autoscaler_api")  # the fake API server with the Autoscaler CRD
+# --------------------------------------------------------------------------------------------
+# `replay --live`: the Autoscaler (and the controller's Lease) on the session's real control
+# plane. The Autoscaler lives in the test's `namespace`, and replay queries Prometheus with its
+# namespace: each test gets a Prometheus of its own, backfilled with the request rate's history
+# under that namespace (the part the replays read). The Lease is in the test's namespace too
+# (--lease-namespace), not in `metricscale`, where an installed controller may hold its own.
+
+
+def live_autoscaler(namespace: str) -> dict[str, Any]:
+    obj: dict[str, Any] = json.loads(json.dumps(AUTOSCALER))
+    obj["metadata"]["namespace"] = namespace
+    return obj
+
+
+def live_history(namespace: str, until: datetime) -> list[MetricFamily]:
+    """The request rate's history of PODS in `namespace`, up to `until`."""
+    stamps = range(int(START.timestamp()) - 600, int(until.timestamp()) + 1, 60)
+    return [MetricFamily("http_requests_per_second", "gauge", [
+        SeriesSamples({"namespace": namespace, "pod": pod},
+                      [(float(ts), per_pod_rate(ts)) for ts in stamps if not in_gap(ts)])
+        for pod in PODS])]
+
+
+@pytest.fixture
+def live(control_plane: ControlPlane, namespace: str,
+         prometheus_factory: PrometheusFactory) -> PrometheusServer:
+    """The Autoscaler CRD established (the shipped one, left installed as every module leaves
+    it), Autoscaler `api` in the test's namespace, and a Prometheus with its history."""
+    install_crd(control_plane)
+    control_plane.apply(live_autoscaler(namespace))
+    return prometheus_factory(backfill=live_history(namespace, START + timedelta(hours=12)))
+
+
 async def test_replay_live_decides_with_the_settings_the_controller_published(
-        backfilled: PrometheusServer, files: tuple[Path, Path], fake_kube: Any,
-        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+        live: PrometheusServer, control_plane: ControlPlane, namespace: str,
+        files: tuple[Path, Path], capsys: pytest.CaptureFixture[str]) -> None:
     """`replay --live` reads the Autoscaler and the settings the controller published on its
     Lease (a 20 s downscale window here), as `explain --live` does; flags override them."""
-    import asyncio
-
     from autoscaler.decision.settings import (
         SETTINGS_ANNOTATION,
         Settings,
         render_settings,
         render_settings_annotation,
     )
-    fake_kube.create("metricscale.dev", "v1alpha1", "autoscalers", json.loads(
-        json.dumps(AUTOSCALER)))
-    kubeconfig = fake_kube.write_kubeconfig(tmp_path / "kubeconfig")
     _, rules = files
-    common = ["replay", "--live", "shop/api", "--kubeconfig", str(kubeconfig),
-              "--prometheus-url", backfilled.url, "--config", str(rules), "--from", _time(START),
+    common = ["replay", "--live", f"{namespace}/api", "--kubeconfig",
+              str(control_plane.kubeconfig), "--lease-namespace", namespace,
+              "--prometheus-url", live.url, "--config", str(rules), "--from", _time(START),
               "--to", _time(START + timedelta(hours=12)), "--step", "5m",
               "--initial-replicas", "2", "-o", "json"]
 
@@ -412,9 +444,9 @@ async def test_replay_live_decides_with_the_settings_the_controller_published(
     defaults, note = await asyncio.to_thread(replay)
     assert "no settings published by the controller; upstream defaults are assumed" in note
     published = Settings(downscale_stabilization_window=timedelta(seconds=20))
-    fake_kube.create("coordination.k8s.io", "v1", "leases", {
+    control_plane.apply({
         "apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
-        "metadata": {"name": "metricscale-autoscaler", "namespace": "metricscale",
+        "metadata": {"name": "metricscale-autoscaler", "namespace": namespace,
                      "annotations": {SETTINGS_ANNOTATION:
                                      render_settings_annotation(published)}},
         "spec": {"holderIdentity": "replica-a", "leaseDurationSeconds": 15}})
@@ -434,29 +466,25 @@ async def test_replay_live_decides_with_the_settings_the_controller_published(
     assert flagged == defaults
 
 
-@pytest.mark.usefixtures("autoscaler_api")
 @pytest.mark.parametrize("where", ["KUBECONFIG", "~/.kube/config"])
 async def test_replay_live_finds_the_cluster_as_every_command_does(
-        backfilled: PrometheusServer, files: tuple[Path, Path], fake_kube: Any,
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        live: PrometheusServer, control_plane: ControlPlane, namespace: str,
+        files: tuple[Path, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
         capsys: pytest.CaptureFixture[str], where: str) -> None:
     """Without --kubeconfig, `replay --live` reads $KUBECONFIG, else ~/.kube/config (its
     --help says so, and the adapter, the autoscaler, explain and autoscale do so)."""
-    import asyncio
-
-    fake_kube.create("metricscale.dev", "v1alpha1", "autoscalers", json.loads(
-        json.dumps(AUTOSCALER)))
     monkeypatch.delenv("KUBECONFIG", raising=False)
     monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
     monkeypatch.setenv("HOME", str(tmp_path))
     if where == "KUBECONFIG":
-        monkeypatch.setenv("KUBECONFIG", str(fake_kube.write_kubeconfig(tmp_path / "env")))
+        monkeypatch.setenv("KUBECONFIG", str(shutil.copy(control_plane.kubeconfig,
+                                                         tmp_path / "env")))
     else:
         (tmp_path / ".kube").mkdir()
-        fake_kube.write_kubeconfig(tmp_path / ".kube" / "config")
+        shutil.copy(control_plane.kubeconfig, tmp_path / ".kube" / "config")
     _, rules = files
-    arguments = ["replay", "--live", "shop/api", "--prometheus-url", backfilled.url,
-                 "--config", str(rules), "--from", _time(START),
+    arguments = ["replay", "--live", f"{namespace}/api", "--lease-namespace", namespace,
+                 "--prometheus-url", live.url, "--config", str(rules), "--from", _time(START),
                  "--to", _time(START + timedelta(hours=2)), "--step", "5m",
                  "--initial-replicas", "2", "-o", "json"]
     status = await asyncio.to_thread(main, arguments)
