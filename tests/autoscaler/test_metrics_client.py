@@ -10,10 +10,7 @@ records them (no fault is injected)."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import ssl
-from collections.abc import AsyncIterator, Callable, Iterator
-from datetime import UTC, datetime, timedelta
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -23,17 +20,21 @@ from prometheus_client import CollectorRegistry
 
 from autoscaler.kube.metrics_api import MetricsClient, MetricsError
 from autoscaler.kube.operations import KubeClient
-from metricscale import pki
 from metricscale.kube.http import open_kube_http
-from testbed.aggregated import apiservice_given_back
-from testbed.controlplane import ControlPlane, KubeError
+from testbed.controlplane import ControlPlane
 from testbed.faultproxy import FaultProxy
 from testbed.processes import free_port
+from tests.autoscaler.real_cluster_support import (
+    METRIC_APISERVICES,
+    discovered,
+    metric_apiservices_given_back,
+    routed,
+    serving_context,
+    until,
+)
 
 SERVICE = "metrics-backend"
-GROUPS = [("custom.metrics.k8s.io", "v1beta2"), ("custom.metrics.k8s.io", "v1beta1"),
-          ("external.metrics.k8s.io", "v1beta1"), ("metrics.k8s.io", "v1beta1")]
-SETTLE_SECONDS = 240
+GROUPS = METRIC_APISERVICES
 
 
 class Backend:
@@ -69,24 +70,13 @@ class Backend:
 
 @pytest.fixture
 def given_back(control_plane: ControlPlane) -> Iterator[None]:
-    """Every metric APIService as it was before the test."""
-    with contextlib.ExitStack() as stack:
-        for group, version in GROUPS:
-            stack.enter_context(apiservice_given_back(control_plane, f"{version}.{group}"))
+    with metric_apiservices_given_back(control_plane):
         yield
 
 
 @pytest.fixture
 async def backend(tmp_path: Path, namespace: str) -> AsyncIterator[tuple[Backend, bytes]]:
-    now = datetime.now(UTC) - timedelta(minutes=1)
-    ca = pki.generate_ca(common_name="metrics-backend-ca", now=now, validity=timedelta(days=1))
-    serving = pki.issue_serving_certificate(
-        ca, common_name=SERVICE, dns_names=[f"{SERVICE}.{namespace}.svc"], now=now,
-        validity=timedelta(days=1))
-    cert = pki.write_certificate(tmp_path / "tls.crt", serving.certificate)
-    key = pki.write_private_key(tmp_path / "tls.key", serving.private_key)
-    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-    context.load_cert_chain(cert, key)
+    context, ca_pem = serving_context(tmp_path, service=SERVICE, namespace=namespace)
     server = Backend()
     app = web.Application()
     app.router.add_route("*", "/{tail:.*}", server.handle)
@@ -96,28 +86,9 @@ async def backend(tmp_path: Path, namespace: str) -> AsyncIterator[tuple[Backend
     await site.start()
     server.port = runner.addresses[0][1]
     try:
-        yield server, pki.certificate_pem(ca.certificate)
+        yield server, ca_pem
     finally:
         await runner.cleanup()
-
-
-def _routed(cluster: ControlPlane, group: str, version: str, marker: str) -> bool:
-    try:
-        found = cluster.get(f"/apis/{group}/{version}")
-    except (KubeError, OSError):
-        return False
-    return any(r.get("name") == marker for r in found.get("resources") or [])
-
-
-async def until(check: Callable[[], bool], *, what: str) -> None:
-    """Until `check` (a blocking call, run in a thread: the backend answers the aggregator on
-    this event loop) holds; SETTLE_SECONDS guards against a hang."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + SETTLE_SECONDS
-    while not await asyncio.to_thread(check):
-        if loop.time() > deadline:
-            raise AssertionError(f"not within {SETTLE_SECONDS} s: {what}")
-        await asyncio.sleep(0.2)
 
 
 async def register(cluster: ControlPlane, namespace: str, backend: tuple[Backend, bytes],
@@ -137,7 +108,7 @@ async def register(cluster: ControlPlane, namespace: str, backend: tuple[Backend
     if port is not None:
         return
     for group, version, _ in services:
-        await until(lambda group=group, version=version: _routed(  # type: ignore[misc]
+        await until(lambda group=group, version=version: routed(  # type: ignore[misc]
             cluster, group, version, server.marker),
             what=f"the aggregator answering {group}/{version} from the test's backend")
 
@@ -148,12 +119,8 @@ async def unregister(cluster: ControlPlane, group: str, version: str) -> None:
         "apiVersion": "apiregistration.k8s.io/v1", "kind": "APIService",
         "metadata": {"name": f"{version}.{group}"}})
 
-    def gone() -> bool:
-        groups = cluster.get("/apis").get("groups") or []
-        return not any(g.get("name") == group and any(
-            v.get("version") == version for v in g.get("versions") or []) for g in groups)
-
-    await until(gone, what=f"{version}.{group} gone from discovery")
+    await until(lambda: not discovered(cluster, group, version),
+                what=f"{version}.{group} gone from discovery")
 
 
 class Sleeps:

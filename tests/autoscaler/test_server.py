@@ -18,8 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import ssl
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Iterator
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from pathlib import Path
@@ -33,9 +32,7 @@ from aiohttp import web
 from autoscaler.controller.leader import LeaderElectionConfig
 from autoscaler.decision.settings import Settings
 from autoscaler.server import AutoscalerServer, Options, serve_autoscaler
-from metricscale import pki
-from testbed.aggregated import apiservice_given_back
-from testbed.controlplane import ControlPlane, KubeError, Kubelet
+from testbed.controlplane import ControlPlane, Kubelet
 from testbed.faultproxy import FaultProxy, RecordedRequest
 from tests.autoscaler.fake_cluster import (
     GROUP,
@@ -45,28 +42,22 @@ from tests.autoscaler.fake_cluster import (
     cpu_metric,
     pods_metric,
 )
-from tests.autoscaler.real_cluster_support import fenced_from, install_crd
+from tests.autoscaler.real_cluster_support import (
+    WITHIN,
+    condition,
+    discovered,
+    fenced_from,
+    install_crd,
+    metric_apiservices_given_back,
+    routed,
+    serving_context,
+    until,
+)
 from tests.cluster.support import deployment
 
 SERVICE = "metrics-backend"
 # Every metric APIService another module may own: given back after each test.
-GROUPS = [("custom.metrics.k8s.io", "v1beta2"), ("custom.metrics.k8s.io", "v1beta1"),
-          ("external.metrics.k8s.io", "v1beta1"), ("metrics.k8s.io", "v1beta1")]
 SERVED = [("custom.metrics.k8s.io", "v1beta2"), ("metrics.k8s.io", "v1beta1")]
-WITHIN = 240.0  # a guard against a hang, not a measure: a busy machine decides how long
-
-
-async def until(check: Callable[[], object], *, what: str, within: float = WITHIN) -> None:
-    """Poll `check`, a blocking call (run in a thread: the backend answers the aggregator on
-    this event loop), until it holds."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + within
-    while not await asyncio.to_thread(check):
-        if loop.time() > deadline:
-            raise AssertionError(f"not within {within:.0f} s: {what}")
-        await asyncio.sleep(0.05)
-
-
 def _quantity(value: Decimal) -> str:
     milli = int(value * 1000)
     return f"{milli // 1000}" if milli % 1000 == 0 else f"{milli}m"
@@ -149,27 +140,9 @@ class MetricsBackend:
         return app
 
 
-def _routed(cluster: ControlPlane, group: str, version: str, marker: str) -> bool:
-    try:
-        found = cluster.get(f"/apis/{group}/{version}")
-    except (KubeError, OSError):
-        return False
-    return any(r.get("name") == marker for r in found.get("resources") or [])
-
-
-def _discovered(cluster: ControlPlane, group: str, version: str) -> bool:
-    groups = cluster.get("/apis").get("groups") or []
-    return any(g.get("name") == group and any(v.get("version") == version
-                                              for v in g.get("versions") or [])
-               for g in groups)
-
-
 @pytest.fixture
 def given_back(control_plane: ControlPlane) -> Iterator[None]:
-    """Every metric APIService as it was before the test."""
-    with contextlib.ExitStack() as stack:
-        for group, version in GROUPS:
-            stack.enter_context(apiservice_given_back(control_plane, f"{version}.{group}"))
+    with metric_apiservices_given_back(control_plane):
         yield
 
 
@@ -185,15 +158,7 @@ async def backend(control_plane: ControlPlane, namespace: str, fenced: None, giv
                   tmp_path: Path) -> AsyncIterator[MetricsBackend]:
     """The test's backend behind the aggregator for SERVED (the other custom metrics version
     unregistered, so that only v1beta2 is discovered), once the aggregator answers from it."""
-    now = datetime.now(UTC) - timedelta(minutes=1)
-    ca = pki.generate_ca(common_name="metrics-backend-ca", now=now, validity=timedelta(days=1))
-    serving = pki.issue_serving_certificate(
-        ca, common_name=SERVICE, dns_names=[f"{SERVICE}.{namespace}.svc"], now=now,
-        validity=timedelta(days=1))
-    cert = pki.write_certificate(tmp_path / "tls.crt", serving.certificate)
-    key = pki.write_private_key(tmp_path / "tls.key", serving.private_key)
-    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-    context.load_cert_chain(cert, key)
+    context, ca_pem = serving_context(tmp_path, service=SERVICE, namespace=namespace)
     server = MetricsBackend(control_plane)
     runner = web.AppRunner(server.app(), access_log=None)
     await runner.setup()
@@ -204,15 +169,15 @@ async def backend(control_plane: ControlPlane, namespace: str, fenced: None, giv
         await asyncio.to_thread(cluster.delete, {
             "apiVersion": "apiregistration.k8s.io/v1", "kind": "APIService",
             "metadata": {"name": "v1beta1.custom.metrics.k8s.io"}})
-        await until(lambda: not _discovered(cluster, "custom.metrics.k8s.io", "v1beta1"),
+        await until(lambda: not discovered(cluster, "custom.metrics.k8s.io", "v1beta1"),
                     what="v1beta1.custom.metrics.k8s.io gone from discovery")
         for group, version in SERVED:
             await asyncio.to_thread(
                 cluster.register_apiservice, group, version, port=server.port,
-                ca_pem=pki.certificate_pem(ca.certificate), namespace=namespace,
+                ca_pem=ca_pem, namespace=namespace,
                 service=SERVICE, priority=(100, 200))
         for group, version in SERVED:
-            await until(lambda group=group, version=version: _routed(  # type: ignore[misc]
+            await until(lambda group=group, version=version: routed(  # type: ignore[misc]
                 cluster, group, version, server.marker),
                 what=f"the aggregator answering {group}/{version} from the test's backend")
         yield server
@@ -237,15 +202,6 @@ async def create_autoscaler(cluster: ControlPlane, namespace: str, obj: dict[str
     obj["metadata"]["namespace"] = namespace
     await asyncio.to_thread(cluster.request, "POST",
                             f"/apis/{GROUP}/{VERSION}/namespaces/{namespace}/{PLURAL}", obj)
-
-
-def condition(cluster: ControlPlane, namespace: str, name: str,
-              kind: str) -> tuple[str, str, str] | None:
-    found = cluster.get(f"/apis/{GROUP}/{VERSION}/namespaces/{namespace}/{PLURAL}/{name}")
-    for item in (found.get("status") or {}).get("conditions") or []:
-        if item.get("type") == kind:
-            return item.get("status", ""), item.get("reason", ""), item.get("message", "")
-    return None
 
 
 def replicas_of(cluster: ControlPlane, namespace: str, name: str) -> int:

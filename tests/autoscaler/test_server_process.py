@@ -19,8 +19,8 @@ from typing import Any
 import aiohttp
 
 from testbed.controlplane import ControlPlane, KubeError
-from tests.autoscaler.fake_cluster import GROUP, PLURAL, VERSION, autoscaler, pods_metric, until
-from tests.autoscaler.real_cluster_support import install_crd
+from tests.autoscaler.fake_cluster import autoscaler, pods_metric, until
+from tests.autoscaler.real_cluster_support import condition, install_crd
 
 LEASE = "metricscale-autoscaler"
 
@@ -49,15 +49,6 @@ def lease_holder(cluster: ControlPlane, namespace: str) -> str | None:
             return None
         raise
     return str((lease.get("spec") or {}).get("holderIdentity") or "")
-
-
-def condition(cluster: ControlPlane, namespace: str, name: str,
-              kind: str) -> tuple[str, str, str] | None:
-    found = cluster.get(f"/apis/{GROUP}/{VERSION}/namespaces/{namespace}/{PLURAL}/{name}")
-    for item in (found.get("status") or {}).get("conditions") or []:
-        if item.get("type") == kind:
-            return item.get("status", ""), item.get("reason", ""), item.get("message", "")
-    return None
 
 
 async def test_sigterm_releases_the_lease_and_exits_cleanly(
