@@ -14,7 +14,6 @@ pytest_plugins = [
     "testbed.fakes.kube_fixtures",
     "testbed.fakes.prometheus_fixtures",
     "testbed.pytest_plugin",
-    "tests.autoscaler.fake_cluster",
 ]
 
 

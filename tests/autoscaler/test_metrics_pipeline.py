@@ -47,7 +47,7 @@ from testbed.kubelet import ANNOTATION_PREFIX
 from testbed.load import Load
 from testbed.metricscale_adapter import MetricscaleAdapter
 from tests.adapter.cluster import Names
-from tests.autoscaler.fake_cluster import (
+from tests.autoscaler.autoscaler_objects import (
     GROUP,
     PLURAL,
     VERSION,

@@ -11,18 +11,27 @@ import pytest
 
 from autoscaler.decision.settings import Settings
 from autoscaler.server import Options, serve_autoscaler
-from testbed.fakes.kube_api import FakeKubeAPI
-from tests.autoscaler.fake_cluster import election
+from testbed.controlplane import ControlPlane
+from tests.autoscaler.autoscaler_objects import election
+from tests.autoscaler.real_cluster_support import install_crd
 from tests.raw_http import raw_exchange, unparseable_requests
 
 
+@pytest.fixture(scope="module")
+def crd(control_plane: ControlPlane) -> None:
+    install_crd(control_plane)
+
+
 @pytest.fixture
-async def metrics_port(autoscaler_api: FakeKubeAPI) -> AsyncIterator[int]:
-    fake_kube = autoscaler_api
+async def metrics_port(control_plane: ControlPlane, namespace: str,
+                       crd: None) -> AsyncIterator[int]:
+    """The autoscaler's metrics port, the program on the real kube-apiserver (confined to the
+    test's namespace): the parser in front of the port is under test, not the API server."""
     options = Options(settings=Settings(), leader_election=election(enabled=False),
-                      concurrent_syncs=1, identity="replica-a", lease_namespace="metricscale",
-                      reporting_instance="replica-a", metrics_bind_address="127.0.0.1:0")
-    async with serve_autoscaler(fake_kube.api_client_configuration(None), options) as server:
+                      concurrent_syncs=1, namespace=namespace, identity="replica-a",
+                      lease_namespace=namespace, reporting_instance="replica-a",
+                      metrics_bind_address="127.0.0.1:0")
+    async with serve_autoscaler(control_plane.api_client_configuration(), options) as server:
         yield server.port
 
 

@@ -34,7 +34,7 @@ from autoscaler.decision.settings import Settings
 from autoscaler.server import AutoscalerServer, Options, serve_autoscaler
 from testbed.controlplane import ControlPlane, Kubelet
 from testbed.faultproxy import FaultProxy, RecordedRequest
-from tests.autoscaler.fake_cluster import (
+from tests.autoscaler.autoscaler_objects import (
     GROUP,
     PLURAL,
     VERSION,

@@ -19,7 +19,7 @@ from typing import Any
 import aiohttp
 
 from testbed.controlplane import ControlPlane, KubeError
-from tests.autoscaler.fake_cluster import autoscaler, pods_metric, until
+from tests.autoscaler.autoscaler_objects import autoscaler, pods_metric, until
 from tests.autoscaler.real_cluster_support import condition, install_crd
 
 LEASE = "metricscale-autoscaler"

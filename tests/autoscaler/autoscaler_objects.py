@@ -1,9 +1,7 @@
 """What the autoscaler's HTTP-shell tests share: the Autoscaler objects and metric specs they
-build, a rule for per-pod gauges, a short leader election, a poll helper, and (fixture
-`autoscaler_api`) the fake API server with the Autoscaler CRD for the one module left on it
-(tests/autoscaler/test_metrics_port_parse_errors.py: aiohttp's parser, not the API, is under
-test there). The rest run on the real control plane (tests/autoscaler/real_cluster_support.py);
-the controller's logic on the injected clock (tests/autoscaler/simulation.py).
+build, a rule for per-pod gauges, a short leader election and a poll helper. They run on the
+real control plane (tests/autoscaler/real_cluster_support.py); the controller's logic on the
+injected clock (tests/autoscaler/simulation.py).
 """
 
 from __future__ import annotations
@@ -12,30 +10,12 @@ import asyncio
 import time
 from collections.abc import Callable, Mapping
 from datetime import timedelta
-from pathlib import Path
 from typing import Any
 
-import pytest
-import yaml
-
 from autoscaler.controller.leader import LeaderElectionConfig
-from testbed.fakes.kube_api import FakeKubeAPI
 
-REPO = Path(__file__).resolve().parents[2]
 NS = "shop"
 GROUP, VERSION, PLURAL = "metricscale.dev", "v1alpha1", "autoscalers"
-
-
-def install_crd(fake: FakeKubeAPI) -> None:
-    crd = yaml.safe_load((REPO / "manifests" / "autoscaler" / "crd.yaml").read_text())
-    fake.create("apiextensions.k8s.io", "v1", "customresourcedefinitions", crd)
-
-
-@pytest.fixture
-def autoscaler_api(fake_kube: FakeKubeAPI) -> FakeKubeAPI:
-    """The fake API server with the Autoscaler CRD installed."""
-    install_crd(fake_kube)
-    return fake_kube
 
 
 def pods_metric(name: str, average: str) -> dict[str, Any]:
