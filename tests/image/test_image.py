@@ -1,7 +1,9 @@
 """The container image: built by `make image`, it runs read-only as UID 65532 with no
-capabilities, checks the default rules, and serves /readyz against the test doubles; on the
-image's own Python (Debian's 3.11.2), Prometheus down at start or killed while serving leaves
-the adapter running, retrying, and serving what it last discovered."""
+capabilities, checks the default rules, and serves /readyz against the session's real control
+plane (`control_plane`, reached over the host's loopback: see tests/image/cluster_support.py)
+and a real Prometheus; on the image's own Python (Debian's 3.11.2), Prometheus down at start or
+killed while serving leaves the adapter running, retrying, and serving what it last discovered;
+the real aggregator reaches the image's adapter through an APIService."""
 
 from __future__ import annotations
 
@@ -13,16 +15,19 @@ import subprocess
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 import pytest
 
 from adapter.rules.defaults import DEFAULT_CONFIG_YAML
+from testbed.aggregated import apiservice_given_back
+from testbed.controlplane import ControlPlane
 from testbed.fakes.exporter import Exporter
-from testbed.fakes.kube_api import FakeKubeAPI
 from testbed.fakes.prometheus import PrometheusServer
 from testbed.fakes.prometheus_fixtures import PrometheusFactory
 from testbed.fakes.tools import require_tool
+from tests.image.cluster_support import SERVICE, adapter_kubeconfig, serving_pair
 
 pytestmark = [pytest.mark.image]
 
@@ -131,6 +136,15 @@ async def readyz(port: int) -> int | None:
 
 
 @pytest.fixture
+def cluster_kubeconfig(control_plane: ControlPlane, namespace: str,
+                       tmp_path: Path) -> Iterator[Path]:
+    """The container's kubeconfig for the session's kube-apiserver: the manifests' adapter
+    account in the test's namespace; it lives under tmp_path, which the tests mount."""
+    with adapter_kubeconfig(control_plane, namespace, tmp_path / "kube") as kubeconfig:
+        yield kubeconfig
+
+
+@pytest.fixture
 def container_name() -> Iterator[str]:
     name = f"metricscale-image-test-{os.getpid()}"
     yield name
@@ -139,16 +153,16 @@ def container_name() -> Iterator[str]:
 
 @pytest.mark.prometheus
 async def test_adapter_serves_readyz_read_only(
-        image: str, fake_kube: FakeKubeAPI, kubeconfig: Path, prometheus: PrometheusServer,
-        tmp_path: Path, container_name: str) -> None:
+        image: str, cluster_kubeconfig: Path, prometheus: PrometheusServer, tmp_path: Path,
+        container_name: str) -> None:
     rules = tmp_path / "config.yaml"
     rules.write_text(DEFAULT_CONFIG_YAML)
     port = free_port()
     command = hardened_run(
         image, "adapter", "--config", str(rules), "--prometheus-url", prometheus.url,
-        "--kubeconfig", str(kubeconfig), "--secure-port", str(port),
+        "--kubeconfig", str(cluster_kubeconfig), "--secure-port", str(port),
         "--bind-address", "127.0.0.1", "--cert-dir", CERT_DIR,
-        mounts=(readable_by_the_image_user(tmp_path),))
+        mounts=(readable_by_the_image_user(tmp_path),))  # the kubeconfig's too
     command.insert(command.index("--rm"), f"--name={container_name}")
     process = await asyncio.create_subprocess_exec(
         *command, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
@@ -298,12 +312,12 @@ def rules_file(tmp_path: Path) -> Path:
 
 @pytest.mark.prometheus
 async def test_prometheus_down_at_start_is_retried_until_it_answers(
-        image: str, kubeconfig: Path, prometheus_factory: PrometheusFactory, tmp_path: Path,
-        container_name: str) -> None:
+        image: str, cluster_kubeconfig: Path, prometheus_factory: PrometheusFactory,
+        tmp_path: Path, container_name: str) -> None:
     server = prometheus_factory(start=False)
     port = free_port()
     container = await run_adapter(image, container_name=container_name,
-                                  rules=rules_file(tmp_path), kubeconfig=kubeconfig,
+                                  rules=rules_file(tmp_path), kubeconfig=cluster_kubeconfig,
                                   prometheus_url=server.url, port=port)
     try:
         serving = await container.wait_for_line("serving custom.metrics.k8s.io")
@@ -327,8 +341,8 @@ async def test_prometheus_down_at_start_is_retried_until_it_answers(
 
 @pytest.mark.prometheus
 async def test_prometheus_killed_after_a_healthy_start_leaves_the_last_snapshot_serving(
-        image: str, kubeconfig: Path, prometheus_factory: PrometheusFactory, tmp_path: Path,
-        container_name: str) -> None:
+        image: str, cluster_kubeconfig: Path, prometheus_factory: PrometheusFactory,
+        tmp_path: Path, container_name: str) -> None:
     with Exporter() as exporter:
         exporter.set("image_requests", {"namespace": "shop", "pod": "web-0"}, 1)
         server = prometheus_factory()
@@ -336,7 +350,7 @@ async def test_prometheus_killed_after_a_healthy_start_leaves_the_last_snapshot_
         await server.wait_for_scrape_async(exporter, series="image_requests")
         port = free_port()
         container = await run_adapter(image, container_name=container_name,
-                                      rules=rules_file(tmp_path), kubeconfig=kubeconfig,
+                                      rules=rules_file(tmp_path), kubeconfig=cluster_kubeconfig,
                                       prometheus_url=server.url, port=port,
                                       extra=("--insecure-disable-auth",))
         try:
@@ -352,6 +366,53 @@ async def test_prometheus_killed_after_a_healthy_start_leaves_the_last_snapshot_
             status, body = await get(port, CUSTOM)
             assert status == 200, body
             assert '"pods/image_requests"' in body
+            assert await container.stop() == 0, container.log
+        finally:
+            await container.close()
+    assert_clean_log(container.log)
+
+
+CUSTOM_V1BETA1 = ("custom.metrics.k8s.io", "v1beta1")
+
+
+@pytest.mark.prometheus
+async def test_the_real_aggregator_reaches_the_images_adapter(
+        image: str, control_plane: ControlPlane, namespace: str, cluster_kubeconfig: Path,
+        prometheus_factory: PrometheusFactory, tmp_path: Path, container_name: str) -> None:
+    """kube-apiserver proxies to the container as the front proxy (the adapter authenticates
+    it with the CA of kube-system/extension-apiserver-authentication and authorizes the admin
+    with a SubjectAccessReview) and checks the adapter's certificate against the APIService's
+    caBundle; the APIService is given back afterwards as it was."""
+    group, version = CUSTOM_V1BETA1
+    with Exporter() as exporter:
+        exporter.set("image_requests", {"namespace": namespace, "pod": "web-0"}, 7)
+        server = prometheus_factory()
+        server.add_target(exporter)
+        await server.wait_for_scrape_async(exporter, series="image_requests")
+        pair = serving_pair(control_plane, tmp_path / "serving", namespace)
+        port = free_port()
+        container = await run_adapter(
+            image, container_name=container_name, rules=rules_file(tmp_path),
+            kubeconfig=cluster_kubeconfig, prometheus_url=server.url, port=port,
+            extra=("--tls-cert-file", str(pair.cert), "--tls-private-key-file", str(pair.key)))
+        try:
+            await container.wait_for_line(" pass took ")
+            with apiservice_given_back(control_plane, f"{version}.{group}"):
+                await asyncio.to_thread(
+                    control_plane.register_apiservice, group, version, port=port,
+                    ca_pem=control_plane.ca_file.read_bytes(), namespace=namespace,
+                    service=SERVICE)
+                await asyncio.to_thread(control_plane.wait_apiservice_available, group,
+                                        version)
+                discovery: Any = await asyncio.to_thread(
+                    control_plane.get, f"/apis/{group}/{version}")
+                assert "pods/image_requests" in {
+                    resource["name"] for resource in discovery["resources"]}, discovery
+                values: Any = await asyncio.to_thread(
+                    control_plane.get, f"/apis/{group}/{version}/namespaces/{namespace}"
+                                       "/pods/web-0/image_requests")
+                assert [(item["describedObject"]["name"], item["value"])
+                        for item in values["items"]] == [("web-0", "7")], values
             assert await container.stop() == 0, container.log
         finally:
             await container.close()
