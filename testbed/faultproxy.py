@@ -248,7 +248,11 @@ class FaultProxy:
         self._session = aiohttp.ClientSession(auto_decompress=False)
         app = web.Application(client_max_size=64 * 1024 * 1024)
         app.router.add_route("*", "/{tail:.*}", self._handle)
-        self._runner = web.AppRunner(app, access_log=None, handler_cancellation=True)
+        # A stopping proxy has nothing to finish: a watch still open through it is cut at
+        # once (aiohttp's default waits 60 s for such a handler, and its client meanwhile
+        # sits on a silent watch).
+        self._runner = web.AppRunner(app, access_log=None, handler_cancellation=True,
+                                     shutdown_timeout=0.1)
         await self._runner.setup()
         context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
         context.load_cert_chain(str(self._cert), str(self._key))
