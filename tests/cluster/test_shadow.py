@@ -242,10 +242,11 @@ async def started(shadow: Shadow, prometheus: PrometheusServer, namespace: str) 
 
 
 def hpa(name: str, namespace: str, metrics: list[dict[str, Any]], *,
-        behavior: dict[str, Any] | None, labels: Mapping[str, str]) -> dict[str, Any]:
+        behavior: dict[str, Any] | None, labels: Mapping[str, str],
+        max_replicas: int = 10) -> dict[str, Any]:
     spec: dict[str, Any] = {"scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment",
                                                "name": name},
-                            "minReplicas": 1, "maxReplicas": 10, "metrics": metrics}
+                            "minReplicas": 1, "maxReplicas": max_replicas, "metrics": metrics}
     if behavior is not None:
         spec["behavior"] = behavior
     return {"apiVersion": "autoscaling/v2", "kind": "HorizontalPodAutoscaler",
@@ -369,7 +370,8 @@ async def test_beside_upstreams_hpas_the_shadow_agrees_at_every_decision_and_wri
                     what="samples taken a window after the pods became Ready")
         labels = {"shadow": "exact"}
         cluster.apply(hpa("jobs", namespace, JOBS, behavior=BEHAVIOR, labels=labels))
-        cluster.apply(hpa("cpu", namespace, CPU, behavior=ONE_AT_A_TIME, labels=labels))
+        cluster.apply(hpa("cpu", namespace, CPU, behavior=ONE_AT_A_TIME, labels=labels,
+                          max_replicas=6))
 
         async def profile(name: str, load: Load,
                           steps: list[tuple[dict[str, Any], int]]) -> None:
@@ -383,11 +385,12 @@ async def test_beside_upstreams_hpas_the_shadow_agrees_at_every_decision_and_wri
                     children=(shadow.child,))
 
         # As the twins: 20 in flight on 2 pods, on target; 70: 7 pods, two at a time; 15: back
-        # to 2. CPU: 0.5 cores on 2 pods of 500m is 50%; 1.5: 6 pods one at a time; 0.4: 2.
+        # to 2. CPU: 0.5 cores on 2 pods of 500m is 50%; 2: one at a time to the maximum, 6,
+        # above the tolerance on the way (test_upstream_hpa_twins.py says why); 0.4: 2.
         await asyncio.gather(
             profile("jobs", jobs, [({"metric_total": 20}, 2), ({"metric_total": 70}, 7),
                                    ({"metric_total": 15}, 2)]),
-            profile("cpu", cpu, [({"cpu": Decimal("0.5")}, 2), ({"cpu": Decimal("1.5")}, 6),
+            profile("cpu", cpu, [({"cpu": Decimal("0.5")}, 2), ({"cpu": Decimal("2")}, 6),
                                  ({"cpu": Decimal("0.4")}, 2)]))
         # Every decision of the run judged: a decision waits at most a sync period and a half
         # for the HPA's, so three more agreements each settle all that came before.
