@@ -7,8 +7,9 @@ a front-proxy CA would, and which is written back as it was after the module. Te
 order on one adapter: each rotation leaves the trust the next test starts from. A deleted
 ConfigMap is the real one deleted: kube-apiserver writes it back at once, as in a cluster.
 
-One test stays on the fake API server (its section at the end says why): the aggregator going
-through a rotation of kube-apiserver's own front-proxy CA and client certificate.
+The last test rotates kube-apiserver's own front-proxy CA and client certificate (its files,
+which kube-apiserver reloads) while requests go through the aggregator to the adapter: on a
+control plane of the test's own, since the session's serves other aggregated servers too.
 """
 
 from __future__ import annotations
@@ -31,11 +32,12 @@ from metricscale import pki
 from metricscale.kube.retry import Backoff
 from metricscale.pki import CertifiedKey
 from testbed.controlplane import ControlPlane, KubeError
-from testbed.fakes.kube_api import FakeKubeAPI
 from testbed.fakes.prometheus import PrometheusServer
 from testbed.faultproxy import ServerError
+from testbed.pytest_plugin import require_peers
 from tests.adapter.auth_support import (
     CUSTOM,
+    SERVICE_NAME,
     YEAR,
     AuthPKI,
     CertPair,
@@ -46,14 +48,13 @@ from tests.adapter.auth_support import (
     client_context,
     https_request,
     make_pki,
-    register_apiservices,
-    sar_policy,
+    register_real_apiservices,
     secured_adapter,
-    trust_extra_proxy_ca,
 )
 from tests.adapter.cluster import (
     AUTH_CONFIGMAP_PATH,
     ModuleCluster,
+    Names,
     RecordingProxy,
     authentication_configmap_restored,
     proxy_for,
@@ -349,60 +350,134 @@ async def test_flags_give_the_cas_and_names_without_reading_the_configmap(
 
 
 # --------------------------------------------------------------------------------------------
-# Left on the fake API server
+# kube-apiserver's own front-proxy CA rotated, on a control plane of the test's own
 #
-# The front-proxy CA rotation as kube-apiserver's aggregator goes through it: a new CA and a new
-# client certificate for the aggregator, the old CA leaving the ConfigMap. kube-apiserver (1.36)
-# does reload --requestheader-client-ca-file and --proxy-client-cert-file/--proxy-client-key-file
-# when they change, but they are the session's control plane's own files: rewriting them changes
-# the front proxy of every aggregated server of the session (the installation's adapter among
-# them), and when the aggregator has taken the new client certificate for a given APIService
-# (it rebuilds each one's transport on its own queue) is not observable from outside without a
-# probe APIService of its own. Until that is built, the fake rotates its own CA and certificate.
+# kube-apiserver (1.36) reloads --requestheader-client-ca-file and
+# --proxy-client-cert-file/--proxy-client-key-file when they change: it publishes the new CA
+# bundle in the ConfigMap (adding to what is there: it never takes a CA out) and its aggregator
+# rebuilds each APIService's transport with the new client certificate. Those are a control
+# plane's own files, so this runs on a private one: rotating the session's would change the
+# front proxy of every aggregated server of the session.
+
+SERVER_PEERS = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubectl")
+
 
 @dataclass
-class FakeRotation:
-    fake: FakeKubeAPI
+class PrivateRotation:
+    control_plane: ControlPlane
     adapter: SecuredAdapter
     pki: AuthPKI
     ca_b: CertifiedKey
+    presented: list[int]  # serial numbers of the client certificates the adapter was shown
+
+    def trusted(self) -> set[int]:
+        """The serial numbers of the request-header CAs the adapter trusts now."""
+        source = self.adapter.security.source
+        assert source is not None
+        header = source.config.request_header
+        if header is None:
+            return set()
+        return {c.serial_number for c in pki.load_certificates_pem(header.ca_pem)}
+
+    async def through_aggregator(self) -> int:
+        """The admin (system:masters) calling kube-apiserver, which proxies to the adapter."""
+        control_plane = self.control_plane
+        reply = await https_request(
+            control_plane.api_port, f"{CUSTOM}/v1beta2", ca_file=control_plane.ca_file,
+            cert=(control_plane.admin.cert, control_plane.admin.key))
+        return reply.status
+
+
+def _spy_on_client_certificates(adapter: SecuredAdapter, presented: list[int]) -> None:
+    """Record the serial number of the client certificate of every request the adapter
+    authenticates (the middleware looks `authenticate` up on each request)."""
+    authenticator: Any = adapter.security.authenticator
+    authenticate = authenticator.authenticate
+
+    async def recording(request: Any, *args: Any, **kwargs: Any) -> Any:
+        der = request.peer_certificate_der
+        if der is not None:
+            presented.append(int(x509.load_der_x509_certificate(der).serial_number))
+        return await authenticate(request, *args, **kwargs)
+
+    authenticator.authenticate = recording
 
 
 @pytest_asyncio.fixture(loop_scope="module")
-async def fake_rotation(tmp_path: Path,
-                        prometheus: PrometheusServer) -> AsyncIterator[FakeRotation]:
-    """The adapter behind the fake API server's aggregator (what a real one cannot do)."""
-    async with FakeKubeAPI(workdir=tmp_path / "kube", availability_max_backoff=0.5) as fake:
-        fake.create_namespace("metricscale")
-        fake.subject_access_review_answer = sar_policy
-        test_pki = make_pki(tmp_path / "pki")
+async def private_rotation(tmp_path: Path,
+                           prometheus: PrometheusServer) -> AsyncIterator[PrivateRotation]:
+    """The adapter Available behind the aggregator of a control plane of the test's own."""
+    require_peers(*SERVER_PEERS)
+    control_plane = ControlPlane(workdir=tmp_path / "cluster",
+                                 controllers=("serviceaccount-controller",))
+    # Started and stopped off the event loop: the module's other adapter serves on it.
+    await asyncio.to_thread(control_plane.start)
+    try:
+        module = ModuleCluster(control_plane, Names.unique("rotation-private"))
+        namespace = module.namespace("adapter")
+        kubeconfig = await asyncio.to_thread(module.adapter_kubeconfig)
+        test_pki = make_pki(tmp_path / "pki",
+                            service_dns=f"{SERVICE_NAME}.{namespace}.svc",
+                            proxy_ca=control_plane.front_proxy_ca)
         _, ca_b = _cas()
         async with secured_adapter(
-                workdir=tmp_path / "adapter", test_pki=test_pki,
-                kubeconfig=fake.write_kubeconfig(tmp_path / "kubeconfig"),
+                workdir=tmp_path / "adapter", test_pki=test_pki, kubeconfig=kubeconfig,
                 prometheus_url=prometheus.url, config_text=EMPTY_RULES, clock=ShiftedClock(),
                 informer_options=QUICK_INFORMER) as adapter:
-            await register_apiservices(fake, port=adapter.port,
-                                       ca_pem=test_pki.serving_ca.certificate_pem)
-            yield FakeRotation(fake, adapter, test_pki, ca_b)
-
+            presented: list[int] = []
+            _spy_on_client_certificates(adapter, presented)
+            await asyncio.to_thread(
+                register_real_apiservices, control_plane, port=adapter.port,
+                ca_pem=test_pki.serving_ca.certificate_pem, namespace=namespace)
+            yield PrivateRotation(control_plane, adapter, test_pki, ca_b, presented)
+    finally:
+        await asyncio.to_thread(control_plane.stop)
 
 
 async def test_aggregator_keeps_working_through_a_front_proxy_ca_rotation(
-        fake_rotation: FakeRotation) -> None:
-    fake = fake_rotation.fake
-    token = "tok-rotation-alice"
-    fake.add_user(token=token, username="alice")
-    path = f"{CUSTOM}/v1beta2"
+        private_rotation: PrivateRotation) -> None:
+    rotation = private_rotation
+    control_plane = rotation.control_plane
+    ca_a, ca_b = control_plane.front_proxy_ca, rotation.ca_b
+    serial_a, serial_b = ca_a.certificate.serial_number, ca_b.certificate.serial_number
+    old_client = pki.load_certificate_pem(control_plane.front_proxy_client.cert.read_bytes())
+    assert rotation.trusted() == {serial_a}
+    assert await rotation.through_aggregator() == 200
+    assert rotation.presented[-1] == old_client.serial_number
 
-    async def through_aggregator() -> int:
-        reply = await https_request(fake.port, path, ca_file=fake.ca_file,
-                                    headers=[("Authorization", f"Bearer {token}")])
-        return reply.status
+    async def keeps_working_until(condition: Callable[[], bool], *, what: str) -> None:
+        """Requests through the aggregator all succeed until `condition` holds (bounded)."""
+        deadline = time.monotonic() + 90.0
+        while not condition():
+            assert await rotation.through_aggregator() == 200, f"while waiting for {what}"
+            assert time.monotonic() < deadline, f"{what} did not happen within 90 s"
+            await asyncio.sleep(0.05)
 
-    await changed(fake_rotation.adapter,
-                  lambda: trust_extra_proxy_ca(fake, fake_rotation.ca_b))
-    assert await through_aggregator() == 200
-    # A new front-proxy CA and client certificate; the old CA leaves the ConfigMap at once.
-    await changed(fake_rotation.adapter, lambda: fake.rotate_front_proxy_ca(keep_old=False))
-    assert await through_aggregator() == 200
+    # 1. The new CA joins kube-apiserver's bundle file; kube-apiserver publishes it in the
+    #    ConfigMap (beside the old one) and the adapter takes it without a restart.
+    pki.write_certificate(control_plane.front_proxy_ca_file, [ca_b.certificate, ca_a.certificate])
+    await keeps_working_until(lambda: rotation.trusted() == {serial_a, serial_b},
+                              what="the adapter trusting both front-proxy CAs")
+    # 2. kube-apiserver's front-proxy client certificate is renewed under the new CA (key
+    #    first: a certificate never meets a key it does not match once both are written).
+    renewed = pki.issue_client_certificate(
+        ca_b, user="front-proxy-client", now=datetime.now(UTC) - timedelta(minutes=5),
+        validity=YEAR)
+    pki.write_private_key(control_plane.front_proxy_client.key, renewed.private_key)
+    pki.write_certificate(control_plane.front_proxy_client.cert, renewed.certificate)
+    await keeps_working_until(
+        lambda: bool(rotation.presented) and
+        rotation.presented[-1] == renewed.certificate.serial_number,
+        what="the aggregator presenting its renewed client certificate")
+    # 3. The old CA leaves the file and, by the operator's hand, the ConfigMap (kube-apiserver
+    #    only ever adds CAs to it).
+    pki.write_certificate(control_plane.front_proxy_ca_file, ca_b.certificate)
+    await asyncio.to_thread(set_request_header_cas, control_plane, [ca_b.certificate_pem])
+    await keeps_working_until(lambda: rotation.trusted() == {serial_b},
+                              what="the adapter dropping the old front-proxy CA")
+    assert await rotation.through_aggregator() == 200
+    assert rotation.presented[-1] == renewed.certificate.serial_number
+    # The old CA's certificate is refused now, the aggregator's new one taken.
+    old_proxy = rotation.pki.client_pair("old-front-proxy", ca_a, user="front-proxy-client")
+    with pytest.raises(HandshakeFailed):
+        await rotation.adapter.request(DISCOVERY, cert=old_proxy, headers=AGGREGATOR)
