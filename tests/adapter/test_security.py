@@ -1,12 +1,30 @@
-"""adapter.security.delegation against the fake kube-apiserver: review retries, caches, single
-flights, the configuration source, the wiring and the log filter."""
+"""adapter.security.delegation against the session's real kube-apiserver: review retries, caches,
+single flights, the configuration source, the wiring and the log filter.
+
+The reviews go to the real kube-apiserver through a recording fault proxy
+(tests.adapter.cluster.RecordingProxy): it counts the TokenReviews and SubjectAccessReviews
+the product sends (with their bodies) and injects what the real server cannot be made to do on
+demand (429, 5xx, a dropped connection, a slow answer). The product's sleep, jitter and clock
+are the tests' own: backoff delays are asserted from the injected sleep, never measured.
+
+The reviews are posted with the adapter's own service account (its manifests' RBAC, with
+system:auth-delegator); tokens under review are real TokenRequest tokens of service accounts
+of the module's own, and users given rights are bound by real RBAC under names of the module's
+own (the cluster is shared). Where the real server answers differently from the fake these
+tests were first written against, the comment at the place says how.
+
+One test stays on the fake kube-apiserver, in a section of its own at the end: it needs
+SubjectAccessReview answers that neither the real server nor the fault proxy can give.
+"""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import ssl
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -39,8 +57,6 @@ from adapter.auth.users import (
 from adapter.http.app import HEALTH_KEY, HealthChecks
 from adapter.security.delegation import (
     INSECURE_CHECK,
-    SUBJECT_ACCESS_REVIEWS_PATH,
-    TOKEN_REVIEWS_PATH,
     AuthenticationSource,
     DelegatedAuthenticator,
     DelegatedAuthorizer,
@@ -48,20 +64,24 @@ from adapter.security.delegation import (
     ReviewFailed,
     SecurityConfigError,
     build_security,
-    token_label,
     withhold_unparsed_requests,
 )
+from adapter.security.reviews import SUBJECT_ACCESS_REVIEWS_PATH, TOKEN_REVIEWS_PATH, token_label
 from adapter.security.tls import ReloadingServerContext
 from adapter.settings import AuthFlags, parse_settings
 from metricscale import pki
 from metricscale.kube.http import KubeHTTP, open_kube_http
-from testbed.fakes.kube_api import (
-    DropConnection,
-    FakeKubeAPI,
-    Latency,
-    ServerError,
-    TooManyRequests,
+from testbed.controlplane import ControlPlane
+from testbed.fakes.kube_api import FakeKubeAPI
+from testbed.faultproxy import DropConnection, Latency, ServerError, TooManyRequests
+from testbed.metricscale_adapter import ACCOUNT
+from tests.adapter.cluster import (
+    ModuleCluster,
+    RecordingProxy,
+    grant_metrics_readers,
+    revoke_metrics_readers,
 )
+from tests.cluster.support import until
 
 YEAR = timedelta(days=365)
 PODS_METRIC = RequestAttributes(
@@ -89,12 +109,88 @@ class Sleeps:
         await asyncio.sleep(0)
 
 
+DAY = 24 * 3600
+TOKEN_REVIEWS = "tokenreviews"
+ACCESS_REVIEWS = "subjectaccessreviews"
+# Guards against a hang on a busy machine, not a measure.
+WAIT = 60.0
+
+
+@dataclass(frozen=True)
+class Accounts:
+    """Real identities of the module's own in the shared cluster."""
+
+    adapter_token: str  # the adapter's service account: may create both kinds of review
+    unprivileged_token: str  # a service account without any RBAC of its own
+    users_namespace: str
+    alice: str  # a user name allowed PODS_METRIC by RBAC (a ClusterRoleBinding)
+    bob: str  # a user name without any right
+
+    def user_token(self, control_plane: ControlPlane, name: str) -> str:
+        """A TokenRequest token of service account `name` of the users' namespace."""
+        return control_plane.service_account_token(self.users_namespace, name, seconds=DAY)
+
+    def user_name(self, name: str) -> str:
+        return f"system:serviceaccount:{self.users_namespace}:{name}"
+
+
+def _allowed(control_plane: ControlPlane, user: str) -> bool:
+    """Whether RBAC already allows `user` PODS_METRIC (asked directly, not through a proxy)."""
+    review = control_plane.request("POST", f"/apis/authorization.k8s.io/v1/{ACCESS_REVIEWS}", {
+        "apiVersion": "authorization.k8s.io/v1", "kind": "SubjectAccessReview",
+        "spec": {"user": user, "resourceAttributes": {
+            "verb": "get", "group": "custom.metrics.k8s.io", "version": "v1beta2",
+            "resource": "pods", "subresource": "rps", "namespace": "shop", "name": "*"}}})
+    return bool(review["status"].get("allowed"))
+
+
+@pytest.fixture(scope="module")
+def accounts(cluster: ModuleCluster) -> Iterator[Accounts]:
+    control_plane = cluster.control_plane
+    adapter_namespace = cluster.names.namespace("adapter")
+    cluster.adapter_kubeconfig()  # the account and its manifests' RBAC
+    users_namespace = cluster.namespace("users")
+    grant = cluster.names.cluster("readers")
+    alice, bob = cluster.names.cluster("alice"), cluster.names.cluster("bob")
+    grant_metrics_readers(control_plane, grant, users=[alice])
+    try:
+        # RBAC reads bindings through an informer: the grant applies a moment after it is made.
+        asyncio.run(until(lambda: _allowed(control_plane, alice), what="alice's grant",
+                          within=WAIT))
+        yield Accounts(
+            adapter_token=control_plane.service_account_token(adapter_namespace, ACCOUNT,
+                                                              seconds=DAY),
+            unprivileged_token=control_plane.service_account_token(users_namespace,
+                                                                   "no-rights", seconds=DAY),
+            users_namespace=users_namespace, alice=alice, bob=bob)
+    finally:
+        revoke_metrics_readers(control_plane, grant)
+
+
 @pytest.fixture
-async def api(fake_kube: FakeKubeAPI) -> AsyncIterator[KubeHTTP]:
-    token = "tok-adapter-service-account"
-    fake_kube.add_user(token=token, username="system:serviceaccount:metricscale:adapter")
-    async with open_kube_http(fake_kube.api_client_configuration(token),
+def kube(control_plane: ControlPlane) -> Iterator[RecordingProxy]:
+    """The recording fault proxy in front of the session's kube-apiserver."""
+    proxy = RecordingProxy(control_plane)
+    proxy.start()
+    try:
+        yield proxy
+    finally:
+        proxy.stop()
+
+
+@contextlib.asynccontextmanager
+async def open_api(control_plane: ControlPlane, kube: RecordingProxy,
+                   token: str) -> AsyncIterator[KubeHTTP]:
+    async with open_kube_http(control_plane.api_client_configuration(token, server=kube.server),
                               user_agent="metricscale-tests") as client:
+        yield client
+
+
+@pytest.fixture
+async def api(control_plane: ControlPlane, kube: RecordingProxy,
+              accounts: Accounts) -> AsyncIterator[KubeHTTP]:
+    """The adapter's service account, through the proxy."""
+    async with open_api(control_plane, kube, accounts.adapter_token) as client:
         yield client
 
 
@@ -104,8 +200,15 @@ def reviews(api: KubeHTTP, sleeps: Sleeps, *, timeout: float = 10.0) -> ReviewCl
     return client
 
 
-def attempts(fake: FakeKubeAPI, resource: str) -> int:
-    return len(fake.requests_to(resource, method="POST"))
+def attempts(kube: RecordingProxy, resource: str) -> int:
+    return len(kube.requests_to(f"/{resource}$", method="POST"))
+
+
+# A review kube-apiserver allows: /healthz is every authenticated user's (the bootstrap
+# ClusterRole system:public-info-viewer). The fake allowed anything, user "u" without groups
+# included; RBAC only allows what a binding grants.
+HEALTHZ_REVIEW = {"spec": {"nonResourceAttributes": {"path": "/healthz", "verb": "get"},
+                           "user": "u", "groups": ["system:authenticated"]}}
 
 
 def request_with(*, token: str | None = None, der: bytes | None = None,
@@ -121,75 +224,87 @@ def request_with(*, token: str | None = None, der: bytes | None = None,
 
 
 async def test_review_retries_5xx_with_the_webhook_backoff_then_succeeds(
-        fake_kube: FakeKubeAPI, api: KubeHTTP) -> None:
+        kube: RecordingProxy, api: KubeHTTP) -> None:
     sleeps = Sleeps()
-    fake_kube.add_fault("subjectaccessreviews", ServerError(500), times=2)
-    answer = await reviews(api, sleeps).create(
-        SUBJECT_ACCESS_REVIEWS_PATH,
-        {"spec": {"nonResourceAttributes": {"path": "/x", "verb": "get"}, "user": "u"}})
+    kube.add_review_fault(ACCESS_REVIEWS, ServerError(500), times=2)
+    answer = await reviews(api, sleeps).create(SUBJECT_ACCESS_REVIEWS_PATH, HEALTHZ_REVIEW)
     assert answer["status"]["allowed"] is True
     assert sleeps.delays == [0.5, 0.75]
-    assert attempts(fake_kube, "subjectaccessreviews") == 3
+    assert attempts(kube, ACCESS_REVIEWS) == 3
+    assert len(kube.subject_access_reviews("u")) == 3
 
 
 async def test_no_log_line_carries_a_token_review_body(
-        fake_kube: FakeKubeAPI, api: KubeHTTP, caplog: pytest.LogCaptureFixture) -> None:
-    token = "tok-reviewed-secret"
-    fake_kube.add_user(token=token, username="jane")
-    fake_kube.add_fault("tokenreviews", ServerError(500), times=1)
+        control_plane: ControlPlane, kube: RecordingProxy, accounts: Accounts, api: KubeHTTP,
+        caplog: pytest.LogCaptureFixture) -> None:
+    token = accounts.user_token(control_plane, "jane")
+    kube.add_review_fault(TOKEN_REVIEWS, ServerError(500), times=1)
     with caplog.at_level(logging.DEBUG):
         answer = await reviews(api, Sleeps()).create(TOKEN_REVIEWS_PATH,
                                                      {"spec": {"token": token}})
     assert answer["status"]["authenticated"] is True
-    assert caplog.records and token not in caplog.text
+    # The real answer names the service account (the fake's: any name it was given).
+    assert answer["status"]["user"]["username"] == accounts.user_name("jane")
+    # Compared into a boolean first, so that a failure does not print the token.
+    leaked = token in caplog.text
+    assert caplog.records and not leaked, "a log line carries the reviewed token"
 
 
-async def test_review_gives_up_after_five_attempts(fake_kube: FakeKubeAPI,
+async def test_review_gives_up_after_five_attempts(kube: RecordingProxy,
                                                    api: KubeHTTP) -> None:
     sleeps = Sleeps()
-    fake_kube.add_fault("tokenreviews", DropConnection(), times=None)
+    kube.add_review_fault(TOKEN_REVIEWS, DropConnection(), times=None)
     with pytest.raises(ReviewFailed):
         await reviews(api, sleeps).create(TOKEN_REVIEWS_PATH, {"spec": {"token": "t"}})
     assert sleeps.delays == [0.5, 0.75, 1.125, 1.6875]
-    assert attempts(fake_kube, "tokenreviews") == 5
+    assert attempts(kube, TOKEN_REVIEWS) == 5
 
 
-async def test_review_jitter_only_lengthens_the_delay(fake_kube: FakeKubeAPI,
+async def test_review_jitter_only_lengthens_the_delay(kube: RecordingProxy,
                                                       api: KubeHTTP) -> None:
     sleeps = Sleeps()
     client = ReviewClient(sleep=sleeps, jitter=lambda: 0.999)
     client.api = api
-    fake_kube.add_fault("tokenreviews", ServerError(503), times=1)
-    await client.create(TOKEN_REVIEWS_PATH, {"spec": {"token": "t"}})
+    kube.add_review_fault(TOKEN_REVIEWS, ServerError(503), times=1)
+    # "t" is no token kube-apiserver issued: the review is made (201), unauthenticated.
+    answer = await client.create(TOKEN_REVIEWS_PATH, {"spec": {"token": "t"}})
+    assert answer["status"].get("authenticated") is not True
     assert sleeps.delays == [pytest.approx(0.5 * 1.1998)]
 
 
-async def test_review_honours_retry_after_of_429(fake_kube: FakeKubeAPI, api: KubeHTTP) -> None:
+async def test_review_honours_retry_after_of_429(kube: RecordingProxy, api: KubeHTTP) -> None:
     sleeps = Sleeps()
-    fake_kube.add_fault("tokenreviews", TooManyRequests(retry_after=2), times=1)
+    kube.add_review_fault(TOKEN_REVIEWS, TooManyRequests(retry_after=2), times=1)
     await reviews(api, sleeps).create(TOKEN_REVIEWS_PATH, {"spec": {"token": "t"}})
     assert sleeps.delays == [2.0]
+    assert attempts(kube, TOKEN_REVIEWS) == 2
 
 
-async def test_review_refused_by_rbac_is_not_retried(fake_kube: FakeKubeAPI,
-                                                     api: KubeHTTP) -> None:
-    fake_kube.authorizer = lambda attributes: attributes.resource != "subjectaccessreviews"
+async def test_review_refused_by_rbac_is_not_retried(
+        control_plane: ControlPlane, kube: RecordingProxy, accounts: Accounts) -> None:
+    # The fake's authorizer was scripted to refuse; here a real service account without any
+    # right to create SubjectAccessReviews posts one, and RBAC refuses it.
     sleeps = Sleeps()
-    with pytest.raises(ReviewFailed) as failure:
-        await reviews(api, sleeps).create(
-            SUBJECT_ACCESS_REVIEWS_PATH,
-            {"spec": {"nonResourceAttributes": {"path": "/x", "verb": "get"}, "user": "u"}})
+    async with open_api(control_plane, kube, accounts.unprivileged_token) as unprivileged:
+        with pytest.raises(ReviewFailed) as failure:
+            await reviews(unprivileged, sleeps).create(SUBJECT_ACCESS_REVIEWS_PATH,
+                                                       HEALTHZ_REVIEW)
     assert failure.value.status == 403
     assert sleeps.delays == []
-    assert attempts(fake_kube, "subjectaccessreviews") == 1
+    assert attempts(kube, ACCESS_REVIEWS) == 1
+    assert [r.status for r in kube.requests_to(f"/{ACCESS_REVIEWS}$")] == [403]
 
 
-async def test_review_slower_than_its_timeout_is_retried(fake_kube: FakeKubeAPI,
+async def test_review_slower_than_its_timeout_is_retried(kube: RecordingProxy,
                                                          api: KubeHTTP) -> None:
     sleeps = Sleeps()
-    fake_kube.add_fault("tokenreviews", Latency(1.0), times=1)
-    await reviews(api, sleeps, timeout=0.2).create(TOKEN_REVIEWS_PATH, {"spec": {"token": "t"}})
+    # The fake answered in microseconds; the second attempt here goes through the proxy to the
+    # real server on a possibly busy machine: a per-attempt timeout it cannot miss, and a
+    # first attempt held far longer than that (released when the client hangs up).
+    kube.add_review_fault(TOKEN_REVIEWS, Latency(WAIT), times=1)
+    await reviews(api, sleeps, timeout=5.0).create(TOKEN_REVIEWS_PATH, {"spec": {"token": "t"}})
     assert sleeps.delays == [0.5]
+    assert len(kube.token_reviews("t")) == 2
 
 
 async def test_review_before_the_client_is_open_fails() -> None:
@@ -209,67 +324,80 @@ def authenticator(api: KubeHTTP, *, clock: Clock, ttl: float = 10.0,
         reviews=reviews(api, Sleeps()), token_ttl=ttl, clock=clock)
 
 
-def token_reviews_of(fake: FakeKubeAPI, token: str) -> int:
-    return sum(1 for body in fake.token_reviews if body["spec"]["token"] == token)
+def token_reviews_of(kube: RecordingProxy, token: str) -> int:
+    return len(kube.token_reviews(token))
 
 
 async def test_token_answers_are_cached_for_the_ttl_success_and_failure_alike(
-        fake_kube: FakeKubeAPI, api: KubeHTTP) -> None:
-    fake_kube.add_user(token="good", username="alice", groups=["devs"])
+        control_plane: ControlPlane, kube: RecordingProxy, accounts: Accounts,
+        api: KubeHTTP) -> None:
+    good = accounts.user_token(control_plane, "alice")
+    bad = "not-a-token-kube-apiserver-issued"
     clock = Clock()
     chain = authenticator(api, clock=clock)
     for _ in range(3):
-        ok = await chain.authenticate(request_with(token="good"))
-        bad = await chain.authenticate(request_with(token="bad"))
-    assert ok == Authenticated(UserInfo(name="alice", groups=("devs", "system:authenticated")),
-                               AuthMethod.TOKEN)
-    assert isinstance(bad, AuthenticationFailure)
-    assert (token_reviews_of(fake_kube, "good"), token_reviews_of(fake_kube, "bad")) == (1, 1)
+        ok = await chain.authenticate(request_with(token=good))
+        refused = await chain.authenticate(request_with(token=bad))
+    # The fake answered the name and groups it was given; kube-apiserver answers a service
+    # account's: its groups, a uid, and extra (the token's credential id, its node and pod
+    # when bound to one): compared as the user info the review gave.
+    assert isinstance(ok, Authenticated) and ok.method is AuthMethod.TOKEN
+    assert ok.user.name == accounts.user_name("alice")
+    assert ok.user.groups == ("system:serviceaccounts",
+                              f"system:serviceaccounts:{accounts.users_namespace}",
+                              "system:authenticated")
+    assert ok.user.uid
+    assert isinstance(refused, AuthenticationFailure)
+    assert (token_reviews_of(kube, good), token_reviews_of(kube, bad)) == (1, 1)
     clock.now += 10
-    await chain.authenticate(request_with(token="good"))
-    await chain.authenticate(request_with(token="bad"))
-    assert (token_reviews_of(fake_kube, "good"), token_reviews_of(fake_kube, "bad")) == (2, 2)
+    await chain.authenticate(request_with(token=good))
+    await chain.authenticate(request_with(token=bad))
+    assert (token_reviews_of(kube, good), token_reviews_of(kube, bad)) == (2, 2)
 
 
 async def test_token_review_that_cannot_be_made_is_a_500_and_not_cached(
-        fake_kube: FakeKubeAPI, api: KubeHTTP) -> None:
-    fake_kube.add_user(token="good", username="alice")
+        control_plane: ControlPlane, kube: RecordingProxy, accounts: Accounts,
+        api: KubeHTTP) -> None:
+    good = accounts.user_token(control_plane, "alice")
     chain = authenticator(api, clock=Clock())
-    fault = fake_kube.add_fault("tokenreviews", ServerError(500), times=None)
+    kube.add_review_fault(TOKEN_REVIEWS, ServerError(500), times=None)
     with pytest.raises(AuthCheckUnavailable):
-        await chain.authenticate(request_with(token="good"))
-    fake_kube.remove_fault(fault)
-    assert isinstance(await chain.authenticate(request_with(token="good")), Authenticated)
+        await chain.authenticate(request_with(token=good))
+    kube.clear_faults()
+    assert isinstance(await chain.authenticate(request_with(token=good)), Authenticated)
+    assert token_reviews_of(kube, good) == 5 + 1
 
 
-async def test_zero_ttl_reviews_every_token(fake_kube: FakeKubeAPI, api: KubeHTTP) -> None:
-    fake_kube.add_user(token="good", username="alice")
+async def test_zero_ttl_reviews_every_token(control_plane: ControlPlane, kube: RecordingProxy,
+                                            accounts: Accounts, api: KubeHTTP) -> None:
+    good = accounts.user_token(control_plane, "alice")
     chain = authenticator(api, clock=Clock(), ttl=0)
     for _ in range(3):
-        await chain.authenticate(request_with(token="good"))
-    assert token_reviews_of(fake_kube, "good") == 3
+        assert isinstance(await chain.authenticate(request_with(token=good)), Authenticated)
+    assert token_reviews_of(kube, good) == 3
 
 
 async def test_concurrent_requests_with_one_token_share_one_review(
-        fake_kube: FakeKubeAPI, api: KubeHTTP) -> None:
-    fake_kube.add_user(token="busy", username="hpa")
-    fake_kube.add_fault("tokenreviews", Latency(0.05), times=None)
+        control_plane: ControlPlane, kube: RecordingProxy, accounts: Accounts,
+        api: KubeHTTP) -> None:
+    busy = accounts.user_token(control_plane, "hpa")
+    kube.add_review_fault(TOKEN_REVIEWS, Latency(0.05), times=None)
     chain = authenticator(api, clock=Clock())
-    results = await asyncio.gather(*(chain.authenticate(request_with(token="busy"))
+    results = await asyncio.gather(*(chain.authenticate(request_with(token=busy))
                                      for _ in range(20)))
     assert {result.user.name for result in results if isinstance(result, Authenticated)} == \
-        {"hpa"}
-    assert token_reviews_of(fake_kube, "busy") == 1
+        {accounts.user_name("hpa")}
+    assert token_reviews_of(kube, busy) == 1
     await chain.close()
 
 
-async def test_no_credentials_is_anonymous_without_any_review(fake_kube: FakeKubeAPI,
+async def test_no_credentials_is_anonymous_without_any_review(kube: RecordingProxy,
                                                               api: KubeHTTP) -> None:
     chain = authenticator(api, clock=Clock())
     spoofed = (("X-Remote-User", "system:admin"), ("X-Remote-Group", "system:masters"))
     assert await chain.authenticate(request_with(headers=spoofed)) == \
         Authenticated(ANONYMOUS, AuthMethod.ANONYMOUS)
-    assert fake_kube.token_reviews == []
+    assert kube.token_reviews() == []
 
 
 def proxy_setup(tmp_path: Path) -> tuple[AuthenticationSource, bytes, bytes]:
@@ -291,7 +419,7 @@ def proxy_setup(tmp_path: Path) -> tuple[AuthenticationSource, bytes, bytes]:
             user.certificate.public_bytes(Encoding.DER))
 
 
-async def test_certificates_decide_without_any_review(tmp_path: Path, fake_kube: FakeKubeAPI,
+async def test_certificates_decide_without_any_review(tmp_path: Path, kube: RecordingProxy,
                                                       api: KubeHTTP) -> None:
     source, proxy_der, user_der = proxy_setup(tmp_path)
     assert source.needs_lookup is False and source.loaded is True
@@ -308,7 +436,7 @@ async def test_certificates_decide_without_any_review(tmp_path: Path, fake_kube:
     # The proxy's certificate without X-Remote-User does not verify as a client certificate.
     assert isinstance(await chain.authenticate(request_with(der=proxy_der)),
                       AuthenticationFailure)
-    assert fake_kube.token_reviews == []
+    assert kube.token_reviews() == []
 
 
 # --------------------------------------------------------------------------------------------
@@ -323,67 +451,63 @@ def authorizer(api: KubeHTTP, *, clock: Clock, authorized_ttl: float = 10.0,
         authorized_ttl=authorized_ttl, unauthorized_ttl=unauthorized_ttl, clock=clock)
 
 
-def answer_by_user(fake: FakeKubeAPI, answers: dict[str, dict[str, Any]]) -> None:
-    fake.subject_access_review_answer = lambda body: answers[body["spec"]["user"]]
-
-
-async def test_masters_and_always_allowed_paths_cost_no_review(fake_kube: FakeKubeAPI,
+async def test_masters_and_always_allowed_paths_cost_no_review(kube: RecordingProxy,
                                                                api: KubeHTTP) -> None:
     chain = authorizer(api, clock=Clock())
     masters = UserInfo(name="system:kube-aggregator", groups=("system:masters",))
     assert (await chain.authorize(masters, PODS_METRIC)).decision is Decision.ALLOW
     livez = RequestAttributes(verb="get", path="/livez")
     assert (await chain.authorize(ANONYMOUS, livez)).decision is Decision.ALLOW
-    assert fake_kube.subject_access_reviews == []
+    assert kube.subject_access_reviews() == []
 
 
-async def test_decisions_are_cached_per_spec_with_their_own_ttls(fake_kube: FakeKubeAPI,
-                                                                 api: KubeHTTP) -> None:
-    answer_by_user(fake_kube, {"alice": {"allowed": True},
-                               "bob": {"allowed": False, "denied": True, "reason": "no"}})
+async def test_decisions_are_cached_per_spec_with_their_own_ttls(
+        kube: RecordingProxy, accounts: Accounts, api: KubeHTTP) -> None:
+    # The fake was scripted to answer alice allowed and bob denied ("no"). RBAC allows alice
+    # (her ClusterRoleBinding) and has no opinion on bob: RBAC never denies (status.denied is
+    # only ever set by a webhook authorizer), so bob's answer is "not allowed", reason empty,
+    # which the unauthorized TTL covers all the same.
     clock = Clock()
     chain = authorizer(api, clock=clock, authorized_ttl=10, unauthorized_ttl=2)
-    alice, bob = UserInfo(name="alice"), UserInfo(name="bob")
+    alice, bob = UserInfo(name=accounts.alice), UserInfo(name=accounts.bob)
     for _ in range(3):
         assert (await chain.authorize(alice, PODS_METRIC)).decision is Decision.ALLOW
-        denied = await chain.authorize(bob, PODS_METRIC)
-        assert (denied.decision, denied.reason) == (Decision.DENY, "no")
-    assert len(fake_kube.subject_access_reviews) == 2
+        refused = await chain.authorize(bob, PODS_METRIC)
+        assert (refused.decision, refused.reason) == (Decision.NO_OPINION, "")
+    assert len(kube.subject_access_reviews()) == 2
     clock.now += 3  # past the unauthorized TTL only
     await chain.authorize(alice, PODS_METRIC)
     await chain.authorize(bob, PODS_METRIC)
-    users = [body["spec"]["user"] for body in fake_kube.subject_access_reviews]
-    assert users.count("alice") == 1 and users.count("bob") == 2
+    assert len(kube.subject_access_reviews(accounts.alice)) == 1
+    assert len(kube.subject_access_reviews(accounts.bob)) == 2
     # Another attribute set is another cache key.
     other = RequestAttributes(verb="get", path="/metrics")
     await chain.authorize(alice, other)
-    assert len(fake_kube.subject_access_reviews) == 4
+    assert len(kube.subject_access_reviews()) == 4
 
 
-async def test_oversized_attributes_are_reviewed_every_time(fake_kube: FakeKubeAPI,
-                                                            api: KubeHTTP) -> None:
-    answer_by_user(fake_kube, {"alice": {"allowed": True}})
+async def test_oversized_attributes_are_reviewed_every_time(
+        kube: RecordingProxy, accounts: Accounts, api: KubeHTTP) -> None:
     chain = authorizer(api, clock=Clock())
     huge = RequestAttributes(verb="get", path="/" + "x" * 10_000)
     for _ in range(2):
-        await chain.authorize(UserInfo(name="alice"), huge)
-    assert len(fake_kube.subject_access_reviews) == 2
+        # No binding grants that path: RBAC has no opinion (the fake was scripted to allow).
+        decision = await chain.authorize(UserInfo(name=accounts.alice), huge)
+        assert decision.decision is Decision.NO_OPINION
+    assert len(kube.subject_access_reviews(accounts.alice)) == 2
 
 
-async def test_no_opinion_both_answers_and_failures(fake_kube: FakeKubeAPI,
-                                                    api: KubeHTTP) -> None:
-    answer_by_user(fake_kube, {"nobody": {"allowed": False},
-                               "confused": {"allowed": True, "denied": True},
-                               "garbled": {"allowed": "yes"}})
+async def test_no_opinion_and_failures(kube: RecordingProxy, accounts: Accounts,
+                                       api: KubeHTTP) -> None:
+    # The answers both allowed and denied, and not a boolean, are the fake's: see the last
+    # section.
     chain = authorizer(api, clock=Clock())
-    assert (await chain.authorize(UserInfo(name="nobody"), PODS_METRIC)).decision is \
+    assert (await chain.authorize(UserInfo(name=accounts.bob), PODS_METRIC)).decision is \
         Decision.NO_OPINION
-    assert (await chain.authorize(UserInfo(name="confused"), PODS_METRIC)).error
+    kube.add_review_fault(ACCESS_REVIEWS, ServerError(500), times=None)
     with pytest.raises(AuthCheckUnavailable):
-        await chain.authorize(UserInfo(name="garbled"), PODS_METRIC)
-    fake_kube.add_fault("subjectaccessreviews", ServerError(500), times=None)
-    with pytest.raises(AuthCheckUnavailable):
-        await chain.authorize(UserInfo(name="nobody-else"), PODS_METRIC)
+        await chain.authorize(UserInfo(name=f"{accounts.bob}-else"), PODS_METRIC)
+    assert attempts(kube, ACCESS_REVIEWS) == 1 + 5
 
 
 # --------------------------------------------------------------------------------------------
@@ -560,17 +684,48 @@ def test_unparsable_request_bytes_are_withheld_from_aiohttp_log(
     assert unrelated.getMessage() == "an unrelated warning about x"
 
 
-async def test_authenticators_close_their_in_flight_reviews(fake_kube: FakeKubeAPI,
+async def test_authenticators_close_their_in_flight_reviews(kube: RecordingProxy,
                                                             api: KubeHTTP) -> None:
-    fake_kube.add_fault("tokenreviews", Latency(5.0), times=1)
+    # Held far longer than the test may take: only close() ends the wait.
+    kube.add_review_fault(TOKEN_REVIEWS, Latency(WAIT), times=1)
     chain = authenticator(api, clock=Clock())
     waiting = asyncio.ensure_future(chain.authenticate(request_with(token="slow")))
-    for _ in range(10_000):  # until the review is on the wire (no clock involved)
-        if fake_kube.requests_to("tokenreviews"):
-            break
-        await asyncio.sleep(0)
-    else:
-        raise AssertionError("the TokenReview never reached the fake")
+    # Until the review is on the wire: the proxy records a review's body when it arrives (its
+    # request log only once answered). The fake ran on this loop, so a few turns of it
+    # sufficed; the proxy runs in a thread of its own.
+    await until(lambda: kube.token_reviews("slow"), what="the TokenReview at the proxy",
+                within=WAIT)
+    assert not waiting.done()
     await chain.close()
     with pytest.raises(asyncio.CancelledError):
         await waiting
+
+
+# --------------------------------------------------------------------------------------------
+# On the fake kube-apiserver: answers no real server gives
+#
+# A SubjectAccessReview answered both allowed and denied, or with a non-boolean `allowed`: the
+# adapter must treat the first as an error (Go's webhook authorizer does) and the second as a
+# review that could not be made. kube-apiserver's RBAC authorizer never denies, nor answers
+# anything but booleans, and the fault proxy answers only with Status objects of its own; the
+# fake is scripted to give these answers.
+
+
+@pytest.fixture
+async def fake_api(fake_kube: FakeKubeAPI) -> AsyncIterator[KubeHTTP]:
+    token = "tok-adapter-service-account"
+    fake_kube.add_user(token=token, username="system:serviceaccount:metricscale:adapter")
+    async with open_kube_http(fake_kube.api_client_configuration(token),
+                              user_agent="metricscale-tests") as client:
+        yield client
+
+
+async def test_answers_both_allowed_and_denied_or_garbled_are_errors(
+        fake_kube: FakeKubeAPI, fake_api: KubeHTTP) -> None:
+    answers: dict[str, dict[str, Any]] = {"confused": {"allowed": True, "denied": True},
+                                          "garbled": {"allowed": "yes"}}
+    fake_kube.subject_access_review_answer = lambda body: answers[body["spec"]["user"]]
+    chain = authorizer(fake_api, clock=Clock())
+    assert (await chain.authorize(UserInfo(name="confused"), PODS_METRIC)).error
+    with pytest.raises(AuthCheckUnavailable):
+        await chain.authorize(UserInfo(name="garbled"), PODS_METRIC)
