@@ -36,7 +36,6 @@ from adapter.settings import parse_settings
 from metricscale import pki
 from testbed.controlplane import ControlPlane
 from testbed.fakes.exporter import Exporter
-from testbed.fakes.kube_api import FakeKubeAPI
 from testbed.fakes.prometheus import ExporterPool, PrometheusServer, count_of
 from tests.adapter.cluster import (
     GROUP_VERSIONS,
@@ -126,19 +125,6 @@ def make_pki(directory: Path, *, service_dns: str = SERVICE_DNS,
         proxy_ca=proxy_ca or pki.generate_ca(common_name="test-front-proxy-ca", now=now,
                                              validity=YEAR),
         stranger_ca=pki.generate_ca(common_name="stranger-ca", now=now, validity=YEAR))
-
-
-def trust_extra_proxy_ca(fake: FakeKubeAPI, ca: pki.CertifiedKey) -> None:
-    """Add `ca` to the ConfigMap's request-header bundle, as during a CA rotation."""
-    def change(obj: dict[str, Any]) -> None:
-        obj["data"]["requestheader-client-ca-file"] = (
-            fake.front_proxy_ca_pem + ca.certificate_pem).decode()
-    fake.store.mutate("", "v1", "configmaps", "extension-apiserver-authentication", change,
-                      namespace="kube-system")
-
-
-# --------------------------------------------------------------------------------------------
-# Raw HTTPS
 
 
 class HandshakeFailed(Exception):
@@ -252,18 +238,6 @@ SHOP_PODS = (("web-0", "web"), ("web-1", "web"), ("other-0", "other"), ("w.b", "
              ("wxb", "lookalike"))
 
 
-def seed_cluster(fake: FakeKubeAPI) -> None:
-    for namespace in ("shop", "quant", SERVICE_NAMESPACE):
-        fake.create_namespace(namespace)
-    for name, app in SHOP_PODS:
-        fake.create_pod(name, namespace="shop", labels={"app": app})
-    fake.create_deployment("web", namespace="shop", labels={"app": "web"})
-    for index in range(len(QUANTITY_TABLE)):
-        fake.create_pod(f"q-{index}", namespace="quant", labels={"app": "quantity"})
-    for node in ("node-1", "node-2"):
-        fake.create("", "v1", "nodes", {"metadata": {"name": node, "labels": {"pool": "a"}}})
-
-
 async def seed_real_cluster(objects: Objects, seeded: Seeded) -> None:
     """The same objects in a real cluster: the pods are never scheduled (nothing here needs
     them to run), the Deployment has no replicas, the Nodes are unschedulable."""
@@ -361,20 +335,6 @@ async def wait_for_exported_series(prometheus: PrometheusServer, exporter: Expor
                                     timeout=30.0)
 
 
-def sar_policy(body: Mapping[str, Any]) -> dict[str, Any]:
-    """The cluster's answer to the adapter's SubjectAccessReviews (by user name prefix)."""
-    user = str((body.get("spec") or {}).get("user", ""))
-    if user == "system:anonymous" or user.startswith("denied-"):
-        return {"allowed": False}  # RBAC's "no opinion"
-    if user.startswith("refused-"):
-        return {"allowed": False, "denied": True, "reason": "refused by policy"}
-    return {"allowed": True}
-
-
-# --------------------------------------------------------------------------------------------
-# The adapter, in-process
-
-
 def write_file(path: Path, text: str) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(text)
@@ -457,21 +417,6 @@ async def wait_ready(adapter: SecuredAdapter, *, within: float = 30.0) -> None:
         assert not adapter.fatal, f"the adapter failed: {adapter.fatal!r}"
         await asyncio.sleep(0.05)
     raise AssertionError(f"the adapter did not become ready in {within}s: {last}")
-
-
-async def register_apiservices(fake: FakeKubeAPI, *, port: int, ca_pem: bytes) -> None:
-    """The three APIServices, verified through caBundle, routed to the adapter; all Available."""
-    for group, version, priority in GROUP_VERSIONS:
-        fake.create_apiservice(group=group, version=version, service_namespace=SERVICE_NAMESPACE,
-                               service_name=SERVICE_NAME, ca_bundle=ca_pem,
-                               version_priority=priority)
-    fake.set_service_endpoint(SERVICE_NAMESPACE, SERVICE_NAME, "127.0.0.1", port)
-    for group, version, _ in GROUP_VERSIONS:
-        await fake.wait_for_apiservice(f"{version}.{group}", within=15.0)
-
-
-# --------------------------------------------------------------------------------------------
-# The real cluster
 
 
 def register_real_apiservices(cluster: ControlPlane, *, port: int, ca_pem: bytes,
@@ -620,15 +565,6 @@ async def auth_environment(cluster: ModuleCluster, workdir: Path, *,
 
 # --------------------------------------------------------------------------------------------
 # The fake cluster, for what a real one cannot be made to do
-
-
-def fake_reviews_for(fake: FakeKubeAPI, user: str) -> list[dict[str, Any]]:
-    return [body for body in fake.subject_access_reviews
-            if (body.get("spec") or {}).get("user") == user]
-
-
-# --------------------------------------------------------------------------------------------
-# Log capture
 
 
 class LogCapture(logging.Handler):
