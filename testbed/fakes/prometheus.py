@@ -349,7 +349,7 @@ class PrometheusClient:
         promql: str,
         expected: Expectation,
         *,
-        timeout: float = 15.0,
+        timeout: float = 120.0,
         interval: float = 0.2,
     ) -> list[Sample]:
         """Poll an instant query until `expected` holds; returns the matching answer.
@@ -388,7 +388,7 @@ class PrometheusClient:
         promql: str,
         expected: Expectation,
         *,
-        timeout: float = 15.0,  # noqa: ASYNC109 - bounds the polling and names it on failure
+        timeout: float = 120.0,  # noqa: ASYNC109 - bounds the polling and names it on failure
         interval: float = 0.2,
     ) -> list[Sample]:
         """`wait_for` without blocking the event loop."""
@@ -652,7 +652,7 @@ class PrometheusServer(PrometheusClient):
         lookback_delta: str = "5m",
         retention: str = "3650d",
         extra_args: Sequence[str] = (),
-        ready_timeout: float = 30.0,
+        ready_timeout: float = 120.0,
         stop_timeout: float = 10.0,
         parent_dir: str | None = None,
     ) -> None:
@@ -824,7 +824,7 @@ class PrometheusServer(PrometheusClient):
         target: Exporter | str,
         *,
         series: str | None = None,
-        timeout: float = 30.0,
+        timeout: float = 120.0,
     ) -> None:
         """Wait until Prometheus has stored a successful scrape of `target` that began after
         this call (so it holds what the exporter served by now), then, if given, until the
@@ -847,7 +847,7 @@ class PrometheusServer(PrometheusClient):
         target: Exporter | str,
         *,
         series: str | None = None,
-        timeout: float = 30.0,  # noqa: ASYNC109 - bounds the polling and names it on failure
+        timeout: float = 120.0,  # noqa: ASYNC109 - bounds the polling and names it on failure
     ) -> None:
         """`wait_for_scrape` without blocking the event loop."""
         deadline = time.monotonic() + timeout

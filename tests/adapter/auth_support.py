@@ -332,7 +332,7 @@ async def wait_for_exported_series(prometheus: PrometheusServer, exporter: Expor
                                    count: int) -> None:
     job = exporter.job
     await prometheus.wait_for_async(f'{{__name__=~"msauth_.+",job="{job}"}}', count_of(count),
-                                    timeout=30.0)
+                                    timeout=120.0)
 
 
 def write_file(path: Path, text: str) -> Path:
@@ -407,7 +407,7 @@ async def secured_adapter(*, workdir: Path, test_pki: AuthPKI, kubeconfig: Path,
         await runner.cleanup()
 
 
-async def wait_ready(adapter: SecuredAdapter, *, within: float = 30.0) -> None:
+async def wait_ready(adapter: SecuredAdapter, *, within: float = 120.0) -> None:
     deadline = time.monotonic() + within
     last: Reply | None = None
     while time.monotonic() < deadline:

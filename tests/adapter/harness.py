@@ -123,7 +123,7 @@ class RunningAdapter:
     async def get(self, path: str, **kwargs: Any) -> Reply:
         return await self.request(path, **kwargs)
 
-    async def wait_ready(self, *, within: float = 30.0) -> None:
+    async def wait_ready(self, *, within: float = 120.0) -> None:
         deadline = time.monotonic() + within
         last: Reply | None = None
         while time.monotonic() < deadline:
@@ -188,7 +188,7 @@ async def running_adapter(*, workdir: Path, config_text: str, prometheus_url: st
 
 
 async def wait_for_series(prometheus: PrometheusServer, promql: str, count: int,
-                          *, within: float = 30.0) -> None:
+                          *, within: float = 120.0) -> None:
     """Until `promql` returns exactly `count` series (the exporter has been scraped)."""
     await prometheus.wait_for_async(promql, lambda samples: len(samples) == count,
                                     timeout=within)

@@ -69,7 +69,7 @@ class AdapterProcess:
         return await https_request(self.port, path, ca_file=self.pki.serving_ca_file,
                                    **kwargs)  # type: ignore[arg-type]
 
-    async def wait_ready(self, *, within: float = 30.0) -> None:
+    async def wait_ready(self, *, within: float = 120.0) -> None:
         deadline = time.monotonic() + within
         while time.monotonic() < deadline:
             if self.process.returncode is not None:

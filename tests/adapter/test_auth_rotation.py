@@ -106,7 +106,7 @@ async def changed(adapter: SecuredAdapter, change: Callable[[], None]) -> None:
     await until(lambda: source.generation > before, what="the new configuration")
 
 
-async def until(condition: Callable[[], bool], *, what: str, within: float = 10.0) -> None:
+async def until(condition: Callable[[], bool], *, what: str, within: float = 60.0) -> None:
     deadline = time.monotonic() + within
     while not condition():
         if time.monotonic() > deadline:

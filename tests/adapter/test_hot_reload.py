@@ -71,7 +71,7 @@ def sample(adapter: RunningAdapter, name: str, labels: dict[str, str] | None = N
 
 
 async def wait_for_reloads(adapter: RunningAdapter, result: str, count: int, *,
-                           within: float = 30.0) -> None:
+                           within: float = 120.0) -> None:
     """Until `count` reloads with `result` have happened."""
     started = time.monotonic()
     while sample(adapter, "metricscale_config_reloads_total", {"result": result}) < count:

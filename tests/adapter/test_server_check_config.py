@@ -82,7 +82,7 @@ def test_with_prometheus_each_rule_lists_its_metrics_and_a_sample_query(
     exporter.set("cc_http_requests_total", {"namespace": "shop", "pod": "web-0"}, 1)
     exporter.set("cc_queue", {"namespace": "shop", "queue": "orders"}, 3)
     prometheus.wait_for(f'{{job="{exporter.job}",__name__=~"cc_.*"}}',
-                        lambda samples: len(samples) == 2, timeout=30)
+                        lambda samples: len(samples) == 2, timeout=120)
     code, out = run_check(tmp_path, VALID.format(job=exporter.job),
                           "--prometheus-url", prometheus.url)
     assert code == 0, out

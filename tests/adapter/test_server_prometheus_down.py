@@ -72,7 +72,7 @@ def private_prometheus(prometheus_binary: str) -> Iterator[PrometheusServer]:
         exporter.set("down_cpu", usage, 0.5)
         exporter.set("down_memory", usage, 1024)
         server.add_target(exporter)
-        server.wait_for('{__name__=~"down_.*"}', lambda samples: len(samples) == 4, timeout=30)
+        server.wait_for('{__name__=~"down_.*"}', lambda samples: len(samples) == 4, timeout=120)
         yield server
 
 
@@ -162,5 +162,5 @@ async def test_not_ready_until_the_first_discovery_pass(world: World) -> None:
         assert early.status == 503
         assert "discovery has not completed" in early.json()["message"]
         world.prometheus.start()
-        await cold.wait_ready(within=20)  # the loop retries after 1 s, 2 s, 4 s...
+        await cold.wait_ready(within=120)  # the loop retries after 1 s, 2 s, 4 s...
         assert (await cold.get(POD_METRIC)).status == 200

@@ -219,7 +219,7 @@ def side_by_side(cluster: ControlPlane, kubelet: Kubelet, *, prometheus_binary: 
         adapter = stack.enter_context(MetricscaleAdapter(
             cluster, workdir=workdir / "adapter", config_text=CONFIG,
             prometheus_url=prometheus.url))
-        prometheus.wait_for_scrape(kubelet.address, timeout=60)
+        prometheus.wait_for_scrape(kubelet.address, timeout=120)
         started = time.monotonic()
         world = SideBySide(cluster, kubelet, prometheus, metrics_server, adapter)
         world.wait_nodes_agree()
