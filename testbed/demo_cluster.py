@@ -34,14 +34,12 @@ import os
 import shlex
 import shutil
 import signal
-import ssl
 import subprocess
 import sys
 import tempfile
 import threading
 import time
-import urllib.request
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from decimal import ROUND_CEILING, Decimal
@@ -78,8 +76,9 @@ from testbed.binaries import PEERS_BIN, find_peer
 from testbed.controlplane import ControlPlane, ControlPlaneMissing, KubeError
 from testbed.install import NAMESPACE as INSTALLED_NAMESPACE
 from testbed.install import Installation, write_overlay
-from testbed.load import Load, close_stream
+from testbed.load import Load
 from testbed.processes import ChildFailed
+from testbed.watching import ValueWatch, deployment_replicas
 
 if TYPE_CHECKING:
     from testbed.fakes.exporter import Exporter
@@ -298,88 +297,6 @@ def keep_lines(*, kubeconfig: Path, prometheus_url: str) -> list[str]:
 
 
 # --- the shell ------------------------------------------------------------------------------------
-
-
-def _admin_context(cluster: ControlPlane) -> ssl.SSLContext:
-    context = ssl.create_default_context(cafile=str(cluster.ca_file))
-    context.load_cert_chain(str(cluster.admin.cert), str(cluster.admin.key))
-    return context
-
-
-class DeploymentWatch:
-    """Every change of `spec.replicas` of the namespace's Deployments, with its time, from a
-    watch in a thread of its own; it also plays kube-state-metrics, publishing each one as
-    kube_deployment_spec_replicas for the replay."""
-
-    def __init__(self, cluster: ControlPlane, *, namespace: str, exporter: Exporter) -> None:
-        self.cluster = cluster
-        self.namespace = namespace
-        self.exporter = exporter
-        self._changes: dict[str, list[tuple[float, int]]] = {}
-        self._lock = threading.Lock()
-        self._stop = threading.Event()
-        self._response: Any = None
-        self._thread = threading.Thread(target=self._run, name="demo deployments",
-                                        daemon=True)
-
-    def _run(self) -> None:
-        path = f"/apis/apps/v1/namespaces/{self.namespace}/deployments"
-        context = _admin_context(self.cluster)
-        while not self._stop.is_set():
-            try:
-                listed = self.cluster.get(path)
-                for item in listed["items"]:
-                    self._saw(item)
-                url = (f"{self.cluster.server}{path}?watch=1&timeoutSeconds=120"
-                       f"&resourceVersion={listed['metadata']['resourceVersion']}")
-                with urllib.request.urlopen(url, context=context, timeout=300) as response:
-                    self._response = response
-                    for line in response:
-                        if self._stop.is_set():
-                            return
-                        event = json.loads(line)
-                        if event.get("type") == "ERROR":
-                            break
-                        if event.get("type") in {"ADDED", "MODIFIED"}:
-                            self._saw(event["object"])
-            except Exception as error:  # the watch is retried until stopped
-                if not self._stop.is_set():
-                    logger.debug("watching deployments: %s; watching again", error)
-                    self._stop.wait(0.5)
-
-    def _saw(self, obj: Mapping[str, Any]) -> None:
-        name = str(obj["metadata"]["name"])
-        replicas = int((obj.get("spec") or {}).get("replicas", 1))
-        with self._lock:
-            seen = self._changes.setdefault(name, [])
-            if not seen or seen[-1][1] != replicas:
-                seen.append((time.monotonic(), replicas))
-        self.exporter.set(REPLICAS_SERIES, {"namespace": self.namespace, "deployment": name},
-                          replicas)
-
-    def now(self, name: str) -> int | None:
-        with self._lock:
-            seen = self._changes.get(name)
-            return seen[-1][1] if seen else None
-
-    def since(self, name: str, moment: float) -> list[tuple[float, int]]:
-        """The size at `moment`, then every change after it."""
-        with self._lock:
-            seen = list(self._changes.get(name, []))
-        before = [change for change in seen if change[0] <= moment]
-        return before[-1:] + [change for change in seen if change[0] > moment]
-
-    def alive(self) -> bool:
-        return self._thread.is_alive()
-
-    def __enter__(self) -> DeploymentWatch:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        close_stream(self._response)
-        self._thread.join(timeout=30)
 
 
 @dataclass(frozen=True)
@@ -737,8 +654,11 @@ class Story:
         for name in (CPU_APP, CPU_APP + UPSTREAM):
             self.cluster.apply(deployment(name, replicas=CPU_START_PODS,
                                           cpu_request=f"{CPU_REQUEST * 1000:.0f}m"))
-        self.watch = stack.enter_context(DeploymentWatch(self.cluster, namespace=DEMO_NAMESPACE,
-                                                         exporter=exporter))
+        # It also plays kube-state-metrics: each change is published as
+        # kube_deployment_spec_replicas, for the replay.
+        self.watch = stack.enter_context(deployment_replicas(
+            self.cluster, DEMO_NAMESPACE, on_change=lambda name, replicas: exporter.set(
+                REPLICAS_SERIES, {"namespace": DEMO_NAMESPACE, "deployment": name}, replicas)))
 
         def watching() -> None:
             if not self.watch.alive():
@@ -944,7 +864,7 @@ class Story:
 class Table:
     """Prints a row of the side-by-side table whenever the load or either count changes."""
 
-    def __init__(self, twins: Twins, *, watch: DeploymentWatch, started: float,
+    def __init__(self, twins: Twins, *, watch: ValueWatch, started: float,
                  alive: Callable[[], None]) -> None:
         self.twins = twins
         self.watch = watch

@@ -10,11 +10,12 @@ from __future__ import annotations
 import itertools
 import os
 import tempfile
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
 
+from metricscale.kube.http import KubeHTTP, open_kube_http
 from testbed.binaries import missing_peers, where
 from testbed.controlplane import ControlPlane, Kubelet
 from testbed.fakes.prometheus import PrometheusServer
@@ -22,7 +23,7 @@ from testbed.faultproxy import FaultProxy
 from testbed.install import Installation
 
 __all__ = ["control_plane", "fault_proxy", "installation", "kubelet", "namespace",
-           "pytest_collection_modifyitems", "require_peers"]
+           "proxied_kube_http", "pytest_collection_modifyitems", "require_peers"]
 
 _NAMESPACES = itertools.count(1)
 
@@ -81,6 +82,16 @@ def fault_proxy(control_plane: ControlPlane) -> Iterator[FaultProxy]:
     """A fault-injecting proxy in front of the session's kube-apiserver (token clients only)."""
     with FaultProxy(control_plane) as proxy:
         yield proxy
+
+
+@pytest.fixture
+async def proxied_kube_http(control_plane: ControlPlane,
+                            fault_proxy: FaultProxy) -> AsyncIterator[KubeHTTP]:
+    """The product's Kubernetes client with the admin's token, through `fault_proxy` (closed
+    before the proxy stops)."""
+    configuration = control_plane.api_client_configuration(server=fault_proxy.server)
+    async with open_kube_http(configuration, user_agent="metricscale-tests") as http:
+        yield http
 
 
 @pytest.fixture(scope="session")

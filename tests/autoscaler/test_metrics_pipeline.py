@@ -37,7 +37,6 @@ from adapter.rules.defaults import DEFAULT_CONFIG_YAML
 from autoscaler.controller.leader import LeaderElectionConfig
 from autoscaler.decision.settings import Settings
 from autoscaler.server import AutoscalerServer, Options, serve_autoscaler
-from testbed.aggregated import apiservice_given_back
 from testbed.controlplane import ControlPlane, KubeError, Kubelet
 from testbed.fakes.exporter import Exporter
 from testbed.fakes.prometheus import PrometheusServer
@@ -56,7 +55,7 @@ from tests.autoscaler.autoscaler_objects import (
     pods_metric,
     pods_rule,
 )
-from tests.autoscaler.real_cluster_support import install_crd
+from tests.autoscaler.real_cluster_support import install_crd, metric_apiservices_given_back
 
 pytestmark = pytest.mark.prometheus
 
@@ -95,9 +94,7 @@ async def autoscaler_crd(control_plane: ControlPlane) -> None:
 @pytest.fixture
 def given_back(control_plane: ControlPlane) -> Iterator[None]:
     """The metric APIServices this module points at its adapter, as they were before."""
-    with contextlib.ExitStack() as stack:
-        for group, version in APISERVICES:
-            stack.enter_context(apiservice_given_back(control_plane, f"{version}.{group}"))
+    with metric_apiservices_given_back(control_plane):
         yield
 
 

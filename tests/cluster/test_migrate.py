@@ -14,7 +14,6 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Iterator
 from datetime import datetime
@@ -25,14 +24,15 @@ import pytest
 import yaml
 
 from testbed.binaries import CHECKOUT
-from testbed.controlplane import CONTROLLERS, ControlPlane, Kubelet
+from testbed.controlplane import ControlPlane, Kubelet
 from testbed.fakes.exporter import Exporter
 from testbed.fakes.prometheus import PrometheusServer
 from testbed.install import Installation
 from testbed.load import Load
 from testbed.processes import wait_until
-from testbed.pytest_plugin import require_peers
-from tests.cluster.test_upstream_hpa_twins import Replicas, deployment, until
+from testbed.watching import deployment_replicas
+from tests.cluster.support import native_hpa_installation
+from tests.cluster.test_upstream_hpa_twins import deployment, until
 
 WINDOW = 40  # the HPA's scale-down window, seconds
 SYNC = 5.0  # both controllers' sync period here
@@ -74,7 +74,7 @@ async def test_hpa_handed_over_to_an_autoscaler_keeps_its_replicas_and_window(
     hpa_path = f"/apis/autoscaling/v2/namespaces/{namespace}/horizontalpodautoscalers/web"
     ours_path = f"/apis/metricscale.dev/v1alpha1/namespaces/{namespace}/autoscalers/web"
     cluster.apply(deployment("web", namespace, replicas=2))
-    with Replicas(cluster, namespace) as replicas, \
+    with deployment_replicas(cluster, namespace) as replicas, \
             Load(cluster, kubelet, namespace=namespace, selector={"app": "web"},
                  exporter=exporter, metric="jobs_in_flight", metric_total=20) as load:
         served = (f"/apis/custom.metrics.k8s.io/v1beta2/namespaces/{namespace}/pods/*/"
@@ -219,7 +219,6 @@ def test_prometheus_adapter_chart_values_become_a_configmap_the_adapter_reads(
 
 # --- An HPA that metricscale itself ran (native-HPA mode): its history carried exactly -------
 
-WITHOUT_HPA = tuple(c for c in CONTROLLERS if c != "horizontal-pod-autoscaler-controller")
 STEP = 30  # the scale-down policy's period: one pod per STEP seconds
 
 
@@ -227,26 +226,8 @@ STEP = 30  # the scale-down policy's period: one pod per STEP seconds
 def native(prometheus: PrometheusServer) -> Iterator[Installation]:
     """A control plane whose kube-controller-manager runs no HPA controller, and metricscale's
     autoscaler with --enable-native-hpa (the one way it may act on HPAs)."""
-    require_peers("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler",
-                  "kubectl")
-    with tempfile.TemporaryDirectory(prefix="metricscale-migrate-native-") as workdir, \
-            ControlPlane(controllers=WITHOUT_HPA) as cluster:
-        kubelet = cluster.start_kubelet(("migrate-a",))
-        prometheus.add_target(kubelet.address, job="kubelet-migrate")
-        installed = Installation(cluster=cluster, workdir=Path(workdir),
-                                 prometheus_url=prometheus.url,
-                                 autoscaler_args=("--enable-native-hpa",))
-        try:
-            installed.install_manifests()
-            cluster.kubectl("apply", "-f",
-                            str(CHECKOUT / "manifests" / "autoscaler" / "native-hpa-rbac.yaml"))
-            installed.start_adapter()
-            installed.start_autoscaler()
-            installed.kubelet = kubelet
-            yield installed
-        finally:
-            installed.stop()
-            prometheus.remove_target(kubelet.address)
+    with native_hpa_installation(prometheus, name="migrate") as installed:
+        yield installed
 
 
 async def test_a_native_hpas_own_history_is_carried_exactly_and_its_rate_limit_holds(
@@ -261,7 +242,7 @@ async def test_a_native_hpas_own_history_is_carried_exactly_and_its_rate_limit_h
     cluster.apply(deployment("web", namespace, replicas=4))
     hpa_path = f"/apis/autoscaling/v2/namespaces/{namespace}/horizontalpodautoscalers/web"
     ours_path = f"/apis/metricscale.dev/v1alpha1/namespaces/{namespace}/autoscalers/web"
-    with Replicas(cluster, namespace) as replicas, \
+    with deployment_replicas(cluster, namespace) as replicas, \
             Load(cluster, native.kubelet, namespace=namespace, selector={"app": "web"},
                  exporter=exporter, metric="jobs_in_flight", metric_total=35) as load:
         await until(lambda: served_items(cluster, (

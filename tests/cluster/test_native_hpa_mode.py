@@ -4,47 +4,22 @@ acts on a native autoscaling/v2 HorizontalPodAutoscaler, writes its scale and it
 
 from __future__ import annotations
 
-import tempfile
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 
-from testbed.binaries import CHECKOUT
-from testbed.controlplane import CONTROLLERS, ControlPlane
 from testbed.fakes.exporter import Exporter
 from testbed.fakes.prometheus import PrometheusServer
 from testbed.install import Installation
 from testbed.load import Load
-from testbed.pytest_plugin import require_peers
-from tests.cluster.support import deployment, until
-
-WITHOUT_HPA = tuple(c for c in CONTROLLERS if c != "horizontal-pod-autoscaler-controller")
+from tests.cluster.support import deployment, native_hpa_installation, until
 
 
 @pytest.fixture(scope="module")
 def native(prometheus: PrometheusServer) -> Iterator[Installation]:
-    require_peers("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler",
-                  "kubectl")
-    with tempfile.TemporaryDirectory(prefix="metricscale-native-") as workdir, \
-            ControlPlane(controllers=WITHOUT_HPA) as cluster:
-        kubelet = cluster.start_kubelet(("native-a",))
-        prometheus.add_target(kubelet.address, job="kubelet-native")
-        installed = Installation(cluster=cluster, workdir=Path(workdir),
-                                 prometheus_url=prometheus.url,
-                                 autoscaler_args=("--enable-native-hpa",))
-        try:
-            installed.install_manifests()
-            cluster.kubectl("apply", "-f",
-                            str(CHECKOUT / "manifests" / "autoscaler" / "native-hpa-rbac.yaml"))
-            installed.start_adapter()
-            installed.start_autoscaler()
-            installed.kubelet = kubelet
-            yield installed
-        finally:
-            installed.stop()
-            prometheus.remove_target(kubelet.address)
+    with native_hpa_installation(prometheus, name="native") as installed:
+        yield installed
 
 
 async def test_a_native_hpa_is_scaled_by_our_controller(native: Installation,

@@ -20,7 +20,6 @@ import os
 import re
 import subprocess
 import sys
-import threading
 import time
 import urllib.request
 from collections.abc import Callable, Iterator, Mapping
@@ -39,8 +38,9 @@ from testbed.fakes.exporter import Exporter
 from testbed.fakes.prometheus import PrometheusServer
 from testbed.faultproxy import FaultProxy
 from testbed.install import DAY, NAMESPACE, Installation
-from testbed.load import Load, close_stream
+from testbed.load import Load
 from testbed.processes import Child, free_port
+from testbed.watching import hpa_decisions
 from tests.cluster.test_upstream_hpa_twins import (
     BEHAVIOR,
     ONE_AT_A_TIME,
@@ -75,68 +75,6 @@ async def until(check: Callable[[], bool], *, what: str,
 
 
 # ------------------------------------------------------------------------------ recorders
-
-
-class HpaDecisions:
-    """Every change of each HPA's status.desiredReplicas in a namespace, once
-    kube-controller-manager has reconciled it (a watch thread; wall-clock times)."""
-
-    def __init__(self, cluster: ControlPlane, namespace: str) -> None:
-        self.cluster = cluster
-        self.namespace = namespace
-        self.changes: dict[str, list[tuple[float, int]]] = {}
-        self._lock = threading.Lock()
-        self._stop = threading.Event()
-        self._response: Any = None
-        self._thread = threading.Thread(target=self._run, daemon=True)
-
-    def _run(self) -> None:
-        path = f"/apis/autoscaling/v2/namespaces/{self.namespace}/horizontalpodautoscalers"
-        while not self._stop.is_set():
-            try:
-                listed = self.cluster.get(path)
-                for item in listed["items"]:
-                    self._saw(item)
-                request = urllib.request.Request(
-                    f"{self.cluster.server}{path}?watch=1&timeoutSeconds=120&resourceVersion="
-                    f"{listed['metadata']['resourceVersion']}")
-                with urllib.request.urlopen(request, context=self.cluster._context(),
-                                            timeout=300) as response:
-                    self._response = response
-                    for line in response:
-                        event = json.loads(line)
-                        if event.get("type") in {"ADDED", "MODIFIED"}:
-                            self._saw(event["object"])
-            except Exception:  # the watch is retried until stopped
-                self._stop.wait(0.2)
-
-    def _saw(self, obj: Mapping[str, Any]) -> None:
-        status = obj.get("status") or {}
-        if not status.get("conditions"):
-            return  # not reconciled yet: desiredReplicas is the API's zero
-        name = obj["metadata"]["name"]
-        desired = int(status.get("desiredReplicas", 0))
-        with self._lock:
-            seen = self.changes.setdefault(name, [])
-            if not seen or seen[-1][1] != desired:
-                seen.append((time.time(), desired))
-
-    def sequence(self, name: str) -> list[tuple[float, int]]:
-        with self._lock:
-            return list(self.changes.get(name, []))
-
-    def now(self, name: str) -> int | None:
-        sequence = self.sequence(name)
-        return sequence[-1][1] if sequence else None
-
-    def __enter__(self) -> HpaDecisions:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        close_stream(self._response)
-        self._thread.join(timeout=30)
 
 
 class Shadow:
@@ -355,7 +293,7 @@ async def test_beside_upstreams_hpas_the_shadow_agrees_at_every_decision_and_wri
     shadow = shadow_factory("--shadow-selector=shadow=exact", "--log-level=debug")
     await started(shadow, prometheus, namespace)
     start = time.time()
-    with HpaDecisions(cluster, namespace) as decisions, \
+    with hpa_decisions(cluster, namespace, clock=time.time) as decisions, \
             Load(cluster, kubelet, namespace=namespace, selector={"app": "jobs"},
                  exporter=exporter, metric="jobs_in_flight", metric_total=20) as jobs, \
             Load(cluster, kubelet, namespace=namespace, selector={"app": "cpu"},
@@ -456,7 +394,7 @@ async def test_given_another_tolerance_the_shadow_differs_and_says_so_once(
     shadow = shadow_factory("--shadow-selector=shadow=loose",
                             "--horizontal-pod-autoscaler-tolerance=0.01")
     await started(shadow, prometheus, namespace)
-    with HpaDecisions(cluster, namespace) as decisions, \
+    with hpa_decisions(cluster, namespace, clock=time.time) as decisions, \
             Load(cluster, kubelet, namespace=namespace, selector={"app": "steady"},
                  exporter=exporter, metric="jobs_in_flight", metric_total=21), \
             Load(cluster, kubelet, namespace=namespace, selector={"app": "unselected"},

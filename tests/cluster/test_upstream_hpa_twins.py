@@ -9,10 +9,8 @@ from __future__ import annotations
 
 import asyncio
 import json
-import threading
 import time
-import urllib.request
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from datetime import datetime
 from decimal import Decimal
 from typing import Any
@@ -22,7 +20,8 @@ import pytest
 from testbed.controlplane import ControlPlane, Kubelet
 from testbed.fakes.exporter import Exporter
 from testbed.install import Installation
-from testbed.load import Load, close_stream
+from testbed.load import Load
+from testbed.watching import ValueWatch, deployment_replicas
 
 SYNC_SECONDS = 5.0
 # What separates the twins' reactions besides their sync phases: a scrape (1 s) and the
@@ -65,65 +64,6 @@ def scaler_spec(target: str, metrics: list[dict[str, Any]],
     return {"scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": target},
             "minReplicas": 1, "maxReplicas": max_replicas, "metrics": metrics,
             "behavior": behavior}
-
-
-class Replicas:
-    """Records every change of spec.replicas of the namespace's Deployments (a watch thread)."""
-
-    def __init__(self, cluster: ControlPlane, namespace: str) -> None:
-        self.cluster = cluster
-        self.namespace = namespace
-        self.changes: dict[str, list[tuple[float, int]]] = {}
-        self._lock = threading.Lock()
-        self._stop = threading.Event()
-        self._response: Any = None
-        self._thread = threading.Thread(target=self._run, daemon=True)
-
-    def _run(self) -> None:
-        path = f"/apis/apps/v1/namespaces/{self.namespace}/deployments"
-        while not self._stop.is_set():
-            try:
-                listed = self.cluster.get(path)
-                for item in listed["items"]:
-                    self._saw(item)
-                request = urllib.request.Request(
-                    f"{self.cluster.server}{path}?watch=1&timeoutSeconds=120&resourceVersion="
-                    f"{listed['metadata']['resourceVersion']}")
-                with urllib.request.urlopen(request, context=self.cluster._context(),
-                                            timeout=300) as response:
-                    self._response = response
-                    for line in response:
-                        event = json.loads(line)
-                        if event.get("type") in {"ADDED", "MODIFIED"}:
-                            self._saw(event["object"])
-            except Exception:  # the watch is retried until stopped
-                self._stop.wait(0.2)
-
-    def _saw(self, obj: Mapping[str, Any]) -> None:
-        name = obj["metadata"]["name"]
-        replicas = int(obj["spec"].get("replicas", 1))
-        with self._lock:
-            seen = self.changes.setdefault(name, [])
-            if not seen or seen[-1][1] != replicas:
-                seen.append((time.monotonic(), replicas))
-
-    def now(self, name: str) -> int | None:
-        with self._lock:
-            seen = self.changes.get(name)
-            return seen[-1][1] if seen else None
-
-    def sequence(self, name: str) -> list[tuple[float, int]]:
-        with self._lock:
-            return list(self.changes.get(name, []))
-
-    def __enter__(self) -> Replicas:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        close_stream(self._response)
-        self._thread.join(timeout=30)
 
 
 async def until(check: Callable[[], bool], *, what: str, within: float = 240,
@@ -179,7 +119,7 @@ def parse_time(text: str) -> float:
     return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
 
 
-def compare(replicas: Replicas, upstream: str, ours: str,
+def compare(replicas: ValueWatch, upstream: str, ours: str,
             diagnose: Callable[[], str] = lambda: "") -> None:
     theirs, mine = replicas.sequence(upstream), replicas.sequence(ours)
     counts = ([n for _, n in theirs], [n for _, n in mine])
@@ -203,7 +143,7 @@ async def twins(installation: Installation, namespace: str) -> Any:
     cluster = installation.cluster
     for name in ("upstream", "ours"):
         cluster.apply(deployment(name, namespace, replicas=2))
-    with Replicas(cluster, namespace) as replicas:
+    with deployment_replicas(cluster, namespace) as replicas:
         yield cluster, replicas
 
 
@@ -218,7 +158,7 @@ def create_scalers(cluster: ControlPlane, namespace: str, metrics: list[dict[str
                    "spec": scaler_spec("ours", metrics, behavior, max_replicas=max_replicas)})
 
 
-async def run_profile(replicas: Replicas, loads: list[Load],
+async def run_profile(replicas: ValueWatch, loads: list[Load],
                       steps: list[tuple[dict[str, Any], int]]) -> None:
     cluster = loads[0].cluster
     namespace = loads[0].namespace
@@ -235,7 +175,7 @@ async def run_profile(replicas: Replicas, loads: list[Load],
 
 
 async def test_a_pods_and_an_external_metric_scale_both_twins_alike(
-        twins: tuple[ControlPlane, Replicas], kubelet: Kubelet, exporter: Exporter,
+        twins: tuple[ControlPlane, ValueWatch], kubelet: Kubelet, exporter: Exporter,
         namespace: str) -> None:
     cluster, replicas = twins
     exporter.set("queue_depth", {"namespace": namespace, "queue": "orders"}, 30, type="gauge")
@@ -265,7 +205,7 @@ async def test_a_pods_and_an_external_metric_scale_both_twins_alike(
 
 
 async def test_cpu_utilization_through_metrics_k8s_io_scales_both_twins_alike(
-        twins: tuple[ControlPlane, Replicas], kubelet: Kubelet, namespace: str) -> None:
+        twins: tuple[ControlPlane, ValueWatch], kubelet: Kubelet, namespace: str) -> None:
     cluster, replicas = twins
     with Load(cluster, kubelet, namespace=namespace, selector={"app": "upstream"},
               cpu="0.5") as upstream, \

@@ -9,12 +9,10 @@ Objects live in the test's `namespace`; the Widget CRD is in a group of the modu
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import Mapping
 from typing import Any
 
-import pytest
-
-from metricscale.kube.http import KubeHTTP, open_kube_http
+from metricscale.kube.http import KubeHTTP
 from metricscale.kube.informer import (
     Informer,
     InformerEvent,
@@ -34,21 +32,14 @@ FAST: dict[str, Any] = {"backoff": Backoff(initial=0.01, cap=0.02), "jitter": la
 SYNC_SECONDS = 60.0
 
 
-@pytest.fixture
-async def kube_http(control_plane: ControlPlane,
-                       fault_proxy: FaultProxy) -> AsyncIterator[KubeHTTP]:
-    """The admin's token, through the fault proxy."""
-    configuration = control_plane.api_client_configuration(server=fault_proxy.server)
-    async with open_kube_http(configuration, user_agent="metricscale-tests") as http:
-        yield http
 
 
 async def test_deployment_watch_keeps_raw_dicts_and_sees_changes(
-        control_plane: ControlPlane, namespace: str, kube_http: KubeHTTP) -> None:
+        control_plane: ControlPlane, namespace: str, proxied_kube_http: KubeHTTP) -> None:
     # Paused: the deployment controller makes no ReplicaSet and no pod of it.
     control_plane.apply(paused_deployment(namespace, "web", replicas=2))
     informer: Informer[Mapping[str, Any]] = Informer(
-        PathSource(kube_http, collection_path(group="apps", version="v1",
+        PathSource(proxied_kube_http, collection_path(group="apps", version="v1",
                                                  plural="deployments", namespace=namespace)),
         project=project_raw, watch_timeout_seconds=1, **FAST)
     changed = asyncio.Event()
@@ -79,12 +70,12 @@ async def test_deployment_watch_keeps_raw_dicts_and_sees_changes(
 
 async def test_namespaced_pods_relist_when_the_watch_version_is_gone(
         control_plane: ControlPlane, namespace: str, fault_proxy: FaultProxy,
-        kube_http: KubeHTTP) -> None:
+        proxied_kube_http: KubeHTTP) -> None:
     # Never scheduled: no kubelet writes their status meanwhile.
     control_plane.apply(pod_manifest("a", namespace, labels={"app": "web"}))
     control_plane.apply(pod_manifest("skip", namespace, labels={"app": "db"}))
     informer: Informer[Mapping[str, Any]] = Informer(
-        PathSource(kube_http, collection_path(group="", version="v1", plural="pods",
+        PathSource(proxied_kube_http, collection_path(group="", version="v1", plural="pods",
                                                  namespace=namespace)),
         project=project_raw, label_selector="app=web", **FAST)
     await informer.list_once()
@@ -105,7 +96,7 @@ async def test_namespaced_pods_relist_when_the_watch_version_is_gone(
 
 async def test_custom_objects_watch_through_429_with_retry_after(
         control_plane: ControlPlane, namespace: str, fault_proxy: FaultProxy,
-        kube_http: KubeHTTP) -> None:
+        proxied_kube_http: KubeHTTP) -> None:
     group = f"{Names.unique('informer').prefix}.example.com"
     crd: dict[str, Any] = {
         "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
@@ -138,7 +129,7 @@ async def test_custom_objects_watch_through_429_with_retry_after(
             delays.append(seconds)
 
         informer: Informer[Mapping[str, Any]] = Informer(
-            PathSource(kube_http, collection_path(group=group, version="v1",
+            PathSource(proxied_kube_http, collection_path(group=group, version="v1",
                                                      plural="widgets", namespace=namespace)),
             project=project_raw, sleep=no_wait, **FAST)
         throttled = fault_proxy.add_fault(rf"/namespaces/{namespace}/widgets(\?|$)",

@@ -10,14 +10,13 @@ the comment at the place says how."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
-import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 
-from metricscale.kube.http import KubeHTTP, open_kube_http
+from metricscale.kube.http import KubeHTTP
 from metricscale.kube.informer import (
     BOOKMARK_INTERVAL_SECONDS,
     DEFAULT_STALL_TIMEOUT,
@@ -45,13 +44,6 @@ STALL = 5.0
 WAIT = 60.0
 
 
-@pytest.fixture
-async def kube_http(control_plane: ControlPlane,
-                    fault_proxy: FaultProxy) -> AsyncIterator[KubeHTTP]:
-    """The admin's token, through the fault proxy (closed before the proxy stops)."""
-    configuration = control_plane.api_client_configuration(server=fault_proxy.server)
-    async with open_kube_http(configuration, user_agent="metricscale-tests") as http:
-        yield http
 
 
 def deployments(http: KubeHTTP, namespace: str) -> PathSource:
@@ -65,11 +57,11 @@ def test_the_default_stall_timeout_outlasts_the_apiservers_bookmark_interval() -
 
 async def test_a_stalled_rewatch_is_restarted_and_the_change_arrives(
         control_plane: ControlPlane, fault_proxy: FaultProxy, namespace: str,
-        kube_http: KubeHTTP) -> None:
+        proxied_kube_http: KubeHTTP) -> None:
     # Paused: the deployment controller makes no ReplicaSet and no pod of it.
     control_plane.apply(paused_deployment(namespace, "web", replicas=2))
     informer: Informer[Mapping[str, Any]] = Informer(
-        deployments(kube_http, namespace), project=project_raw,
+        deployments(proxied_kube_http, namespace), project=project_raw,
         watch_timeout_seconds=WATCH_SECONDS, stall_timeout=STALL, **FAST)
     changed = asyncio.Event()
     arrival: dict[str, Any] = {}
@@ -112,11 +104,11 @@ async def test_a_stalled_rewatch_is_restarted_and_the_change_arrives(
 
 
 async def test_a_cache_silent_past_the_stall_timeout_is_stale_until_it_hears_again(
-        control_plane: ControlPlane, namespace: str, kube_http: KubeHTTP) -> None:
+        control_plane: ControlPlane, namespace: str, proxied_kube_http: KubeHTTP) -> None:
     control_plane.apply(paused_deployment(namespace, "web", replicas=2))
     now = [100.0]
     informer: Informer[Mapping[str, Any]] = Informer(
-        deployments(kube_http, namespace), project=project_raw, stall_timeout=STALL,
+        deployments(proxied_kube_http, namespace), project=project_raw, stall_timeout=STALL,
         clock=lambda: now[0], **FAST)
     assert informer.stale_reason() is not None  # not synced yet
     assert informer.last_event_age() is None
@@ -131,10 +123,10 @@ async def test_a_cache_silent_past_the_stall_timeout_is_stale_until_it_hears_aga
 
 
 async def test_cache_series_show_age_sync_and_restarts_by_reason(
-        control_plane: ControlPlane, namespace: str, kube_http: KubeHTTP) -> None:
+        control_plane: ControlPlane, namespace: str, proxied_kube_http: KubeHTTP) -> None:
     control_plane.apply(paused_deployment(namespace, "web", replicas=2))
     informer: Informer[Mapping[str, Any]] = Informer(
-        deployments(kube_http, namespace), project=project_raw, name="deployments",
+        deployments(proxied_kube_http, namespace), project=project_raw, name="deployments",
         watch_timeout_seconds=WATCH_SECONDS, stall_timeout=STALL, **FAST)
     registry = CollectorRegistry()
     registry.register(InformerCollector(lambda: [informer]))
