@@ -55,22 +55,32 @@ dashboards: venv
 
 # `make test` in stages, quickest first, so a broken change fails in a minute or two: lint,
 # types, import layers and the docs site; the unit and decision tests (no Prometheus, kubectl,
-# peer program, image or control plane); only then Prometheus, the peers and the image tools,
-# and what waits on Prometheus scrapes, kubectl, sync periods and the real control plane, on
-# two pytest-xdist workers (most of it is waiting: each worker starts its own session
-# Prometheus and control plane, and a module's shared fixture stays on one worker); then the
-# container image; then the shipped interpreter. The stages' times are in
-# docs/getting-started/development.md.
+# peer program, image or control plane); only then Prometheus, the peers and the image tools.
+# The last three stages run side by side (`make -j3`, each one's output printed whole when it
+# ends), because most of their time is waiting, not computing: what waits on Prometheus
+# scrapes, kubectl, sync periods and the real control plane, on SLOW_WORKERS pytest-xdist
+# workers (each starts its own session Prometheus and control plane); the container image; the
+# shipped interpreter. Each module goes whole to one worker (`--dist loadscope`), the longest
+# first (tests/conftest.py). The stages' times are in docs/getting-started/development.md.
 FAST_TESTS := not prometheus and not kubectl and not peers and not cluster and not image
 SLOW_TESTS := (prometheus or kubectl or peers or cluster) and not image
-XDIST := -n 2 --dist loadgroup
+XDIST := --dist loadscope --no-loadscope-reorder
+SLOW_WORKERS ?= 6
 
+.PHONY: test-fast test-slow test-image
 test: venv lint docs
-	$(BIN)/pytest $(XDIST) -m "$(FAST_TESTS)"
-	$(MAKE) prometheus peers image-tools
-	$(BIN)/pytest $(XDIST) -m "$(SLOW_TESTS)"
+	$(MAKE) test-fast
+	$(MAKE) prometheus peers image-tools $(SHIPPED_VENV)/.installed
+	$(MAKE) --jobs=3 --output-sync=target test-slow test-image test-shipped
+
+test-fast: venv
+	$(BIN)/pytest -n 2 $(XDIST) -m "$(FAST_TESTS)"
+
+test-slow: venv
+	$(BIN)/pytest -n $(SLOW_WORKERS) $(XDIST) -m "$(SLOW_TESTS)"
+
+test-image: venv
 	$(BIN)/pytest -m image tests/image
-	$(MAKE) test-shipped
 
 # The tests marked shipped_interpreter again on the Python the image ships (Debian's python3,
 # 3.11.2 in bookworm): exception groups behave differently within 3.11 (`raise` inside
@@ -85,7 +95,7 @@ $(SHIPPED_VENV)/.installed: pyproject.toml
 
 .PHONY: test-shipped
 test-shipped: $(SHIPPED_VENV)/.installed prometheus
-	$(SHIPPED_VENV)/bin/pytest $(XDIST) -m shipped_interpreter
+	$(SHIPPED_VENV)/bin/pytest -n 2 $(XDIST) -m shipped_interpreter
 
 # The documentation site (mkdocs.yml, docs/), built with --strict: a broken link, a missing page or
 # a page left out of the nav fails. Into site/ (git-ignored); `make docs-serve` serves it on
