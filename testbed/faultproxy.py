@@ -32,6 +32,15 @@ from aiohttp import web
 
 from metricscale import pki
 from testbed.controlplane import ControlPlane
+from testbed.faults import (
+    DropConnection,
+    Fault,
+    FaultAction,
+    Latency,
+    ServerError,
+    StallWatch,
+    TooManyRequests,
+)
 from testbed.processes import free_port
 
 __all__ = ["DropConnection", "Fault", "FaultAction", "FaultProxy", "Latency", "RecordedRequest",
@@ -39,55 +48,6 @@ __all__ = ["DropConnection", "Fault", "FaultAction", "FaultProxy", "Latency", "R
 
 _HOP_BY_HOP = {"connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "te",
                "trailers", "transfer-encoding", "upgrade", "host", "content-length"}
-
-
-@dataclass(frozen=True)
-class Latency:
-    """Wait, then forward the request."""
-
-    seconds: float
-
-
-@dataclass(frozen=True)
-class TooManyRequests:
-    retry_after: int = 1
-
-
-@dataclass(frozen=True)
-class ServerError:
-    code: int = 500
-    message: str = "injected by the test's fault proxy"
-
-
-@dataclass(frozen=True)
-class DropConnection:
-    """Close the connection without an answer."""
-
-
-@dataclass(frozen=True)
-class StallWatch:
-    """Answer 200 with a watch's headers, then send nothing until the client goes away."""
-
-
-FaultAction = Latency | TooManyRequests | ServerError | DropConnection | StallWatch
-
-
-@dataclass
-class Fault:
-    """Applies `action` to requests whose path (with its query) matches `pattern`."""
-
-    pattern: re.Pattern[str]
-    action: FaultAction
-    method: str | None = None
-    remaining: int | None = 1  # None: every matching request
-    hits: int = 0
-
-    def matches(self, method: str, path: str) -> bool:
-        if self.remaining is not None and self.remaining <= 0:
-            return False
-        if self.method is not None and self.method.upper() != method:
-            return False
-        return self.pattern.search(path) is not None
 
 
 @dataclass(frozen=True)
@@ -179,7 +139,8 @@ class FaultProxy:
                                 headers={"Retry-After": str(fault.retry_after)})
         elif isinstance(fault, ServerError):
             self._record(request, fault.code, fault)
-            return self._status(fault.code, "InternalError", fault.message)
+            return self._status(fault.code, "InternalError",
+                                fault.message or "injected by the test's fault proxy")
         elif isinstance(fault, DropConnection):
             self._record(request, 0, fault)
             if request.transport is not None:

@@ -72,6 +72,15 @@ from testbed.fakes.kube_objects import Container
 from testbed.fakes.kube_resources import ResourceRegistry, resource_type_from_crd
 from testbed.fakes.kube_store import ObjectStore, StoreEvent
 from testbed.fakes.kube_strategy import apply_defaults, validate
+from testbed.faults import (
+    DropConnection,
+    Fault,
+    FaultAction,
+    Latency,
+    ServerError,
+    StallWatch,
+    TooManyRequests,
+)
 
 JSONDict = dict[str, Any]
 log = logging.getLogger(__name__)
@@ -174,55 +183,6 @@ class RequestAttributes:
 
 Decision = bool | tuple[bool, str]
 Authorizer = Callable[[RequestAttributes], Decision]
-
-
-@dataclass(frozen=True)
-class Latency:
-    """Delay the request, then serve it normally."""
-
-    seconds: float
-
-
-@dataclass(frozen=True)
-class TooManyRequests:
-    retry_after: int = 1
-
-
-@dataclass(frozen=True)
-class ServerError:
-    code: int = 500
-    message: str = ""
-
-
-@dataclass(frozen=True)
-class DropConnection:
-    """Close the connection without sending a response."""
-
-
-@dataclass(frozen=True)
-class StallWatch:
-    """Keep the connection open and send nothing (a watch gets its 200 headers first)."""
-
-
-FaultAction = Latency | TooManyRequests | ServerError | DropConnection | StallWatch
-
-
-@dataclass
-class Fault:
-    """A fault injected on requests whose path matches `pattern` (re.search)."""
-
-    pattern: re.Pattern[str]
-    action: FaultAction
-    method: str | None = None
-    remaining: int | None = 1  # None: forever
-    hits: int = 0
-
-    def matches(self, method: str, path: str) -> bool:
-        if self.remaining is not None and self.remaining <= 0:
-            return False
-        if self.method is not None and self.method.upper() != method:
-            return False
-        return self.pattern.search(path) is not None
 
 
 # --- certificates, generated once per process -------------------------------------------------
