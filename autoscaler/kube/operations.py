@@ -89,6 +89,10 @@ _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 EventType = Literal["Normal", "Warning"]
 
+# An Event repeated within this long of its last occurrence counts on as a series of the same
+# Event (events.k8s.io/v1 `series`), as client-go's events library folds them (its finishTime).
+EVENT_SERIES_WINDOW = timedelta(minutes=6)
+
 
 # --- Time --------------------------------------------------------------------------------------
 
@@ -345,6 +349,17 @@ class KubeAPI(KubeWrites, Protocol):
 # --- The client ------------------------------------------------------------------------------
 
 
+@dataclass
+class _EventSeries:
+    """An Event the client posted, and how often it has occurred so far."""
+
+    namespace: str
+    name: str
+    count: int
+    last: datetime
+
+
+
 class KubeClient:
     """KubeAPI over the shared request path (one KubeHTTP session to the API server)."""
 
@@ -376,6 +391,9 @@ class KubeClient:
         # Event names must be unique: client-go takes the nanoseconds of its own clock, which
         # two events of one reconcile (one `now`) would share. Strictly increasing per client.
         self._last_event_nanos = 0
+        # The Events posted lately, by what makes a repeat the same Event (upstream's HPA
+        # controller folds repeats the same way: same object, type, reason and message).
+        self._event_series: dict[tuple[str, ...], _EventSeries] = {}
         self._latency = Histogram(
             "metricscale_autoscaler_api_request_duration_seconds",
             "Latency of the autoscaler's Kubernetes API requests, by call site, verb, resource "
@@ -575,9 +593,63 @@ class KubeClient:
     ) -> bool:
         """Post an events.k8s.io/v1 Event; best effort: failures are logged, never raised.
 
-        Returns whether the server accepted it. One attempt only: an event is not worth
-        holding a reconcile for.
+        The same Event again (the same object, type, reason, action and note) within
+        EVENT_SERIES_WINDOW of its last occurrence is not a new object: the first one's
+        `series` counts it (count and lastObservedTime, one PATCH), as client-go's events
+        library and upstream's HPA controller fold repeats; a failure repeated at every sync
+        stays one Event. Returns whether the server accepted it. One attempt only: an event is
+        not worth holding a reconcile for.
         """
+        key = (regarding.api_version, regarding.kind, regarding.namespace, regarding.name,
+               regarding.uid, event_type, reason, action, note)
+        self._forget_finished_series(now)
+        series = self._event_series.get(key)
+        if series is not None:
+            counted = await self._count_in_series(series, regarding=regarding, reason=reason,
+                                                  now=now)
+            if counted is not None:
+                return counted
+            del self._event_series[key]  # the Event is gone (deleted, or its TTL): a new one
+        name = await self._post_event(regarding=regarding, event_type=event_type,
+                                      reason=reason, note=note, now=now, action=action)
+        if name is None:
+            return False
+        if name:  # (a server that answers without the name: nothing to count on)
+            self._event_series[key] = _EventSeries(namespace=regarding.namespace, name=name,
+                                                   count=1, last=now)
+        return True
+
+    def _forget_finished_series(self, now: datetime) -> None:
+        finished = [key for key, series in self._event_series.items()
+                    if now - series.last > EVENT_SERIES_WINDOW]
+        for key in finished:
+            del self._event_series[key]
+
+    async def _count_in_series(self, series: _EventSeries, *, regarding: ObjectReference,
+                               reason: str, now: datetime) -> bool | None:
+        """Counts one more occurrence on the series' Event: True when stored, False when the
+        PATCH failed, None when the Event no longer exists."""
+        path = f"/apis/events.k8s.io/v1/namespaces/{series.namespace}/events/{series.name}"
+        body = {"series": {"count": series.count + 1,
+                           "lastObservedTime": format_micro_time(now)}}
+        try:
+            await self._request("PATCH", path, operation="patch_event",
+                                resource="events.events.k8s.io", body=body,
+                                content_type=_MERGE_PATCH, retry=NO_RETRY,
+                                context=ErrorContext("events.k8s.io", "events", series.name))
+        except NotFound:
+            return None
+        except Exception as exc:
+            logger.warning("%s/%s: event %s not counted: %s", regarding.namespace,
+                           regarding.name, reason, exc)
+            return False
+        series.count += 1
+        series.last = now
+        return True
+
+    async def _post_event(self, *, regarding: ObjectReference, event_type: EventType,
+                          reason: str, note: str, now: datetime, action: str) -> str | None:
+        """POSTs a new Event: its name ("" if the answer has none), None if not stored."""
         nanos = max(_unix_nanos(now), self._last_event_nanos + 1)
         self._last_event_nanos = nanos
         body = render_event(regarding=regarding, event_type=event_type, reason=reason,
@@ -588,23 +660,24 @@ class KubeClient:
         context = ErrorContext("events.k8s.io", "events")
         try:
             try:
-                await self._request("POST", path, operation="create_event",
-                                    resource="events.events.k8s.io", body=body,
-                                    retry=NO_RETRY, context=context)
+                data = await self._request("POST", path, operation="create_event",
+                                           resource="events.events.k8s.io", body=body,
+                                           retry=NO_RETRY, context=context)
             except AlreadyExists:
                 # Another process (a restarted replica) named one in the same nanosecond:
                 # let the server pick a free name (a prefix may end in '-', not in '.').
                 metadata = body["metadata"]
                 metadata["generateName"] = f"{regarding.name}-"
                 del metadata["name"]
-                await self._request("POST", path, operation="create_event",
-                                    resource="events.events.k8s.io", body=body,
-                                    retry=NO_RETRY, context=context)
+                data = await self._request("POST", path, operation="create_event",
+                                           resource="events.events.k8s.io", body=body,
+                                           retry=NO_RETRY, context=context)
         except Exception as exc:
             logger.warning("%s/%s: event %s not recorded: %s", regarding.namespace,
                            regarding.name, reason, exc)
-            return False
-        return True
+            return None
+        stored = _mapping(_mapping(data).get("metadata")).get("name")
+        return str(stored or body["metadata"].get("name") or "")
 
     # -- leases --
 

@@ -14,7 +14,7 @@ import asyncio
 import re
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -700,4 +700,71 @@ async def test_an_event_name_taken_by_another_process_falls_back_to_a_generated_
     assert len(names) == 2 and names[0] != names[1]
     assert sorted(name.startswith("web-") for name in names) == [False, True]
     assert [r.status for r in fault_proxy.requests_to("/events$", method="POST")] == [409, 201]
+
+
+def web_reference(namespace: str) -> ObjectReference:
+    return ObjectReference(api_version="metricscale.dev/v1alpha1", kind="Autoscaler",
+                           namespace=namespace, name="web", uid="uid-1")
+
+
+async def test_a_repeated_event_is_one_event_whose_series_counts_the_repeats(
+        control_plane: ControlPlane, fault_proxy: FaultProxy, namespace: str,
+        kube: KubeClient) -> None:
+    """A failure at every sync (15 s apart) is one Event, as upstream's HPA controller folds
+    repeats, not an Event a sync; kube-apiserver takes the series as client-go writes it."""
+    regarding = web_reference(namespace)
+    for seconds in (0, 15, 30):
+        assert await kube.create_event(regarding=regarding, event_type="Warning",
+                                       reason="FailedGetPodsMetric", note="no metric qps",
+                                       now=NOW + timedelta(seconds=seconds))
+    [event] = our_events(control_plane, namespace)
+    assert event["eventTime"] == "2024-05-01T12:00:21.000000Z"  # the first occurrence
+    assert event["series"] == {"count": 3, "lastObservedTime": "2024-05-01T12:00:51.000000Z"}
+    assert [r.method for r in fault_proxy.requests_to("/events(/|$)")] == \
+        ["POST", "PATCH", "PATCH"]
+    # kubectl reads the core/v1 Event it converts to (describe: "x3 over ...").
+    [core] = control_plane.get(f"/api/v1/namespaces/{namespace}/events")["items"]
+    assert core["series"]["count"] == 3
+
+
+async def test_another_note_or_a_repeat_after_the_series_window_is_a_new_event(
+        control_plane: ControlPlane, namespace: str, kube: KubeClient) -> None:
+    regarding = web_reference(namespace)
+
+    async def post(note: str, seconds: float) -> None:
+        assert await kube.create_event(regarding=regarding, event_type="Warning",
+                                       reason="FailedGetPodsMetric", note=note,
+                                       now=NOW + timedelta(seconds=seconds))
+
+    await post("no metric qps", 0)
+    await post("no metric qps", 15)
+    await post("no metric latency", 20)  # another message: an Event of its own
+    await post("no metric qps", 15 + 6 * 60 + 1)  # silent for more than 6 minutes: a new one
+    events = sorted(our_events(control_plane, namespace), key=lambda e: e["eventTime"])
+    assert [(e["note"], (e.get("series") or {}).get("count")) for e in events] == [
+        ("no metric qps", 2), ("no metric latency", None), ("no metric qps", None)]
+
+
+async def test_a_series_whose_event_is_gone_starts_again_and_a_failed_count_is_not_lost(
+        control_plane: ControlPlane, fault_proxy: FaultProxy, namespace: str,
+        kube: KubeClient) -> None:
+    regarding = web_reference(namespace)
+
+    async def post(seconds: float) -> bool:
+        return await kube.create_event(regarding=regarding, event_type="Warning",
+                                       reason="FailedGetScale", note="x",
+                                       now=NOW + timedelta(seconds=seconds))
+
+    assert await post(0)
+    [first] = our_events(control_plane, namespace)
+    fault_proxy.add_fault("/events/", ServerError(code=503), method="PATCH")
+    assert await post(15) is False  # not stored, not retried
+    assert await post(30)  # counted now: 2 occurrences stored
+    assert our_events(control_plane, namespace)[0]["series"]["count"] == 2
+    control_plane.request(
+        "DELETE", f"{EVENTS.format(namespace=namespace)}/{first['metadata']['name']}")
+    assert await post(45)  # its Event deleted (or expired): a new Event
+    [again] = our_events(control_plane, namespace)
+    assert again["metadata"]["name"] != first["metadata"]["name"]
+    assert "series" not in again or again["series"] is None
 
