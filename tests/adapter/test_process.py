@@ -6,6 +6,7 @@ test's to assert on a shared machine: bench/adapter.py is where it belongs.)"""
 from __future__ import annotations
 
 import asyncio
+import re
 import signal
 import socket
 import ssl
@@ -79,6 +80,9 @@ async def test_sigterm_stops_a_serving_adapter_cleanly(
     log = stderr.decode()
     assert process.returncode == 0, log
     assert "shutting down" in log
+    # Each part of the shutdown says it is done (where a slow one stands when it is killed).
+    assert re.search(r"requests, caches and discovery stopped \d+\.\d s after the signal", log)
+    assert log.rstrip().endswith("stopped"), log
     assert "Traceback" not in log
 
 
