@@ -65,7 +65,7 @@ dashboards: venv
 FAST_TESTS := not prometheus and not kubectl and not peers and not cluster and not image
 SLOW_TESTS := (prometheus or kubectl or peers or cluster) and not image
 XDIST := --dist loadscope --no-loadscope-reorder
-SLOW_WORKERS ?= 6
+SLOW_WORKERS ?= 4
 
 .PHONY: test-fast test-slow test-image
 test: venv lint docs

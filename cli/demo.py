@@ -111,6 +111,10 @@ DEMO_PODS = rf"{DEMO_APP}-[0-9]+"
 REPLAY_PLOT = "replay.png"
 REPLAY_TOLERANCE = 1  # replicas
 SCRAPE_SECONDS = 1  # Prometheus' scrape interval in the demo
+# How long the demo waits for a command to answer or a condition to hold before it gives up
+# and says which: a guard against a hang, not a measure (it takes well under a second on a
+# quiet machine; a loaded one once needed more than 30).
+GUARD_SECONDS = 120.0
 # How long a line waits for the Autoscaler's status to describe a size change it saw (the
 # controller writes the scale, then the status).
 STATUS_PATIENCE_SECONDS = 5.0
@@ -562,12 +566,13 @@ class Kubectl:
         except OSError as error:
             raise DemoError(f"cannot run kubectl {self.binary}: {error}") from None
         try:
-            async with asyncio.timeout(30):
+            async with asyncio.timeout(GUARD_SECONDS):
                 out, err = await process.communicate()
         except TimeoutError:
             process.kill()
             await process.wait()
-            raise DemoError(f"kubectl {' '.join(arguments)} did not answer within 30 s") from None
+            raise DemoError(f"kubectl {' '.join(arguments)} did not answer within "
+                            f"{GUARD_SECONDS:.0f} s") from None
         if process.returncode != 0:
             message = err.decode().strip() or "no message"
             raise DemoError(f"kubectl {' '.join(arguments)} failed (exit {process.returncode}): "
@@ -628,7 +633,7 @@ async def _until(check: Callable[[], Awaitable[bool]], *, within: float, what: s
 
 
 async def _wait_ready(program: Program, *, url: str, ssl_context: ssl.SSLContext | bool,
-                      within: float = 30.0) -> None:
+                      within: float = GUARD_SECONDS) -> None:
     async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=5)) as http:
         async def ready() -> bool:
             program.check_running()
@@ -1021,7 +1026,7 @@ async def _demo(*, workdir: Path, kubectl: str, timing: Timing, keep: bool = Fal
         for group, version, _ in APISERVICES:
             name = f"{version}.{group}"
             try:
-                await kube.wait_for_apiservice(name, within=30.0)
+                await kube.wait_for_apiservice(name, within=GUARD_SECONDS)
             except AssertionError as error:
                 adapter.check_running()
                 raise DemoError(f"{error}\nthe end of {adapter.log_file}:\n"
@@ -1084,7 +1089,8 @@ async def _demo(*, workdir: Path, kubectl: str, timing: Timing, keep: bool = Fal
 
         web = Act(reporter=Reporter(kube=kube, workload=workload, started=started),
                   log_file=controller.log_file, alive=alive)
-        await web.until(lambda o: "ScalingActive=ValidMetricFound" in o.reasons, within=30.0,
+        await web.until(lambda o: "ScalingActive=ValidMetricFound" in o.reasons,
+                        within=GUARD_SECONDS,
                         what="the autoscaler's first decision from real metrics")
         start_load = sum(INITIAL_RATES.values(), Decimal(0))
         if web.reporter.report().replicas != len(INITIAL_RATES):
@@ -1138,8 +1144,9 @@ async def _demo(*, workdir: Path, kubectl: str, timing: Timing, keep: bool = Fal
         banner(f"kubectl --kubeconfig {kubeconfig} top pods -n {DEMO_NAMESPACE}",
                "Resource metrics (metrics.k8s.io) from cAdvisor's series in Prometheus, through "
                "the same adapter: no metrics-server. Then the nodes.")
-        print(await _top(admin, "pods", "-n", DEMO_NAMESPACE, within=window + 30.0), end="")
-        print(f"$ kubectl top nodes\n{await _top(admin, 'nodes', within=30.0)}", end="")
+        print(await _top(admin, "pods", "-n", DEMO_NAMESPACE, within=window + GUARD_SECONDS),
+              end="")
+        print(f"$ kubectl top nodes\n{await _top(admin, 'nodes', within=GUARD_SECONDS)}", end="")
 
         target_milli = CPU_REQUEST * CPU_TARGET_PERCENT * 10
         banner(f"CPU autoscaling: {CPU_APP} at {CPU_TARGET_PERCENT}% of its CPU request",
@@ -1156,7 +1163,8 @@ async def _demo(*, workdir: Path, kubectl: str, timing: Timing, keep: bool = Fal
         print(await admin("apply", "-f", str(cpu_manifest)), end="")
         cpu = Act(reporter=Reporter(kube=kube, workload=cpu_workload, started=started),
                   log_file=controller.log_file, alive=alive)
-        await cpu.until(lambda o: "ScalingActive=ValidMetricFound" in o.reasons, within=30.0,
+        await cpu.until(lambda o: "ScalingActive=ValidMetricFound" in o.reasons,
+                        within=GUARD_SECONDS,
                         what=f"the first decision for {CPU_APP} from metrics.k8s.io")
         cpu_workload.set_load(CPU_BUSY)
         await cpu.until(lambda o: o.replicas >= cpu_up_to, within=timing.scale_up_within,
@@ -1336,12 +1344,13 @@ async def _explain(*, kubeconfig: Path) -> str:
         stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE)
     try:
-        async with asyncio.timeout(30):
+        async with asyncio.timeout(GUARD_SECONDS):
             out, err = await process.communicate()
     except TimeoutError:
         process.kill()
         await process.wait()
-        raise DemoError("metricscale explain --live did not answer within 30 s") from None
+        raise DemoError(f"metricscale explain --live did not answer within {GUARD_SECONDS:.0f} s"
+                        ) from None
     if process.returncode != 0:
         raise DemoError(f"metricscale explain --live failed ({process.returncode}): "
                         f"{err.decode().strip()}")

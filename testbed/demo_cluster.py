@@ -57,6 +57,7 @@ from cli.demo import (
     CPU_TARGET_PERCENT,
     DEMO_APP,
     DEMO_NAMESPACE,
+    GUARD_SECONDS,
     MAX_REPLICAS,
     METRIC,
     MIN_REPLICAS,
@@ -307,7 +308,7 @@ class Kubectl:
     kubeconfig: Path
     cache_dir: Path
 
-    def __call__(self, *arguments: str, timeout: float = 60.0) -> str:
+    def __call__(self, *arguments: str, timeout: float = GUARD_SECONDS) -> str:
         try:
             result = subprocess.run(
                 [self.binary, "--kubeconfig", str(self.kubeconfig), *arguments],
@@ -834,9 +835,10 @@ class Story:
                 [sys.executable, "-m", "metricscale", "explain", "--live",
                  f"{DEMO_NAMESPACE}/{DEMO_APP}", "--kubeconfig", str(self.kubeconfig),
                  "-o", "text"], stdin=subprocess.DEVNULL, capture_output=True, text=True,
-                timeout=60, check=False)
+                timeout=GUARD_SECONDS, check=False)
         except subprocess.TimeoutExpired:
-            raise DemoError("metricscale explain --live did not answer within 60 s") from None
+            raise DemoError(f"metricscale explain --live did not answer within "
+                            f"{GUARD_SECONDS:.0f} s") from None
         if result.returncode != 0:
             raise DemoError(f"metricscale explain --live failed ({result.returncode}): "
                             f"{result.stderr.strip()}")

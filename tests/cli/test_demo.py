@@ -125,7 +125,11 @@ def check_replay_act(act: str, *, workdir: Path, up_to: int, down_to: int) -> No
     assert rows[0][0] == 3  # the replay starts from the 3 replicas kube-state-metrics recorded
     decided = [d for _, d, _ in rows]
     observed = [o for _, _, o in rows if o is not None]
-    assert len(observed) == len(rows)  # the demo plays kube-state-metrics for the whole range
+    # The demo plays kube-state-metrics for the whole range. A scrape that fails (a loaded
+    # machine: one took longer than the 1 s scrape timeout) marks the series stale until the
+    # next one, so a step may show no observed value ("-"), the next ones do again.
+    missing = [index for index, (_, _, o) in enumerate(rows) if o is None]
+    assert len(missing) <= len(rows) // 10 and rows[-1][2] is not None, act[:3000]
     # Both curves go up and back down; the live one to the live run's top size.
     assert max(observed) == up_to and max(decided) > rows[0][0], act[:3000]
     assert decided[-1] == observed[-1] == down_to, act[:3000]

@@ -344,11 +344,14 @@ async def test_beside_upstreams_hpas_the_shadow_agrees_at_every_decision_and_wri
         counts = shadow.decisions(namespace, name)
         differences = shadow.differences(namespace, name)
         assert counts["warmup"] == 0 and counts["unjudged"] == 0, f"HPA {name}: {counts}"
-        # Never on the same values. CPU is a rate over a window that moves between the two
-        # reads, a second apart: on a ramp that hovers near a threshold (a new pod's series
-        # reads low), one sync can fall on either side (docs/shadow.md, "Reading the rate":
-        # a lone difference on values read apart, the same final size on both sides).
-        assert not [d for d in differences if "on the same values" in d], \
+        # CPU is a rate over a window that moves between the two reads, a second apart: on a
+        # ramp that hovers near a threshold (a new pod's series reads low), one sync can fall
+        # on either side (docs/shadow.md, "Reading the rate": a lone difference, the same final
+        # size on both sides). It is judged "on values read apart", or "on the same values"
+        # when only the stabilization window, filled from each side's own earlier reads, held
+        # the scale-down (seen under a CI run's load: the HPA 6 -> 5, the shadow kept 6).
+        same = [d for d in differences if "on the same values" in d]
+        assert all(name == "cpu" and "Stabilization" in d for d in same), \
             f"HPA {name}: {counts}\n" + "\n".join(differences)
         assert counts["differ"] <= (1 if name == "cpu" else 0), \
             f"HPA {name}: {counts}\n" + "\n".join(differences)
