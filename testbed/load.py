@@ -9,19 +9,14 @@ It runs in a thread of its own, so a busy test event loop cannot delay it.
 
 from __future__ import annotations
 
-import contextlib
-import json
-import logging
-import socket
-import ssl
 import threading
 import urllib.parse
-import urllib.request
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from decimal import Decimal
 from typing import Any, Protocol
 
 from testbed.controlplane import ControlPlane, Kubelet
+from testbed.watching import ListWatch
 
 
 class Exporter(Protocol):
@@ -32,7 +27,6 @@ class Exporter(Protocol):
 
     def remove(self, name: str, labels: Mapping[str, str] | None = None) -> None: ...
 
-logger = logging.getLogger(__name__)
 
 
 def _ready(pod: Mapping[str, Any]) -> bool:
@@ -44,15 +38,17 @@ def _ready(pod: Mapping[str, Any]) -> bool:
         for c in status.get("conditions") or [])
 
 
-class Load:
+class Load(ListWatch):
     def __init__(self, cluster: ControlPlane, kubelet: Kubelet, *, namespace: str,
                  selector: Mapping[str, str], cpu: Decimal | str | int = 0,
                  exporter: Exporter | None = None, metric: str | None = None,
                  metric_total: Decimal | str | int = 0) -> None:
-        self.cluster = cluster
         self.kubelet = kubelet
         self.namespace = namespace
         self.selector = ",".join(f"{k}={v}" for k, v in selector.items())
+        super().__init__(cluster, f"/api/v1/namespaces/{namespace}/pods?"
+                         + urllib.parse.urlencode({"labelSelector": self.selector}),
+                         name=f"load {self.selector}", retry=0.5)
         self.exporter = exporter
         self.metric = metric
         self._lock = threading.Lock()
@@ -60,10 +56,6 @@ class Load:
         self._metric_total = Decimal(metric_total)
         self._pods: dict[str, bool] = {}
         self._published: set[str] = set()
-        self._stop = threading.Event()
-        self._response: Any = None
-        self._thread = threading.Thread(target=self._run, name=f"load {self.selector}",
-                                        daemon=True)
 
     # ---- what the test sets -------------------------------------------------------------
 
@@ -101,57 +93,25 @@ class Load:
         for pod in ready:
             self.kubelet.set_usage(self.namespace, pod, cpu=str(cpu_share))
 
-    def _path(self, **query: str) -> str:
-        query["labelSelector"] = self.selector
-        return (f"/api/v1/namespaces/{self.namespace}/pods?"
-                + urllib.parse.urlencode(query))
+    def listed(self, items: Sequence[Mapping[str, Any]]) -> None:
+        with self._lock:
+            self._pods = {p["metadata"]["name"]: _ready(p) for p in items}
+        self._publish()
 
-    def _run(self) -> None:
-        context = ssl.create_default_context(cafile=str(self.cluster.ca_file))
-        context.load_cert_chain(str(self.cluster.admin.cert), str(self.cluster.admin.key))
-        while not self._stop.is_set():
-            try:
-                listed = self.cluster.get(self._path())
-                with self._lock:
-                    self._pods = {p["metadata"]["name"]: _ready(p) for p in listed["items"]}
-                self._publish()
-                url = self.cluster.server + self._path(
-                    watch="1", resourceVersion=listed["metadata"]["resourceVersion"],
-                    timeoutSeconds="120")
-                with urllib.request.urlopen(url, context=context, timeout=300) as response:
-                    self._response = response
-                    for line in response:
-                        if self._stop.is_set():
-                            return
-                        event = json.loads(line)
-                        pod = event.get("object") or {}
-                        name = (pod.get("metadata") or {}).get("name")
-                        if event.get("type") == "ERROR" or not name:
-                            break
-                        with self._lock:
-                            if event["type"] == "DELETED":
-                                self._pods.pop(name, None)
-                            else:
-                                self._pods[name] = _ready(pod)
-                        self._publish()
-            except Exception as error:  # the watch is retried until stopped
-                if not self._stop.is_set():
-                    logger.warning("load on %s: %s; watching again", self.selector, error)
-                    self._stop.wait(0.5)
+    def changed(self, kind: str, obj: Mapping[str, Any]) -> None:
+        name = (obj.get("metadata") or {}).get("name")
+        if not name:
+            return
+        with self._lock:
+            if kind == "DELETED":
+                self._pods.pop(name, None)
+            else:
+                self._pods[name] = _ready(obj)
+        self._publish()
 
     def __enter__(self) -> Load:
-        self._thread.start()
+        self.start()
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        close_stream(self._response)
-        self._thread.join(timeout=30)
-
-
-def close_stream(response: Any) -> None:
-    """Unblocks a thread reading `response` (an open watch) by shutting its socket down."""
-    with contextlib.suppress(Exception):
-        response.fp.raw._sock.shutdown(socket.SHUT_RDWR)
-    with contextlib.suppress(Exception):
-        response.close()
+        self.stop()
