@@ -1298,7 +1298,17 @@ def replay_act(*, workdir: Path, prometheus_url: str, rules_file: Path, manifest
     began = time.monotonic()
     try:
         client = prometheus_client(args)
-        result = replay_steps(args, client)
+        try:
+            result = replay_steps(args, client)
+        except ReplayInputError as error:
+            if not str(error).startswith("--initial-replicas is required"):
+                raise
+            # A scrape that failed at --from (a loaded machine) left the size there stale: the
+            # demo knows it, the first act's start.
+            args.initial_replicas = len(INITIAL_RATES)
+            print(f"        ({error}: again with --initial-replicas {args.initial_replicas})",
+                  flush=True)
+            result = replay_steps(args, client)
     except (ReplayInputError, PrometheusApiClientException, requests.RequestException) as error:
         raise DemoError(f"metricscale replay failed: {error}") from None
     replayed = time.monotonic() - began
