@@ -1275,7 +1275,7 @@ def replay_act(*, workdir: Path, prometheus_url: str, rules_file: Path, manifest
 
     from cli.replay import add_arguments, prometheus_client, render, replay_steps
     from cli.replay_plot import INSTALL_HINT, plot_replay
-    from cli.replay_sim import ReplayInputError
+    from cli.replay_sim import MissingInitialReplicas, ReplayInputError
 
     def stamp(moment: datetime) -> str:
         return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
@@ -1300,9 +1300,7 @@ def replay_act(*, workdir: Path, prometheus_url: str, rules_file: Path, manifest
         client = prometheus_client(args)
         try:
             result = replay_steps(args, client)
-        except ReplayInputError as error:
-            if not str(error).startswith("--initial-replicas is required"):
-                raise
+        except MissingInitialReplicas as error:
             # A scrape that failed at --from (a loaded machine) left the size there stale: the
             # demo knows it, the first act's start.
             args.initial_replicas = len(INITIAL_RATES)

@@ -28,6 +28,7 @@ from typing import Any
 from cli.replay_sim import (
     PER_POD_TYPES,
     SUPPORTED_TYPES,
+    MissingInitialReplicas,
     Observation,
     ReplayInputError,
     Step,
@@ -363,7 +364,7 @@ def _initial_replicas(args: argparse.Namespace, client: Any, autoscaler: Mapping
     promql = _replicas_query(autoscaler)
     result = client.custom_query(promql, params={"time": start.timestamp()})
     if not result:
-        raise ReplayInputError("--initial-replicas is required: Prometheus has no "
+        raise MissingInitialReplicas("--initial-replicas is required: Prometheus has no "
                                f"{promql.split('{')[0]} for the target at --from")
     return int(float(result[0]["value"][1]))
 

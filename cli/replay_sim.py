@@ -49,6 +49,10 @@ class ReplayInputError(ConfigError):
     heading = ""
 
 
+class MissingInitialReplicas(ReplayInputError):
+    """Prometheus has no size of the target at --from, and --initial-replicas is not given."""
+
+
 @dataclass(frozen=True)
 class Observation:
     """One metric at one step: the value the metrics API would have served.
